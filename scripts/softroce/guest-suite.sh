@@ -1,0 +1,47 @@
+#!/bin/sh
+# Runs inside the Soft-RoCE VM from the 9p share (copied there as guest-run.sh by verbs-tests.sh):
+# every test binary in bin/, the layer's throughput probe, and perftest ib_write_bw baselines.
+# Writes logs/<step>.log and one "step rc seconds" line per step to results.txt.
+cd /mnt/host || exit 1
+[ -f suite.env ] && . ./suite.env
+mkdir -p logs
+: >results.txt
+now() { cut -d' ' -f1 /proc/uptime; }
+record() { # record NAME RC START
+  echo "$1 $2 $(awk -v a="$3" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')" >>results.txt
+}
+for b in bin/*; do
+  [ -x "$b" ] || continue
+  name=${b##*/}
+  t=$(now)
+  echo "guest-suite: running $name"
+  ./"$b" >"logs/$name.log" 2>&1
+  record "$name" $? "$t"
+done
+# throughput probe of the project's verbs layer (an ignored test, run on purpose)
+if [ -x probe/verbs_probe ]; then
+  t=$(now)
+  ./probe/verbs_probe --ignored --nocapture --test-threads=1 >logs/probe.log 2>&1
+  record probe $? "$t"
+fi
+# perftest baselines: loopback server/client pair on rxe0
+perf() { # perf NAME ARGS...
+  name=$1
+  shift
+  t=$(now)
+  ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" >"logs/$name.server.log" 2>&1 &
+  srv=$!
+  sleep 1
+  ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" 127.0.0.1 >"logs/$name.log" 2>&1
+  crc=$?
+  wait $srv
+  src=$?
+  [ $crc -eq 0 ] && [ $src -eq 0 ]
+  record "$name" $? "$t"
+}
+if [ "${PERFTEST:-1}" = 1 ]; then
+  perf perftest_write_bw_q4_1MiB -q 4 -s 1048576 -n 100
+  perf perftest_write_bw_q4_64MiB -q 4 -s 67108864 -n 5
+fi
+echo "guest-suite: done"
+exit 0

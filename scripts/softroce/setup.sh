@@ -1,0 +1,93 @@
+#!/bin/bash
+# Prepares the Soft-RoCE test VM: host packages (qemu, perftest, busybox, verbs tools), Debian's
+# kernel unpacked beside this script (never installed), an uncompressed vmlinux and the initramfs.
+# Idempotent and cached: a second run only checks.  Exit 0 = ready, 3 = qemu/kernel unavailable
+# (callers skip loudly), anything else = a real setup failure.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE"
+export DEBIAN_FRONTEND=noninteractive
+APT=(apt-get -o DPkg::Lock::Timeout=300 -q)
+
+log() { echo "softroce-setup: $*" >&2; }
+unavailable() { log "UNAVAILABLE: $*"; exit 3; }
+
+# Host packages: the VM's userland is copied from the host, so the host needs them installed.
+PKGS=(busybox-static ibverbs-utils perftest ibverbs-providers rdma-core cpio kmod iproute2 python3 gzip)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+lists_ready() { ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; }
+if [ ${#missing[@]} -gt 0 ] || ! command -v qemu-system-x86_64 >/dev/null; then
+  [ "$(id -u)" = 0 ] || unavailable "not root: cannot install ${missing[*]} qemu-system-x86"
+  lists_ready || "${APT[@]}" update -qq || unavailable "apt-get update failed"
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  "${APT[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  # A qemu-utils from bookworm-backports (as on the project machines) conflicts with bookworm's
+  # qemu-system-x86: take qemu-system-x86 from backports too, with a private apt source list.
+  if dpkg -s qemu-utils 2>/dev/null | grep -q '^Version: .*bpo12'; then
+    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$mirror" ] || mirror=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$mirror" ] || unavailable "no Debian mirror configured for bookworm-backports"
+    mkdir -p apt-bpo/lists/partial apt-bpo/archives/partial
+    echo "deb $mirror bookworm-backports main" > apt-bpo/sources.list
+    BPO=(-o Dir::Etc::sourcelist="$HERE/apt-bpo/sources.list"
+         -o Dir::State::lists="$HERE/apt-bpo/lists" -o Dir::Cache::archives="$HERE/apt-bpo/archives")
+    log "installing qemu-system-x86 from bookworm-backports"
+    "${APT[@]}" "${BPO[@]}" update -qq || unavailable "backports list download failed"
+    "${APT[@]}" "${BPO[@]}" install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 \
+      >/dev/null || unavailable "qemu-system-x86 (backports) install failed"
+  else
+    log "installing qemu-system-x86"
+    "${APT[@]}" install -y -qq --no-install-recommends qemu-system-x86 >/dev/null \
+      || unavailable "qemu-system-x86 install failed"
+  fi
+fi
+command -v qemu-system-x86_64 >/dev/null || unavailable "qemu-system-x86_64 not on PATH after install"
+
+# Kernel: the ABI of the current Debian 12 kernel (old ABIs disappear from the mirror), cached.
+kver_file=kroot/KVER
+if [ -z "${KVER:-}" ] && [ -s "$kver_file" ]; then KVER=$(cat "$kver_file"); fi
+if [ -z "${KVER:-}" ]; then
+  lists_ready || "${APT[@]}" update -qq || unavailable "apt-get update failed"
+  KVER=$(apt-cache depends linux-image-amd64 2>/dev/null \
+         | awk '/Depends: linux-image-[0-9]/{sub("linux-image-", "", $2); print $2; exit}')
+  [ -n "$KVER" ] || unavailable "cannot resolve the linux-image-amd64 kernel ABI"
+fi
+if [ ! -f "kroot/boot/vmlinuz-$KVER" ]; then
+  log "downloading linux-image-$KVER"
+  mkdir -p kroot
+  dl=$(mktemp -d "$HERE/kroot/.download.XXXXXX")
+  (cd "$dl" && "${APT[@]}" download "linux-image-$KVER" >/dev/null) || { rm -rf "$dl"; unavailable "kernel download failed"; }
+  dpkg-deb -x "$dl"/linux-image-"$KVER"_*.deb kroot
+  rm -rf "$dl"
+fi
+echo "$KVER" > "$kver_file"
+# the .deb ships no modules.dep (a dpkg trigger makes it on real installs)
+[ -f "kroot/lib/modules/$KVER/modules.dep" ] || depmod -b "$HERE/kroot" "$KVER"
+
+# Uncompressed kernel: qemu boots an ELF vmlinux directly (PVH entry), saving seconds under TCG.
+if [ ! -s vmlinux ]; then
+  log "extracting vmlinux"
+  python3 - "kroot/boot/vmlinuz-$KVER" vmlinux.tmp <<'PY'
+import lzma, sys
+blob = open(sys.argv[1], "rb").read()
+start = blob.find(b"\xfd7zXZ\x00")
+if start < 0:
+    sys.exit("no xz stream in " + sys.argv[1])
+out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(blob[start:])
+open(sys.argv[2], "wb").write(out)
+PY
+  mv vmlinux.tmp vmlinux
+fi
+
+# initramfs: rebuilt when absent or older than the scripts that make it
+img=initramfs.cpio.gz
+if [ ! -s "$img" ] || [ build-initramfs.sh -nt "$img" ] || [ init.sh -nt "$img" ]; then
+  KVER=$KVER ./build-initramfs.sh
+fi
+log "ready: kernel $KVER, $(du -h vmlinux | cut -f1) vmlinux, $(du -h "$img" | cut -f1) initramfs"

@@ -1,0 +1,93 @@
+#!/bin/bash
+# Runs the verbs test suite on real libibverbs code inside one Soft-RoCE VM boot: sets the VM up
+# (cached), builds tests/verbs_*.rs on the host, runs every binary, the layer's throughput probe and
+# perftest ib_write_bw baselines in that boot, prints a summary.  Exit 0 all passed (or VM
+# unavailable and skipped loudly), 1 a step failed, 2 the VM gave no result.
+# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; PERFTEST=0 skips perftest;
+#      CARGO_TARGET_DIR as for cargo.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VM=$ROOT/scripts/softroce
+cd "$ROOT"
+
+loud_skip() {
+  echo "##############################################################################" >&2
+  echo "## verbs-tests: SKIPPED - $*" >&2
+  echo "## The verbs suite did NOT run. Nothing about RDMA was tested." >&2
+  echo "##############################################################################" >&2
+  [ "${DQPLB_REQUIRE_VM:-0}" = 1 ] && exit 1
+  exit 0
+}
+
+echo "verbs-tests: setting up the Soft-RoCE VM (cached after the first run)"
+"$VM/setup.sh"
+rc=$?
+[ $rc -eq 3 ] && loud_skip "the Soft-RoCE VM is unavailable (qemu or kernel could not be installed)"
+[ $rc -eq 0 ] || { echo "verbs-tests: FAILED: setup.sh exited $rc" >&2; exit 1; }
+
+echo "verbs-tests: building test binaries"
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+cargo test --no-run --features verbs --test 'verbs_*' --message-format=json >"$json" \
+  || { echo "verbs-tests: FAILED: cargo build of tests/verbs_*.rs" >&2; exit 1; }
+mapfile -t bins < <(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"] + "\t" + m["executable"])
+' "$json")
+[ ${#bins[@]} -gt 0 ] || { echo "verbs-tests: FAILED: no verbs_* test binaries were built" >&2; exit 1; }
+
+share=$(mktemp -d "${TMPDIR:-/tmp}/verbs-tests.XXXXXX")
+[ "${KEEP_SHARE:-0}" = 1 ] || trap 'rm -f "$json"; rm -rf "$share"' EXIT
+mkdir -p "$share/bin" "$share/probe" "$share/lib"
+for entry in "${bins[@]}"; do
+  name=${entry%%$'\t'*}
+  exe=${entry#*$'\t'}
+  cp "$exe" "$share/bin/$name"
+  [ "$name" = verbs_probe ] && cp "$exe" "$share/probe/verbs_probe"
+  ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+    [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
+  done
+done
+echo "PERFTEST=${PERFTEST:-1}" >"$share/suite.env"
+cp "$VM/guest-suite.sh" "$share/guest-run.sh"
+
+echo "verbs-tests: booting the VM with ${#bins[@]} test binaries"
+SHARE=$share LOG=$share/console.log TIMEOUT=${VM_TIMEOUT:-900} "$VM/run-vm.sh" share >/dev/null 2>&1
+vmrc=$?
+if [ ! -s "$share/results.txt" ]; then
+  echo "verbs-tests: FAILED: the VM returned no results (run-vm rc=$vmrc); console tail:" >&2
+  tr -d '\r' <"$share/console.log" | tail -n 40 >&2
+  exit 2
+fi
+
+pass=0
+fail=0
+echo
+while read -r step src secs; do
+  echo "==================== $step (rc=$src, ${secs}s) ===================="
+  case $step in
+    perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
+    probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
+    *) grep -E '^test |test result|SKIPPED|panicked|Error|error' "$share/logs/$step.log" ;;
+  esac
+  if [ "$src" = 0 ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1))
+    echo "---- full log of failed step $step:"
+    cat "$share/logs/$step.log"
+  fi
+done <"$share/results.txt"
+echo
+echo "verbs-tests summary (VM steps: test binaries, probe, perftest):"
+while read -r step src secs; do
+  printf '  %-36s %s (%ss)\n' "$step" "$([ "$src" = 0 ] && echo ok || echo FAILED)" "$secs"
+done <"$share/results.txt"
+echo "verbs-tests: $pass passed, $fail failed"
+[ $fail -eq 0 ] || exit 1
+[ $vmrc -eq 0 ] || { echo "verbs-tests: FAILED: VM exited with rc=$vmrc" >&2; exit 2; }
+exit 0
