@@ -3,8 +3,9 @@
 # (cached), builds tests/verbs_*.rs on the host, runs every binary, the layer's throughput probe and
 # perftest ib_write_bw baselines in that boot, prints a summary.  Exit 0 all passed (or VM
 # unavailable and skipped loudly), 1 a step failed, 2 the VM gave no result.
-# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; PERFTEST=0 skips perftest;
-#      CARGO_TARGET_DIR as for cargo.
+# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; PERFTEST=quick (default, 1 MiB),
+#      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG) or 0; PROBE_REPS (default 2);
+#      KEEP_SHARE=1 keeps the share folder with all logs; CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VM=$ROOT/scripts/softroce
@@ -54,12 +55,13 @@ for entry in "${bins[@]}"; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
 done
-echo "PERFTEST=${PERFTEST:-1}" >"$share/suite.env"
+printf 'PERFTEST=%s\nPROBE_REPS=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" >"$share/suite.env"
 cp "$VM/guest-suite.sh" "$share/guest-run.sh"
 
 echo "verbs-tests: booting the VM with ${#bins[@]} test binaries"
 SHARE=$share LOG=$share/console.log TIMEOUT=${VM_TIMEOUT:-900} "$VM/run-vm.sh" share >/dev/null 2>&1
 vmrc=$?
+[ "${KEEP_SHARE:-0}" = 1 ] && echo "verbs-tests: logs kept in $share"
 if [ ! -s "$share/results.txt" ]; then
   echo "verbs-tests: FAILED: the VM returned no results (run-vm rc=$vmrc); console tail:" >&2
   tr -d '\r' <"$share/console.log" | tail -n 40 >&2

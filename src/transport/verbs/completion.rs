@@ -1,0 +1,138 @@
+//! Work completions copied out of `ibv_wc` into a plain Copy struct (immediate converted from
+//! network to host order) and mapped to errors naming device, QP and `ibv_wc_status_str`.
+
+use super::error::{Result, VerbsError};
+use rdma_sys as ib;
+use std::ffi::CStr;
+
+/// Most completions one `CompletionQueue::poll` call returns (its stack buffer size).
+pub const POLL_BATCH: usize = 32;
+
+// IBV_WC_WITH_IMM in `enum ibv_wc_flags`.
+const WC_WITH_IMM: u32 = 1 << 1;
+
+/// What a completion reports (valid only for successful completions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    Recv,
+    /// The receive side of an RDMA_WRITE_WITH_IMM.
+    RecvRdmaWithImm,
+    #[default]
+    Unknown,
+}
+
+/// One work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    /// Local QP number the work request was posted on.
+    pub qp_num: u32,
+    /// `ibv_wc_status` (0 = success).
+    pub status: u32,
+    pub vendor_err: u32,
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) — for RECV_RDMA_WITH_IMM the bytes the peer wrote.
+    pub byte_len: u32,
+    /// Immediate in host byte order, when the completion carries one.
+    pub imm: Option<u32>,
+}
+
+/// Text of an `ibv_wc_status` value as libibverbs spells it.
+pub fn status_str(status: u32) -> String {
+    // SAFETY: ibv_wc_status_str returns a static NUL-terminated string for any value.
+    let p = unsafe { ib::ibv_wc_status_str(status) };
+    if p.is_null() {
+        return format!("unknown status {status}");
+    }
+    // SAFETY: non-NULL static string.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+impl WorkCompletion {
+    pub(crate) fn from_raw(wc: &ib::ibv_wc) -> Self {
+        let opcode = match wc.opcode {
+            ib::ibv_wc_opcode::IBV_WC_SEND => WcOpcode::Send,
+            ib::ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+            ib::ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+            ib::ibv_wc_opcode::IBV_WC_RECV => WcOpcode::Recv,
+            ib::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+            _ => WcOpcode::Unknown,
+        };
+        let ok = wc.status == ib::ibv_wc_status::IBV_WC_SUCCESS;
+        let imm = if ok && wc.wc_flags & WC_WITH_IMM != 0 {
+            // SAFETY: with IBV_WC_WITH_IMM set the union holds the immediate (network order).
+            Some(u32::from_be(unsafe {
+                wc.imm_data_invalidated_rkey_union.imm_data
+            }))
+        } else {
+            None
+        };
+        WorkCompletion {
+            wr_id: wc.wr_id,
+            qp_num: wc.qp_num,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            opcode,
+            byte_len: wc.byte_len,
+            imm,
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.status == ib::ibv_wc_status::IBV_WC_SUCCESS
+    }
+
+    /// True for a completion flushed because its QP went to the error state.
+    pub fn is_flush(&self) -> bool {
+        self.status == ib::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+    }
+
+    /// Ok for success, else an error naming `device`, the QP and the status text.
+    pub fn result(&self, device: &str) -> Result<()> {
+        if self.is_success() {
+            return Ok(());
+        }
+        Err(VerbsError::Completion {
+            device: device.to_string(),
+            qpn: self.qp_num,
+            wr_id: self.wr_id,
+            status: self.status,
+            status_str: status_str(self.status),
+            vendor_err: self.vendor_err,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_texts_come_from_libibverbs() {
+        assert_eq!(status_str(ib::ibv_wc_status::IBV_WC_SUCCESS), "success");
+        assert_eq!(
+            status_str(ib::ibv_wc_status::IBV_WC_REM_ACCESS_ERR),
+            "remote access error"
+        );
+    }
+
+    #[test]
+    fn error_completion_names_device_and_qp() {
+        let wc = WorkCompletion {
+            wr_id: 7,
+            qp_num: 0x11,
+            status: ib::ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
+            ..Default::default()
+        };
+        assert!(wc.is_flush());
+        let err = wc.result("rxe0").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("rxe0") && text.contains("QP 17"), "{text}");
+        assert!(text.contains("Flushed"), "{text}");
+        let ok = WorkCompletion::default();
+        assert!(ok.result("rxe0").is_ok());
+    }
+}

@@ -1,0 +1,22 @@
+//! Safe RDMA verbs layer over rdma-sys: device discovery, PD/CQ/MR wrappers and RC QP sets
+//! (one control QP + N data QPs) driven without blocking from a progress thread.
+
+pub mod completion;
+pub mod device;
+pub mod error;
+pub mod qp;
+pub mod qpset;
+pub mod resources;
+pub mod sysfs;
+pub mod tuning;
+
+pub use completion::{status_str, WcOpcode, WorkCompletion, POLL_BATCH};
+pub use device::{discover, discover_system, mtu_bytes, mtu_code, Context, DeviceInfo, PortInfo};
+pub use error::{Result, VerbsError};
+pub use qp::{QpCaps, QpEndpoint, QpState, RcQp};
+pub use qpset::{ConnInfo, QpRole, QpSet, QpSetConfig, MAX_DATA_QPS};
+pub use resources::{
+    CompletionQueue, LocalSlice, MemoryRegion, ProtectionDomain, RegisteredBuffer, RemoteSlice,
+};
+pub use sysfs::{select_gid, GidEntry, GidKind, LinkLayer, Sysfs};
+pub use tuning::QpTuning;

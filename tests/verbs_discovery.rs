@@ -1,0 +1,95 @@
+//! Device discovery on real verbs: rxe0 in the Soft-RoCE VM must show an active Ethernet port with
+//! speed, MTU, PCI path and the IPv4-mapped RoCE v2 GID; a fake sysfs root changes what is read.
+
+mod verbs_support;
+
+use nccl_net_dqplb::transport::verbs::{
+    discover, discover_system, GidKind, LinkLayer, QpTuning, Sysfs,
+};
+use verbs_support::device_or_skip;
+
+#[test]
+fn discovery_never_errors() {
+    // hosts without RDMA must get an empty list, not an error
+    let devices = discover_system().expect("discovery must succeed with or without RDMA");
+    for d in &devices {
+        assert!(
+            !d.ports.is_empty(),
+            "{} listed without an active port",
+            d.name
+        );
+    }
+}
+
+#[test]
+fn rxe_device_has_sane_properties() {
+    let Some(dev) = device_or_skip("rxe_device_has_sane_properties") else {
+        return;
+    };
+    eprintln!("discovered: {dev:#?}");
+    let port = &dev.ports[0];
+    assert_eq!(port.port, 1);
+    assert_eq!(port.link_layer, LinkLayer::Ethernet);
+    assert!(port.speed_mbps >= 1_000, "speed {} Mbps", port.speed_mbps);
+    assert_eq!(port.lid, 0, "RoCE ports have no LID");
+    if dev.name.starts_with("rxe") {
+        // rxe is a virtual device: /sys/class/infiniband/rxe0/device does not exist
+        assert_eq!(dev.pci_path, None);
+        // the VM puts rxe0 on dummy0 with MTU 9000 and 10.77.0.1
+        assert_eq!(port.active_mtu, 4096);
+        let gid = port.gid.expect("rxe0 has a GID");
+        assert_eq!(gid.kind, GidKind::RoceV2);
+        assert_eq!(&gid.gid[10..], &[0xff, 0xff, 10, 77, 0, 1]);
+    } else {
+        let pci = dev
+            .pci_path
+            .as_ref()
+            .expect("a NIC has a PCI parent in sysfs");
+        assert!(pci.is_absolute());
+    }
+}
+
+#[test]
+fn forced_gid_index_is_honoured() {
+    let Some(dev) = device_or_skip("forced_gid_index_is_honoured") else {
+        return;
+    };
+    let tuning = QpTuning {
+        gid_index: Some(0),
+        ..QpTuning::default()
+    };
+    let devices = discover(&Sysfs::default(), &tuning).expect("discover");
+    let again = devices
+        .iter()
+        .find(|d| d.name == dev.name)
+        .expect("same device");
+    let gid = again.ports[0].gid.expect("GID 0 exists");
+    assert_eq!(gid.index, 0);
+    assert_ne!(gid.gid, [0u8; 16]);
+
+    let bad = QpTuning {
+        gid_index: Some(4000),
+        ..QpTuning::default()
+    };
+    let err = discover(&Sysfs::default(), &bad).unwrap_err();
+    assert!(err.to_string().contains("NCCL_IB_GID_INDEX"), "{err}");
+}
+
+#[test]
+fn sysfs_root_is_used() {
+    let Some(dev) = device_or_skip("sysfs_root_is_used") else {
+        return;
+    };
+    // an empty fake root: rate falls back to the verbs width/speed codes, no PCI path, no GID table
+    let root = std::env::temp_dir().join(format!("dqplb-empty-sysfs-{}", std::process::id()));
+    std::fs::create_dir_all(&root).expect("mkdir");
+    let devices = discover(&Sysfs::new(&root), &QpTuning::default()).expect("discover");
+    let fake = devices
+        .iter()
+        .find(|d| d.name == dev.name)
+        .expect("same device");
+    assert_eq!(fake.pci_path, None);
+    assert_eq!(fake.ports[0].gid, None);
+    assert!(fake.ports[0].speed_mbps > 0);
+    std::fs::remove_dir_all(&root).expect("cleanup");
+}
