@@ -70,6 +70,10 @@ impl SendComm {
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.tcp.test(slot)
     }
+    /// Per-QP engine statistics (segments, bytes, outstanding, completion latency in ns).
+    pub fn qp_stats(&self) -> &[crate::engine::QpStats] {
+        self.tcp.qp_stats()
+    }
     pub fn data_stream_addrs(&self) -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
         self.tcp.data_stream_addrs()
     }
