@@ -32,11 +32,8 @@ static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
 pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let level = log::level_from_nccl_debug(std::env::var("NCCL_DEBUG").ok().as_deref());
     log::install_nccl_bridge(sink, level);
-    let loaded = config::load_from_process_env().map_err(|e| {
-        let e = NetError::invalid_argument(format!("site configuration: {e}"));
-        tracing::warn!(target: "dqplb::init", "{}", e.msg);
-        e
-    })?;
+    let loaded = config::load_from_process_env()
+        .map_err(|e| NetError::invalid_argument(format!("site configuration: {e}")))?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices =
         devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {

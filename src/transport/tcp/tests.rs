@@ -31,8 +31,9 @@ fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
         if r.is_none() {
             r = l.accept().unwrap();
         }
-        if s.is_some() && r.is_some() {
-            return (s.unwrap(), r.unwrap());
+        match (s, r) {
+            (Some(s), Some(r)) => return (s, r),
+            (a, b) => (s, r) = (a, b),
         }
         std::thread::yield_now();
     }

@@ -43,7 +43,7 @@ impl ConnParams {
             ));
         }
         if self.segment_bytes < 128
-            || self.segment_bytes % 128 != 0
+            || !self.segment_bytes.is_multiple_of(128)
             || self.segment_bytes > (1 << 30)
         {
             return bad(format!(
