@@ -56,8 +56,12 @@ pub struct ClassPlan {
     pub qps: u32,
     /// Outstanding segments per QP after the budget rule.
     pub outstanding: u32,
-    /// ceil(bdp / segment) clamped to [min-outstanding, max-outstanding], before the budget rule.
+    /// ceil(bdp / segment): the depth that covers the bandwidth-delay product.
+    pub bdp_segments: u64,
+    /// `bdp_segments` clamped to [min_outstanding, max_outstanding], before the budget rule.
     pub ideal_outstanding: u32,
+    pub min_outstanding: u32,
+    pub max_outstanding: u32,
     pub segment_bytes: u64,
     pub rate_gbps: f64,
     pub rtt_us: f64,
@@ -120,7 +124,10 @@ impl SiteConfig {
             class,
             qps: spec.qps,
             outstanding,
+            bdp_segments: raw,
             ideal_outstanding: ideal,
+            min_outstanding: lo,
+            max_outstanding: hi,
             segment_bytes: segment,
             rate_gbps: spec.rate_gbps,
             rtt_us: spec.rtt_us,
@@ -164,6 +171,10 @@ mod tests {
         // 400 Gb/s * 4 us = 200000 B; ceil(200000 / 524288) = 1 -> min 4; 4 * 4 * 524288.
         let p = SiteConfig::default().plan(ConnClass::SameRail);
         assert_eq!(p.bdp_bytes, 200_000);
+        assert_eq!(
+            (p.bdp_segments, p.min_outstanding, p.max_outstanding),
+            (1, 4, 8)
+        );
         assert_eq!((p.qps, p.ideal_outstanding, p.outstanding), (4, 4, 4));
         assert_eq!(p.inflight_bytes, 8_388_608);
         assert!(p.within_budget);
@@ -185,7 +196,7 @@ mod tests {
         // 16 * 191 * 524288 = 1602224128 > 1 GiB -> 1073741824 / (16 * 524288) = 128.
         let p = SiteConfig::default().plan(ConnClass::CrossDc);
         assert_eq!(p.bdp_bytes, 100_000_000);
-        assert_eq!(p.ideal_outstanding, 191);
+        assert_eq!((p.bdp_segments, p.ideal_outstanding), (191, 191));
         assert_eq!(p.outstanding, 128);
         assert_eq!(p.inflight_bytes, 1_073_741_824);
         assert!(p.within_budget);
@@ -217,7 +228,10 @@ mod tests {
         c.class.cross_rail.rtt_us = 100.0;
         // 5e6 / 65536 = 76.3 -> 77 -> clamped to 32.
         let p = c.plan(ConnClass::CrossRail);
-        assert_eq!((p.ideal_outstanding, p.outstanding), (32, 32));
+        assert_eq!(
+            (p.bdp_segments, p.ideal_outstanding, p.outstanding),
+            (77, 32, 32)
+        );
     }
 
     #[test]
