@@ -334,7 +334,7 @@ impl HcaList {
         let hit = self
             .entries
             .iter()
-            .position(|e| self.name_matches(e, dev) && e.port.map_or(true, |p| p == port));
+            .position(|e| self.name_matches(e, dev) && e.port.is_none_or(|p| p == port));
         match (self.exclude, hit) {
             (false, Some(i)) => Some(Selected {
                 port,
