@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::hca::FabricId;
-use super::schema::SiteConfig;
+use super::schema::{PolicyName, SiteConfig};
 
 /// The distance class of a connection, which selects its `[class.*]` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -53,6 +53,7 @@ pub fn classify(local: &FabricId, remote: &FabricId) -> ConnClass {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassPlan {
     pub class: ConnClass,
+    /// Data QPs: the class's `qps`, or 1 under the `single-qp` policy.
     pub qps: u32,
     /// Outstanding segments per QP after the budget rule.
     pub outstanding: u32,
@@ -96,7 +97,13 @@ impl SiteConfig {
             spec.max_outstanding.max(spec.min_outstanding),
         );
         let ideal = raw.clamp(u64::from(lo), u64::from(hi)) as u32;
-        let qps = u64::from(spec.qps);
+        // The single-qp policy posts everything on one data QP whatever the class asks for.
+        let qp_count = if self.engine.policy == PolicyName::SingleQp {
+            1
+        } else {
+            spec.qps
+        };
+        let qps = u64::from(qp_count);
         let budget = self.engine.inflight_budget_bytes;
         let per_depth = qps.saturating_mul(segment).max(1);
         let wanted = per_depth.saturating_mul(u64::from(ideal));
@@ -122,7 +129,7 @@ impl SiteConfig {
         };
         ClassPlan {
             class,
-            qps: spec.qps,
+            qps: qp_count,
             outstanding,
             bdp_segments: raw,
             ideal_outstanding: ideal,
@@ -232,6 +239,19 @@ mod tests {
             (p.bdp_segments, p.ideal_outstanding, p.outstanding),
             (77, 32, 32)
         );
+    }
+
+    #[test]
+    fn single_qp_policy_plans_one_qp() {
+        let mut c = SiteConfig::default();
+        c.engine.policy = PolicyName::SingleQp;
+        // cross-dc: 1 QP x 191 x 524288 = 100139008 B, within 1 GiB, so no budget cut.
+        let p = c.plan(ConnClass::CrossDc);
+        assert_eq!(
+            (p.qps, p.outstanding, p.inflight_bytes),
+            (1, 191, 100_139_008)
+        );
+        assert_eq!(p.budget_note, None);
     }
 
     #[test]
