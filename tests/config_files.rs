@@ -117,3 +117,26 @@ fn two_dc_site_figures() {
         (500_000, 8, 33_554_432)
     );
 }
+
+#[test]
+fn docs_name_every_key_and_variable() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("docs/configuration.md exists");
+    let mut missing = Vec::new();
+    for spec in nccl_net_dqplb::config::keys::all_keys() {
+        let leaf = spec.path.rsplit('.').next().unwrap_or(spec.path);
+        if !doc.contains(&format!("`{leaf}`")) {
+            missing.push(spec.path.to_string());
+        }
+        let var = nccl_net_dqplb::config::keys::env_name(spec.path);
+        if !spec.path.starts_with("class.") && !doc.contains(&var) {
+            missing.push(var);
+        }
+    }
+    for alias in nccl_net_dqplb::config::env::ALIASES {
+        if !doc.contains(alias) {
+            missing.push(alias.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "not documented: {missing:?}");
+}
