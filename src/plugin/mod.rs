@@ -35,11 +35,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let loaded = config::load_from_process_env()
         .map_err(|e| NetError::invalid_argument(format!("site configuration: {e}")))?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let devices =
-        devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {
-            tracing::warn!(target: "dqplb::init", "no usable device: {}", e.msg);
-            e
-        })?;
+    let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
     let names: Vec<String> = devices
         .iter()
         .map(|d| d.props.name.to_string_lossy().into_owned())
