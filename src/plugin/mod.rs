@@ -34,6 +34,13 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     log::install_nccl_bridge(sink, level);
     let loaded = config::load_from_process_env()
         .map_err(|e| NetError::invalid_argument(format!("site configuration: {e}")))?;
+    if let Some(l) = loaded.config.log.level {
+        log::set_level(match l {
+            config::LogLevel::Warn => log::LevelFilter::WARN,
+            config::LogLevel::Info => log::LevelFilter::INFO,
+            config::LogLevel::Trace => log::LevelFilter::TRACE,
+        });
+    }
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
     let names: Vec<String> = devices
