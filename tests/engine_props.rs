@@ -43,11 +43,7 @@ fn case() -> impl Strategy<Value = Case> {
         1u32..=4,
         1usize..=6,
         prop::collection::vec((size(), prop_oneof![Just(0u64), 0u64..300]), 1..24),
-        prop_oneof![
-            Just(0u32),
-            (SEQ_MASK - 200)..=SEQ_MASK,
-            0u32..=SEQ_MASK
-        ],
+        prop_oneof![Just(0u32), (SEQ_MASK - 200)..=SEQ_MASK, 0u32..=SEQ_MASK],
         prop::collection::vec(any::<u32>(), 0..700),
         0usize..32,
     )
@@ -229,7 +225,11 @@ impl Sim {
         let i = self.cut_msg;
         let size = self.c.sizes[i];
         let (want_qp, want_len) = self.expected_choice();
-        assert_eq!((t.qp, t.len), (want_qp, want_len), "policy choice for msg {i}");
+        assert_eq!(
+            (t.qp, t.len),
+            (want_qp, want_len),
+            "policy choice for msg {i}"
+        );
         assert_eq!(t.token, token(i));
         assert_eq!(t.offset, self.cut_off, "segments must tile the message");
         let (seq, last) = imm::decode(t.imm).expect("sender immediates are valid");
@@ -292,12 +292,13 @@ impl Sim {
             .expect("legal arrival accepted");
         self.segs[id].arrived = true;
         self.arrived_abs[s.abs_seq as usize] = true;
-        while (self.prefix as usize) < self.arrived_abs.len() && self.arrived_abs[self.prefix as usize]
+        while (self.prefix as usize) < self.arrived_abs.len()
+            && self.arrived_abs[self.prefix as usize]
         {
             self.prefix += 1;
         }
         // A duplicate of what just arrived must be refused without changing state.
-        if pick % 5 == 0 {
+        if pick.is_multiple_of(5) {
             assert!(self.rx.arrived(imm::encode(wire, last), len).is_err());
         }
     }
@@ -318,7 +319,7 @@ impl Sim {
             return;
         }
         let mut q = ready[pick % ready.len()];
-        if q == self.c.lazy_qp && pick % 16 != 0 && ready.len() > 1 {
+        if q == self.c.lazy_qp && !pick.is_multiple_of(16) && ready.len() > 1 {
             q = ready[(pick + 1) % ready.len()];
         }
         let id = self.qp_fifo[q].pop_front().expect("non-empty");
@@ -344,7 +345,10 @@ impl Sim {
             assert_eq!(tok, token(i), "receiver releases in posting order");
             assert_eq!(size, self.c.sizes[i], "exact received size of msg {i}");
             let last = self.last_seq[i].expect("released receive was fully cut");
-            assert!(last < self.prefix, "released before all its segments arrived");
+            assert!(
+                last < self.prefix,
+                "released before all its segments arrived"
+            );
             self.rx_done += 1;
         }
         if self.rx_done < self.cut_msg {
@@ -360,7 +364,7 @@ impl Sim {
             1 | 2 => {
                 self.transmit();
             }
-            3 => self.arrive(pick, pick % 16 == 0),
+            3 => self.arrive(pick, pick.is_multiple_of(16)),
             4 => {
                 self.complete(pick);
                 self.complete(pick / 7);
