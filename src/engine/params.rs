@@ -116,7 +116,7 @@ impl EngineParams {
                 "must be 1 ..= 4096",
             );
         }
-        if self.segment_bytes == 0 || self.segment_bytes % SEGMENT_ALIGN != 0 {
+        if self.segment_bytes == 0 || !self.segment_bytes.is_multiple_of(SEGMENT_ALIGN) {
             return bad(
                 "segment_bytes",
                 u64::from(self.segment_bytes),
