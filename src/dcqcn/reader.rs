@@ -245,6 +245,16 @@ pub fn read_device(roots: &Roots, dev: &str) -> DeviceSnapshot {
         .as_ref()
         .map(|nd| roots.sysfs.join("class/net").join(nd).join("ecn"));
     let (ecn_rp, ecn_np) = match &ecn_dir {
+        Some(ecn) if !ecn.is_dir() => {
+            let why = format!(
+                "no {} (needs NVIDIA's out-of-tree mlx5 driver)",
+                ecn.display()
+            );
+            (
+                vec![Reading::Unknown(why.clone()); 8],
+                vec![Reading::Unknown(why); 8],
+            )
+        }
         Some(ecn) => (
             read_enables(&ecn.join("roce_rp")),
             read_enables(&ecn.join("roce_np")),
@@ -338,10 +348,7 @@ fn read_cc_params(
 
 fn read_enables(dir: &Path) -> Vec<Reading> {
     if !dir.join("enable").is_dir() {
-        let why = format!(
-            "no {} (needs NVIDIA's out-of-tree mlx5 driver)",
-            dir.join("enable").display()
-        );
+        let why = format!("no {}", dir.join("enable").display());
         return vec![Reading::Unknown(why); 8];
     }
     (0..8)
