@@ -43,8 +43,14 @@ fn row<'a>(
         .unwrap_or_else(|| panic!("no row {param}"))
 }
 
+/// Runs `dqplb check` on the tree with an empty environment and an empty site config file.
 fn dqplb(t: &FakeTree, extra: &[&str]) -> (i32, String, String) {
+    dqplb_env(t, extra, &[])
+}
+
+fn dqplb_env(t: &FakeTree, extra: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let roots = t.roots();
+    t.write("empty.toml", "").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
         .arg("check")
         .arg("--sysfs-root")
@@ -52,7 +58,9 @@ fn dqplb(t: &FakeTree, extra: &[&str]) -> (i32, String, String) {
         .arg("--debugfs-root")
         .arg(&roots.debugfs)
         .args(extra)
-        .env_remove("NCCL_IB_HCA")
+        .env_clear()
+        .env("NCCL_DQPLB_CONF", t.root().join("empty.toml"))
+        .envs(env.iter().copied())
         .output()
         .expect("run dqplb");
     (
@@ -341,8 +349,9 @@ fn usage_errors_exit_2() {
         (vec!["--hca", "=mlx5_9"], "selects none of: mlx5_0"),
         (
             vec!["--config", "/nonexistent/dqplb.toml"],
-            "cannot read config",
+            "cannot read the config file",
         ),
+        (vec!["--hca", "mlx5_0:x"], "NCCL_IB_HCA entry 'mlx5_0:x'"),
     ] {
         let (code, out, err) = dqplb(&t, &args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
@@ -372,7 +381,7 @@ fn config_file_and_hca_selection() {
     let mut f = std::fs::File::create(&cfg).unwrap();
     writeln!(
         f,
-        "[plan]\nwhatever = 1\n\n[dcqcn]\nprofile = \"site\"\nroce-priority = 5\n\
+        "[fabric]\nmax-rails = 8\n\n[dcqcn]\nprofile = \"site\"\nroce-priority = 5\n\
          [dcqcn.profiles.site]\nextends = \"nvidia-default\"\n\
          expect.rp_ai_rate = {{ min = 40, max = 60, severity = \"critical\", reason = \"site AI\" }}\n"
     )
@@ -388,6 +397,29 @@ fn config_file_and_hca_selection() {
     );
     assert!(!out.contains("device mlx5_0"), "{out}");
     assert!(out.contains("model at 200.00 Gb/s"), "{out}");
+    // NCCL_IB_HCA selects when --hca is absent; NCCL_DQPLB_DCQCN_PROFILE overrides the file.
+    let (code, out, _) = dqplb_env(
+        &t,
+        &["--config", cfg_s],
+        &[
+            ("NCCL_IB_HCA", "^mlx5_0"),
+            ("NCCL_DQPLB_DCQCN_PROFILE", "ai-training"),
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("device mlx5_1  pci 0000:3b:00.1  netdev ens1f1  profile ai-training"),
+        "{out}"
+    );
+    assert!(
+        out.contains("=> MISMATCH: 15 ok, 1 failed, 0 unknown"),
+        "{out}"
+    );
+    assert!(
+        out.contains("! rp_hai_rate: expected 100..2000, actual 50"),
+        "{out}"
+    );
+    assert!(!out.contains("device mlx5_0"), "{out}");
     // mlx5_0 has AI 5 and ECN only on priority 3.
     let (code, out, _) = dqplb(&t, &["--config", cfg_s, "--hca", "mlx5_0"]);
     assert_eq!(code, 1);

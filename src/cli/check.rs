@@ -1,7 +1,8 @@
 //! `dqplb check`: compares every selected RDMA device with a DCQCN profile, prints a table or
 //! JSON (plus counters and the model's reading), fix commands or counter rates; exit 0/1/2.
 
-use crate::config::dcqcn::DcqcnSection;
+use crate::config::load::{load_from_process_env, load_path, process_env_vars};
+use crate::config::schema::SiteConfig;
 use crate::dcqcn::compare::compare;
 use crate::dcqcn::fix::{fix_plan, format_fix_plans};
 use crate::dcqcn::model::GConvention;
@@ -10,7 +11,6 @@ use crate::dcqcn::reader::{list_devices, read_device, Roots};
 use crate::dcqcn::report::{analyse, format_json, format_table, CheckedDevice};
 use crate::dcqcn::select::select_devices;
 use crate::dcqcn::watch::watch;
-use serde::Deserialize;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +26,7 @@ pub const USAGE: &str = "\
 usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DIR]
                    [--debugfs-root DIR] [--format table|json] [--fix-commands]
                    [--watch SECONDS [--samples N]] [--dce-tcp-g one-minus|direct]
-  --config F          site config; only its [dcqcn] table is read
+  --config F          site config (default: $NCCL_DQPLB_CONF, /etc/nccl-dqplb.toml, built-in)
   --profile NAME      profile to check (default: [dcqcn].profile, else nvidia-default)
   --hca STRING        devices, NCCL_IB_HCA syntax (default: $NCCL_IB_HCA, else all found)
   --sysfs-root DIR    stands for /sys (a test tree mirrors the real paths below it)
@@ -52,13 +52,6 @@ struct Options {
     samples: Option<u64>,
     convention: Option<GConvention>,
     help: bool,
-}
-
-/// Only the `[dcqcn]` table of a site config; other tables are ignored here.
-#[derive(Deserialize)]
-struct ConfigDcqcnOnly {
-    #[serde(default)]
-    dcqcn: DcqcnSection,
 }
 
 fn parse_args(args: &[String]) -> Result<Options, String> {
@@ -152,15 +145,14 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-fn load_section(path: &Option<PathBuf>) -> Result<DcqcnSection, String> {
-    let Some(path) = path else {
-        return Ok(DcqcnSection::default());
+/// The site config in effect: `--config F`, else the plugin's lookup order (NCCL_DQPLB_CONF,
+/// /etc/nccl-dqplb.toml, embedded default), with NCCL_DQPLB_* overrides applied.
+fn load_config(path: &Option<PathBuf>) -> Result<SiteConfig, String> {
+    let loaded = match path {
+        Some(p) => load_path(p, &process_env_vars()),
+        None => load_from_process_env(),
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-    toml::from_str::<ConfigDcqcnOnly>(&text)
-        .map(|c| c.dcqcn)
-        .map_err(|e| format!("config {}: {e}", path.display()))
+    loaded.map(|l| l.config).map_err(|e| e.to_string())
 }
 
 /// `dqplb check ARGS`; returns the exit code.
@@ -193,7 +185,8 @@ pub fn run_to(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 
 }
 
 fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, String> {
-    let mut section = load_section(&opts.config)?;
+    let config = load_config(&opts.config)?;
+    let mut section = config.dcqcn.clone();
     if let Some(p) = &opts.profile {
         section.profile = p.clone();
     }
@@ -209,7 +202,7 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
     let env_hca = std::env::var("NCCL_IB_HCA").ok();
     let hca = opts.hca.clone().or(env_hca);
     let all = list_devices(&roots).map_err(|e| format!("no RDMA devices: {e}"))?;
-    let devices = select_devices(all.clone(), hca.as_deref())?;
+    let devices = select_devices(all.clone(), hca.as_deref(), &config.fabric)?;
     if devices.is_empty() {
         return Err(match hca {
             Some(h) => format!("HCA list \"{h}\" selects none of: {}", all.join(", ")),
