@@ -1,6 +1,7 @@
 //! The `dqplb` operator command: a dispatcher over subcommands (`plan` here; `check` and `perf`
 //! are added by their own modules). Each subcommand takes its arguments and returns an exit code.
 
+pub mod check;
 pub mod plan;
 
 /// Top-level usage text.
@@ -10,6 +11,8 @@ usage: dqplb <command> [options]
 commands:
   plan    show the site config in effect, the NCCL_IB_HCA devices and the per-class QP plan
           (dqplb plan --help for options)
+  check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
+          1 mismatch, 2 bad usage (dqplb check --help)
 
 options:
   -h, --help    show this help
@@ -29,6 +32,7 @@ pub fn main(args: Vec<String>) -> i32 {
             0
         }
         "plan" => plan::run(rest),
+        "check" => check::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");
             2
