@@ -41,6 +41,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
             config::LogLevel::Trace => log::LevelFilter::TRACE,
         });
     }
+    dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
     let names: Vec<String> = devices
@@ -51,6 +52,26 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     state::set(loaded, devices);
     Ok(())
+}
+
+/// DCQCN pre-flight over the RDMA devices NCCL_IB_HCA selects: logs per device, fails init
+/// (ncclSystemError) only with `dcqcn.strict`. No RDMA devices (or no sysfs) is logged, not fatal.
+fn dcqcn_preflight(cfg: &SiteConfig) -> NetResult<()> {
+    use crate::dcqcn::reader::{list_devices, Roots};
+    let roots = Roots::from_section(&cfg.dcqcn);
+    let all = match list_devices(&roots) {
+        Ok(all) => all,
+        Err(e) => {
+            tracing::info!(target: "dqplb::dcqcn", "dcqcn: no RDMA devices to check ({e})");
+            return Ok(());
+        }
+    };
+    let hca = std::env::var("NCCL_IB_HCA").ok();
+    let devices = crate::dcqcn::select::select_devices(all, hca.as_deref(), &cfg.fabric)
+        .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?;
+    crate::dcqcn::preflight::preflight(&cfg.dcqcn, &devices, &roots)
+        .map(|_| ())
+        .map_err(|e| NetError::system(e.to_string()))
 }
 
 pub fn device_count() -> NetResult<i32> {
