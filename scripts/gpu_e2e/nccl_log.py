@@ -131,11 +131,12 @@ def parse_log(
                 if not names_net or fm.group(1).lower() == want:
                     rep.failures.append(msg)
                 break
-    rep.verdict, rep.reason = _decide(rep, want, require_load)
+    rep.verdict, rep.reason = _decide(rep, plugin_name, require_load)
     return rep
 
 
-def _decide(rep: LogReport, want: str, require_load: bool):
+def _decide(rep: LogReport, plugin_name: str, require_load: bool):
+    want = plugin_name.lower()
     used_ours = [n for n in rep.using_network if n.lower() == want]
     used_other = sorted({n for n in rep.using_network if n.lower() != want})
     ours = [c for c in rep.channels if (c.net_name or "").lower() == want]
@@ -163,7 +164,7 @@ def _decide(rep: LogReport, want: str, require_load: bool):
         return USED, "%d channel(s) via %s; %s" % (len(ours), ours[0].transport, how)
     if used_other or other_net:
         name = used_other[0] if used_other else other_net[0].net_name
-        return FELL_BACK, "NCCL used network %s instead of the plugin" % name
+        return FELL_BACK, "NCCL used network %s instead of %s" % (name, plugin_name)
     if rep.failures:
         return LOAD_FAILED, rep.failures[-1]
     if not_net:

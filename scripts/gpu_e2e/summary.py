@@ -79,7 +79,10 @@ def check_run(run_dir, label, plugin_name, lib_basename) -> Tuple[Dict[Key, dict
         if rc not in (0, None) or (rc is None and not run.get("timed_out")):
             fails.append("%s rank %d: exit code %s" % (label, rank, rc))
         log_path = os.path.join(run_dir, "rank%d.log" % rank)
-        text = open(log_path, "r", encoding="utf-8", errors="replace").read() if os.path.exists(log_path) else ""
+        text = ""
+        if os.path.exists(log_path):
+            with open(log_path, "r", encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
         if label == "socket":
             rep = nccl_log.parse_socket_log(text)
         else:
