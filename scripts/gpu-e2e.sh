@@ -277,7 +277,8 @@ else
     rc=$?
     set -e
     status=$(json_get "$OUT_DIR/nccl-tests/status.json" status 2>/dev/null || true)
-    record_stage nccl-tests "${status:-FAILED}" $((SECONDS - t0)) "exit $rc, see nccl-tests/"
+    reason=$(json_get "$OUT_DIR/nccl-tests/status.json" reason 2>/dev/null || true)
+    record_stage nccl-tests "${status:-FAILED}" $((SECONDS - t0)) "${reason:-exit $rc}"
   fi
 fi
 

@@ -152,7 +152,7 @@ def main(argv=None):
             logs.append(log)
             results = os.path.join(args.out, "rank%d.jsonl" % rank)
             procs.append(subprocess.Popen(workload_cmd(sys.executable, rank, port, results, args), env=env,
-                                          stdout=log, stderr=subprocess.STDOUT, cwd=args.out))
+                                          stdout=log, stderr=subprocess.STDOUT))
     except ValueError as exc:
         print("launch: %s" % exc, file=sys.stderr)
         for p in procs:

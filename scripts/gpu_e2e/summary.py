@@ -107,7 +107,9 @@ def check_run(run_dir, label, plugin_name, lib_basename) -> Tuple[Dict[Key, dict
 def build_rows(plugin: Dict[Key, dict], socket: Dict[Key, dict], world: int) -> List[dict]:
     rows = []
     order = {op: i for i, op in enumerate(metrics.OPS)}
-    for key in sorted(set(plugin) | set(socket), key=lambda k: (k[1], order.get(k[0], 99), k[2])):
+    dorder = {dt: i for i, dt in enumerate(metrics.DTYPES)}
+    keys = sorted(set(plugin) | set(socket), key=lambda k: (dorder.get(k[1], 99), k[1], order.get(k[0], 99), k[2]))
+    for key in keys:
         op, dtype, nbytes = key
         row = {"op": op, "dtype": dtype, "bytes": nbytes}
         for label, src in (("plugin", plugin), ("socket", socket)):
@@ -133,6 +135,12 @@ def _f(v, fmt):
     return "-" if v is None else fmt % v
 
 
+def _bw(v):
+    if v is None:
+        return "-"
+    return "%.3f" % v if v >= 0.01 else "%.2e" % v
+
+
 def _ok(v):
     return "-" if v is None else ("ok" if v else "WRONG")
 
@@ -145,8 +153,8 @@ def markdown_table(rows: List[dict]) -> str:
         checks = "/".join(_ok(r[k]) for k in ("plugin_ok", "socket_ok"))
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["op"], r["dtype"], metrics.human_bytes(r["bytes"]), _f(r["plugin_time_us"], "%.1f"),
-            _f(r["plugin_algbw"], "%.3f"), _f(r["plugin_busbw"], "%.3f"), _f(r["socket_time_us"], "%.1f"),
-            _f(r["socket_algbw"], "%.3f"), _f(r["socket_busbw"], "%.3f"), _f(r["ratio"], "%.3f"), checks))
+            _bw(r["plugin_algbw"]), _bw(r["plugin_busbw"]), _f(r["socket_time_us"], "%.1f"),
+            _bw(r["socket_algbw"]), _bw(r["socket_busbw"]), _f(r["ratio"], "%.3f"), checks))
     return "\n".join(out) + "\n"
 
 
@@ -232,6 +240,7 @@ def render_markdown(verdict: dict, rows: List[dict], stages: List[List[str]]) ->
     for title, key in (("Failures", "failures"), ("Warnings", "warnings")):
         if verdict[key]:
             lines += ["## " + title, ""] + ["- " + x for x in verdict[key]] + [""]
+    lines += ["## NCCL logs", ""]
     for label in ("plugin", "socket"):
         for rank, v in sorted(verdict[label].get("log_verdicts", {}).items()):
             lines.append("- %s %s log: %s (%s)" % (label, rank, v["verdict"], v["reason"]))

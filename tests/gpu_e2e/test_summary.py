@@ -174,6 +174,15 @@ class Summary(unittest.TestCase):
 
 
 class Pure(unittest.TestCase):
+    def test_row_order_float32_first(self):
+        keys = {("sendrecv", "bfloat16", 8), ("all_reduce", "bfloat16", 8), ("sendrecv", "float32", 16),
+                ("sendrecv", "float32", 8), ("all_gather", "float32", 8)}
+        merged = {k: {"time_s": 1.0, "ok": True, "ranks": 2, "iters": 1} for k in keys}
+        rows = summary.build_rows(merged, {}, 2)
+        self.assertEqual([(r["op"], r["dtype"], r["bytes"]) for r in rows], [
+            ("all_gather", "float32", 8), ("sendrecv", "float32", 8), ("sendrecv", "float32", 16),
+            ("all_reduce", "bfloat16", 8), ("sendrecv", "bfloat16", 8)])
+
     def test_merge_and_rows(self):
         a = [{"kind": "case", "op": "all_gather", "dtype": "bfloat16", "bytes": 1 << 20, "time_s": 0.001, "ok": True,
               "iters": 20}]
@@ -201,7 +210,7 @@ class Pure(unittest.TestCase):
         r = summary.build_rows(plug, {}, 2)[0]
         self.assertIsNone(r["socket_busbw"])
         self.assertIsNone(r["ratio"])
-        self.assertIn("| sendrecv | float32 | 8 B | 10.0 | 0.001 | 0.001 | - | - | - | - | ok/- |",
+        self.assertIn("| sendrecv | float32 | 8 B | 10.0 | 8.00e-04 | 8.00e-04 | - | - | - | - | ok/- |",
                       summary.markdown_table([r]))
 
 
