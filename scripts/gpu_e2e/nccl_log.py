@@ -28,7 +28,8 @@ _LOADED = re.compile(r"NET/Plugin: Loaded net plugin (\S+) \(v(\d+)\)")
 # USED requires anyway (the name can only come from the loaded library).
 _NAME_SET = re.compile(r"^(NET/Plugin: )?Plugin name set by env to (\S+)")
 # 2.27: "Successfully loaded external plugin <name>"; 2.28+: "... external network plugin <path>".
-_EXT_LOADED = re.compile(r"Successfully loaded external (?:network )?plugin (\S+)")
+# 2.30's "GIN/Plugin: Successfully loaded external plugin" is about another plugin type: excluded.
+_EXT_LOADED = re.compile(r"^Successfully loaded external (?:network )?plugin (\S+)")
 # 2.27+.
 _INITIALIZED = re.compile(r"(?:Initialized|Assigned) NET plugin (\S+)")
 # All versions (init.cc): the network the communicator uses.
@@ -48,7 +49,7 @@ _FAILURES = [
     (re.compile(r"NET/Plugin: Could not find:"), False),  # 2.22+
     (re.compile(r"NET/Plugin: Failed to find ncclNetPlugin symbol"), False),  # 2.19-2.25: no symbol
     (re.compile(r"External network plugin \S+ is unsupported"), False),  # 2.28+: no usable symbol
-    (re.compile(r"Failed to initialize NET plugin (\S+)"), True),  # 2.27+: its init() failed
+    (re.compile(r"Failed to initialize NET plugin (\S+)"), True),  # 2.28+: its init() failed
     (re.compile(r"NET/Plugin ?: (?:No plugin found, )?[Uu]sing internal (?:network|net|impl)"), False),
 ]
 

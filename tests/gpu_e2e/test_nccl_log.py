@@ -118,6 +118,14 @@ class Failures(unittest.TestCase):
         self.assertEqual(rep.verdict, nccl_log.USED)
         self.assertEqual(rep.failures, [])
 
+    def test_gin_plugin_line_is_no_net_evidence(self):
+        text = "\n".join(l for l in read_log("nccl-2.28-plugin-used.log").splitlines()
+                         if "Loaded net plugin" not in l and "NET plugin" not in l and "network plugin" not in l)
+        text += "\nh:1:1 [0] NCCL INFO GIN/Plugin: Successfully loaded external plugin %s\n" % PLUGIN_PATH
+        rep = nccl_log.parse_log(text, "DQPLB", LIB)
+        self.assertEqual(rep.load_evidence, [])
+        self.assertEqual(rep.verdict, nccl_log.NO_EVIDENCE)
+
     def test_wrong_plugin_name_is_not_used(self):
         rep = nccl_log.parse_log(read_log("nccl-2.28-plugin-used.log"), "OTHER", "libnccl-net-other.so")
         self.assertEqual(rep.verdict, nccl_log.FELL_BACK)
