@@ -38,6 +38,8 @@ try:
         info["bf16"] = bool(torch.cuda.is_bf16_supported())
     import torch.distributed as dist
     info["nccl_available"] = bool(dist.is_available() and dist.is_nccl_available())
+    need = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "batch_isend_irecv", "P2POp")
+    info["missing_apis"] = [n for n in need if not hasattr(dist, n)]
     v = torch.cuda.nccl.version()
     info["nccl_version"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
 except Exception as e:
@@ -199,6 +201,8 @@ def check(args):
             env["bf16"] = bool(t.get("bf16"))
         if not t.get("nccl_available"):
             r.miss("torch NCCL backend", "torch.distributed.is_nccl_available() is False")
+        if t.get("missing_apis"):
+            r.miss("torch.distributed API", "no %s (torch 2.0 or newer needed)" % ", ".join(t["missing_apis"]))
         ver = launch.parse_version(t.get("nccl_version"))
         env["nccl"] = {"version": t.get("nccl_version"), "lib": t.get("nccl_lib"), "include": t.get("nccl_include")}
         if ver is None:

@@ -196,8 +196,12 @@ def run_stage(a, envinfo):
         fh.write(_RANK_WRAPPER)
     os.chmod(wrapper, 0o755)
     version = launch.parse_version(nccl.get("version"))
-    env = launch.rank_env(dict(os.environ), "plugin", 0, a.plugin, a.plugin_name, version,
-                          launch.ensure_plugin_link(a.out, a.plugin))
+    try:
+        env = launch.rank_env(dict(os.environ), "plugin", 0, a.plugin, a.plugin_name, version,
+                              launch.ensure_plugin_link(a.out, a.plugin))
+    except ValueError as exc:
+        st["status"], st["reason"] = "FAILED", str(exc)
+        return st
     del env["NCCL_HOSTID"]  # set per rank by the wrapper
     env["NCCL_DEBUG_FILE"] = os.path.join(a.out, "nccl-debug.%h.%p.log")
     libdir = os.path.dirname(nccl["lib"])

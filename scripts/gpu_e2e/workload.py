@@ -141,7 +141,7 @@ def main(argv=None):
                         print("rank %d: WRONG RESULT %s %s %d B: %d/%d mismatches (first/last)" % (
                             args.rank, op, dtype_name, nbytes, rec["mismatches_first"], rec["mismatches_last"]),
                             file=sys.stderr, flush=True)
-        dist.barrier()
+        dist.barrier(device_ids=[args.device])
         dist.destroy_process_group()
         emit({"kind": "done", "rank": args.rank})
         return 0
