@@ -139,7 +139,7 @@ fi
 PLUGIN=${PLUGIN:-$DEFAULT_PLUGIN}
 [[ $PLUGIN == /* ]] || PLUGIN="$PWD/$PLUGIN"
 CAN_BUILD=0
-if [[ $PLUGIN == "$DEFAULT_PLUGIN" && -x "$REPO_ROOT/scripts/build.sh" ]] && command -v cargo >/dev/null 2>&1; then
+if [[ $PLUGIN == "$DEFAULT_PLUGIN" && -f "$REPO_ROOT/scripts/build.sh" ]] && command -v cargo >/dev/null 2>&1; then
   CAN_BUILD=1
 fi
 
@@ -180,7 +180,7 @@ if [[ ! -f $PLUGIN ]]; then
   if ((CAN_BUILD)); then
     log "building the plugin with scripts/build.sh (not counted in the 8-minute budget)"
     t0=$SECONDS
-    if ! "$REPO_ROOT/scripts/build.sh" >"$OUT_DIR/build-plugin.log" 2>&1; then
+    if ! bash "$REPO_ROOT/scripts/build.sh" >"$OUT_DIR/build-plugin.log" 2>&1; then
       record_stage build-plugin FAILED $((SECONDS - t0)) "see build-plugin.log"
       echo "gpu-e2e.sh: scripts/build.sh failed, see $OUT_DIR/build-plugin.log" >&2
       exit "$EXIT_PLUGIN"
