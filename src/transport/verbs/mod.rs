@@ -20,3 +20,17 @@ pub use resources::{
 };
 pub use sysfs::{select_gid, GidEntry, GidKind, LinkLayer, Sysfs};
 pub use tuning::QpTuning;
+
+pub mod bootstrap;
+pub mod connect;
+pub mod domain;
+pub mod fifo;
+pub mod listen;
+pub mod recv;
+pub mod send;
+
+pub use connect::VerbsConnector;
+pub use domain::VerbsDomain;
+pub use listen::VerbsListenComm;
+pub use recv::VerbsRecvComm;
+pub use send::VerbsSendComm;

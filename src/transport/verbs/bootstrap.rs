@@ -1,0 +1,103 @@
+//! Connection setup frames on the bootstrap TCP socket and their non-blocking I/O: the sender's
+//! OPEN (hello with engine parameters, FIFO address/rkey, its QP endpoints), the listener's REPLY
+//! (its QP endpoints) and the sender's READY byte.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+
+use super::qpset::{ConnInfo, QpSetConfig};
+use super::resources::RemoteSlice;
+use crate::transport::tcp::wire::{Hello, HELLO_BYTES};
+use crate::transport::tcp::ConnParams;
+use crate::transport::{NetError, NetResult};
+
+/// Bytes of an OPEN frame for `qps` data QPs.
+pub fn open_len(qps: u16) -> usize {
+    HELLO_BYTES + 16 + ConnInfo::wire_len(qps as usize)
+}
+
+/// Encodes OPEN: hello, FIFO (addr u64 LE, rkey u32 LE, 4 zero bytes), connection info.
+pub fn encode_open(hello: &Hello, fifo: RemoteSlice, info: &ConnInfo) -> Vec<u8> {
+    let mut out = Vec::with_capacity(open_len(hello.params.qps));
+    out.extend_from_slice(&hello.encode());
+    out.extend_from_slice(&fifo.addr.to_le_bytes());
+    out.extend_from_slice(&fifo.rkey.to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&info.encode());
+    out
+}
+
+/// Decodes the FIFO and connection-info part of OPEN (after the hello).
+pub fn decode_open_tail(b: &[u8]) -> NetResult<(RemoteSlice, ConnInfo)> {
+    if b.len() < 16 {
+        return Err(NetError::remote(
+            "verbs OPEN frame truncated before its FIFO",
+        ));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[0..8]);
+    let fifo = RemoteSlice {
+        addr: u64::from_le_bytes(a),
+        rkey: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+    };
+    let info =
+        ConnInfo::decode(&b[16..]).map_err(|e| NetError::remote(format!("verbs OPEN: {e}")))?;
+    Ok((fifo, info))
+}
+
+/// QP set sizes for a connection: every QP deep enough for the outstanding window (data QPs) and
+/// for all announcements (control QP).
+pub fn qp_config(p: &ConnParams) -> QpSetConfig {
+    let depth = p.outstanding.max(p.max_messages) + 1;
+    QpSetConfig {
+        n_data: p.qps as usize,
+        send_depth: depth,
+        recv_depth: depth,
+    }
+}
+
+/// Writes what the socket takes of `buf[*done..]`; true once all is written.
+pub fn push(sock: &mut TcpStream, buf: &[u8], done: &mut usize, who: &str) -> NetResult<bool> {
+    while *done < buf.len() {
+        match sock.write(&buf[*done..]) {
+            Ok(0) => return Err(NetError::remote(format!("{who}: bootstrap socket closed"))),
+            Ok(n) => *done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(NetError::io(&format!("{who}: bootstrap write"), &e)),
+        }
+    }
+    Ok(true)
+}
+
+/// Reads into `buf[*got..]`; true once full. EOF is an error.
+pub fn pull(sock: &mut TcpStream, buf: &mut [u8], got: &mut usize, who: &str) -> NetResult<bool> {
+    while *got < buf.len() {
+        match sock.read(&mut buf[*got..]) {
+            Ok(0) => {
+                return Err(NetError::remote(format!(
+                    "{who}: bootstrap socket closed by the peer"
+                )))
+            }
+            Ok(n) => *got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(NetError::io(&format!("{who}: bootstrap read"), &e)),
+        }
+    }
+    Ok(true)
+}
+
+/// A new hello for the connecting side.
+pub fn hello(params: ConnParams, secret: [u8; 16]) -> NetResult<Hello> {
+    let id = crate::transport::tcp::handle::random_secret()?;
+    let mut conn_id = [0u8; 8];
+    conn_id.copy_from_slice(&id[..8]);
+    Ok(Hello {
+        version: crate::transport::tcp::handle::PROTOCOL_VERSION,
+        stream: 0,
+        conn_id: u64::from_le_bytes(conn_id),
+        secret,
+        params,
+    })
+}

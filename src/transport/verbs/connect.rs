@@ -1,0 +1,200 @@
+//! The connecting (sending) side of a verbs connection: non-blocking bootstrap connect, OPEN with
+//! its QP endpoints and FIFO, the listener's REPLY, QP connection, READY; then a send comm.
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::bootstrap::{encode_open, hello, pull, push, qp_config};
+use super::domain::VerbsDomain;
+use super::fifo::FIFO_ENTRY_BYTES;
+use super::qpset::{ConnInfo, QpSet};
+use super::recv::READY;
+use super::resources::RegisteredBuffer;
+use super::send::{verr, VerbsSendComm};
+use crate::transport::tcp::{ConnParams, ListenHandle};
+use crate::transport::{NetError, NetResult};
+
+enum Stage {
+    Connecting(Socket),
+    Open {
+        sock: TcpStream,
+        out: Vec<u8>,
+        sent: usize,
+    },
+    Reply {
+        sock: TcpStream,
+        buf: Vec<u8>,
+        got: usize,
+    },
+    Ready {
+        sock: TcpStream,
+        sent: usize,
+    },
+    Taken,
+}
+
+pub struct VerbsConnector {
+    peer: SocketAddr,
+    params: ConnParams,
+    stage: Stage,
+    open: Vec<u8>,
+    qps: Option<QpSet>,
+    fifo: Option<RegisteredBuffer>,
+}
+
+fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd and a zero timeout: never blocks.
+    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(NetError::io(
+            &format!("verbs bootstrap connect to {peer}: poll"),
+            &e,
+        ));
+    }
+    if r == 0 {
+        return Ok(false);
+    }
+    match sock.take_error() {
+        Ok(None) => Ok(true),
+        Ok(Some(e)) | Err(e) => Err(NetError::io(
+            &format!("verbs bootstrap connect to {peer}"),
+            &e,
+        )),
+    }
+}
+
+impl VerbsConnector {
+    /// Creates the QP set and FIFO on `domain` and starts the bootstrap connect to `handle`.
+    pub fn start(
+        handle: &ListenHandle,
+        params: ConnParams,
+        domain: &Arc<VerbsDomain>,
+    ) -> NetResult<Self> {
+        params.validate()?;
+        let peer = handle.addr;
+        let qps = QpSet::new(
+            domain.pd(),
+            domain.port(),
+            *domain.tuning(),
+            qp_config(&params),
+        )
+        .map_err(verr)?;
+        let fifo_bytes = params.max_messages as usize * FIFO_ENTRY_BYTES;
+        let fifo = RegisteredBuffer::new(domain.pd(), fifo_bytes).map_err(verr)?;
+        let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| NetError::io(&format!("verbs bootstrap socket for {peer}"), &e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| NetError::io("verbs bootstrap non-blocking", &e))?;
+        let _ = sock.set_nodelay(true);
+        match sock.connect(&SockAddr::from(peer)) {
+            Ok(()) => {}
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINPROGRESS)
+                    || e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                return Err(NetError::io(
+                    &format!("verbs bootstrap connect to {peer}"),
+                    &e,
+                ))
+            }
+        }
+        let h = hello(params, handle.secret)?;
+        let open = encode_open(&h, fifo.mr().remote(0).map_err(verr)?, qps.local_info());
+        Ok(VerbsConnector {
+            peer,
+            params,
+            stage: Stage::Connecting(sock),
+            open,
+            qps: Some(qps),
+            fifo: Some(fifo),
+        })
+    }
+
+    /// Advances the handshake without blocking; the send comm once the peer is connected.
+    pub fn progress(&mut self) -> NetResult<Option<VerbsSendComm>> {
+        let who = format!("verbs bootstrap to {}", self.peer);
+        loop {
+            match std::mem::replace(&mut self.stage, Stage::Taken) {
+                Stage::Connecting(sock) => {
+                    if !connect_done(&sock, self.peer)? {
+                        self.stage = Stage::Connecting(sock);
+                        return Ok(None);
+                    }
+                    let out = std::mem::take(&mut self.open);
+                    self.stage = Stage::Open {
+                        sock: sock.into(),
+                        out,
+                        sent: 0,
+                    };
+                }
+                Stage::Open {
+                    mut sock,
+                    out,
+                    mut sent,
+                } => {
+                    if !push(&mut sock, &out, &mut sent, &who)? {
+                        self.stage = Stage::Open { sock, out, sent };
+                        return Ok(None);
+                    }
+                    let len = ConnInfo::wire_len(self.params.qps as usize);
+                    self.stage = Stage::Reply {
+                        sock,
+                        buf: vec![0; len],
+                        got: 0,
+                    };
+                }
+                Stage::Reply {
+                    mut sock,
+                    mut buf,
+                    mut got,
+                } => {
+                    if !pull(&mut sock, &mut buf, &mut got, &who)? {
+                        self.stage = Stage::Reply { sock, buf, got };
+                        return Ok(None);
+                    }
+                    let remote = ConnInfo::decode(&buf)
+                        .map_err(|e| NetError::remote(format!("{who}: reply: {e}")))?;
+                    let qps = self
+                        .qps
+                        .as_ref()
+                        .ok_or_else(|| NetError::internal("verbs connector lost its QP set"))?;
+                    qps.connect(&remote).map_err(verr)?;
+                    for k in 0..self.params.max_messages {
+                        qps.control().post_recv(u64::from(k)).map_err(verr)?;
+                    }
+                    self.stage = Stage::Ready { sock, sent: 0 };
+                }
+                Stage::Ready { mut sock, mut sent } => {
+                    if !push(&mut sock, &[READY], &mut sent, &who)? {
+                        self.stage = Stage::Ready { sock, sent };
+                        return Ok(None);
+                    }
+                    let (Some(qps), Some(fifo)) = (self.qps.take(), self.fifo.take()) else {
+                        return Err(NetError::internal("verbs connector finished twice"));
+                    };
+                    tracing::info!(target: "dqplb::net", "verbs: connected to {} on {} with {} data QPs",
+                        self.peer, qps.device(), self.params.qps);
+                    return VerbsSendComm::new(qps, fifo, self.params, self.peer.to_string())
+                        .map(Some);
+                }
+                Stage::Taken => {
+                    return Err(NetError::internal(format!(
+                        "{who}: connector used after it finished or failed"
+                    )))
+                }
+            }
+        }
+    }
+}

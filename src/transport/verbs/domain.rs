@@ -1,0 +1,68 @@
+//! One opened RDMA port a transport works on: context, protection domain, port facts and QP knobs,
+//! shared by every comm of the device; memory registration for NCCL buffers happens here.
+
+use super::device::{Context, DeviceInfo, PortInfo};
+use super::error::{Result, VerbsError};
+use super::resources::{MemoryRegion, ProtectionDomain};
+use super::tuning::QpTuning;
+use std::sync::Arc;
+
+/// An opened device port ready to carry connections.
+pub struct VerbsDomain {
+    pd: Arc<ProtectionDomain>,
+    port: PortInfo,
+    tuning: QpTuning,
+}
+
+impl std::fmt::Debug for VerbsDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerbsDomain({}:{})", self.name(), self.port.port)
+    }
+}
+
+impl VerbsDomain {
+    /// Opens `dev` on its port number `port` (must be one of its active ports).
+    pub fn open(dev: &DeviceInfo, port: u8, tuning: QpTuning) -> Result<Arc<Self>> {
+        let info = dev
+            .ports
+            .iter()
+            .find(|p| p.port == port)
+            .cloned()
+            .ok_or_else(|| {
+                VerbsError::invalid(format!("{} has no active port {port}", dev.name))
+            })?;
+        let ctx = Context::open(&dev.name)?;
+        let pd = ProtectionDomain::new(&ctx)?;
+        Ok(Arc::new(VerbsDomain {
+            pd,
+            port: info,
+            tuning,
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        self.pd.context().name()
+    }
+
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    pub fn port(&self) -> &PortInfo {
+        &self.port
+    }
+
+    pub fn tuning(&self) -> &QpTuning {
+        &self.tuning
+    }
+
+    /// Registers caller memory (NCCL's regMr) on this domain.
+    ///
+    /// # Safety
+    /// As `MemoryRegion::register_raw`: `[addr, addr+len)` stays valid until the region is
+    /// dropped and no request using it is in flight.
+    pub unsafe fn register(&self, addr: *mut u8, len: usize) -> Result<Arc<MemoryRegion>> {
+        // SAFETY: forwarded contract.
+        unsafe { MemoryRegion::register_raw(&self.pd, addr, len) }.map(Arc::new)
+    }
+}

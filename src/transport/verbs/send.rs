@@ -1,0 +1,346 @@
+//! Sender side of a verbs connection: reads receive announcements from its FIFO (control-QP
+//! WRITE_WITH_IMM), feeds the engine, posts its segments as RDMA_WRITE_WITH_IMM straight from the
+//! user buffer into the announced one, and turns send CQEs into engine completions.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::completion::{WorkCompletion, POLL_BATCH};
+use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
+use super::qpset::{QpRole, QpSet};
+use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
+use crate::engine::{EngineParams, QpStats, Sender};
+use crate::transport::tcp::ConnParams;
+use crate::transport::{NetError, NetResult, UserBuf};
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Free,
+    Active {
+        addr: u64,
+        lkey: u32,
+        size: usize,
+        remote: FifoEntry,
+    },
+    Done {
+        size: usize,
+    },
+}
+
+/// wr_id of control-QP receives (data QPs never receive on the sender side).
+const CTRL_RECV: u64 = u64::MAX;
+
+pub struct VerbsSendComm {
+    qps: QpSet,
+    fifo: RegisteredBuffer,
+    fifo_len: u32,
+    next_seq: u32,
+    announces: VecDeque<FifoEntry>,
+    engine: Sender,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    wcs: [WorkCompletion; POLL_BATCH],
+    failed: Option<NetError>,
+    epoch: Instant,
+    params: ConnParams,
+    peer: String,
+}
+
+pub(super) fn verr(e: super::error::VerbsError) -> NetError {
+    NetError::system(e.to_string())
+}
+
+/// Whether `mr` covers `buf` (an empty buffer needs no registration).
+pub(super) fn covers(mr: Option<&MemoryRegion>, buf: &UserBuf, what: &str) -> NetResult<u32> {
+    match mr {
+        Some(m)
+            if buf.is_empty()
+                || (buf.addr() as u64 >= m.addr()
+                    && (buf.addr() + buf.len()) as u64 <= m.addr() + m.len() as u64) =>
+        {
+            Ok(m.lkey())
+        }
+        Some(m) => Err(NetError::invalid_argument(format!(
+            "{what} buffer {:#x}+{} lies outside its registration {:#x}+{}",
+            buf.addr(),
+            buf.len(),
+            m.addr(),
+            m.len()
+        ))),
+        None if buf.is_empty() => Ok(0),
+        None => Err(NetError::invalid_argument(format!(
+            "{what} buffer {:#x}+{} has no memory registration (regMr first)",
+            buf.addr(),
+            buf.len()
+        ))),
+    }
+}
+
+impl VerbsSendComm {
+    /// Takes a connected QP set whose control QP has `fifo_len` receives posted.
+    pub(super) fn new(
+        qps: QpSet,
+        fifo: RegisteredBuffer,
+        params: ConnParams,
+        peer: String,
+    ) -> NetResult<Self> {
+        let engine = Sender::new(&EngineParams {
+            qps: params.qps as usize,
+            max_outstanding: params.outstanding,
+            segment_bytes: params.segment_bytes,
+            max_messages: params.max_messages as usize,
+            policy: params.policy,
+        })
+        .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
+        let n = params.max_messages as usize;
+        Ok(VerbsSendComm {
+            qps,
+            fifo_len: (fifo.len() / FIFO_ENTRY_BYTES) as u32,
+            fifo,
+            next_seq: 0,
+            announces: VecDeque::with_capacity(n),
+            engine,
+            slots: vec![Slot::Free; n],
+            free: (0..n as u32).rev().collect(),
+            wcs: [WorkCompletion::default(); POLL_BATCH],
+            failed: None,
+            epoch: Instant::now(),
+            params,
+            peer,
+        })
+    }
+
+    pub fn params(&self) -> &ConnParams {
+        &self.params
+    }
+
+    pub fn max_requests(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn qp_stats(&self) -> &[QpStats] {
+        self.engine.qp_stats()
+    }
+
+    pub fn qp_set(&self) -> &QpSet {
+        &self.qps
+    }
+
+    /// Starts sending `buf` (registered in `mr`) once the receiver announced a buffer; None means
+    /// "try again later".
+    pub fn isend(
+        &mut self,
+        buf: UserBuf,
+        tag: i32,
+        mr: Option<&MemoryRegion>,
+    ) -> NetResult<Option<u32>> {
+        let lkey = covers(mr, &buf, "isend")?;
+        self.progress()?;
+        if self.announces.is_empty() {
+            return Ok(None);
+        }
+        let Some(slot) = self.free.pop() else {
+            return Ok(None);
+        };
+        let Some(ann) = self.announces.pop_front() else {
+            self.free.push(slot);
+            return Ok(None);
+        };
+        if buf.len() as u64 > ann.capacity {
+            self.free.push(slot);
+            return Err(self.fail(NetError::invalid_usage(format!(
+                "isend of {} bytes to {} exceeds the receive buffer of {} bytes the peer posted (tag {}): NCCL requires receive >= send",
+                buf.len(), self.peer, ann.capacity, ann.tag
+            ))));
+        }
+        if ann.tag != tag {
+            self.free.push(slot);
+            return Err(self.fail(NetError::invalid_usage(format!(
+                "isend tag {tag} to {} does not match the tag {} of the receive the peer posted next",
+                self.peer, ann.tag
+            ))));
+        }
+        self.slots[slot as usize] = Slot::Active {
+            addr: buf.addr() as u64,
+            lkey,
+            size: buf.len(),
+            remote: ann,
+        };
+        if let Err(e) = self.engine.post(slot, buf.len() as u64) {
+            return Err(self.fail(NetError::internal(format!(
+                "engine refused a send to {}: {e}",
+                self.peer
+            ))));
+        }
+        self.progress()?;
+        Ok(Some(slot))
+    }
+
+    /// Some(size) once every segment of request `slot` completed on the wire.
+    pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        self.progress()?;
+        match self.slots.get(slot as usize) {
+            Some(Slot::Done { size }) => {
+                let size = *size;
+                self.slots[slot as usize] = Slot::Free;
+                self.free.push(slot);
+                Ok(Some(size))
+            }
+            Some(Slot::Active { .. }) => Ok(None),
+            _ => Err(NetError::invalid_usage(format!(
+                "test on send request {slot} that is not in flight"
+            ))),
+        }
+    }
+
+    fn fail(&mut self, e: NetError) -> NetError {
+        tracing::warn!(target: "dqplb::net", "verbs send comm to {} failed: {}", self.peer, e.msg);
+        self.failed = Some(e.clone());
+        e
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Moves everything that can move without blocking (never sleeps).
+    pub fn progress(&mut self) -> NetResult<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.step() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn step(&mut self) -> NetResult<()> {
+        self.read_announces()?;
+        for _round in 0..4 {
+            let completed = self.reap_sends()?;
+            let posted = self.schedule()?;
+            while let Some(token) = self.engine.poll_done() {
+                if let Some(Slot::Active { size, .. }) = self.slots.get(token as usize).copied() {
+                    self.slots[token as usize] = Slot::Done { size };
+                }
+            }
+            if !completed && !posted {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_announces(&mut self) -> NetResult<()> {
+        loop {
+            let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.qps
+                    .check(&wc)
+                    .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
+                if self.qps.role_of(wc.qp_num) != Some(QpRole::Control) {
+                    return Err(NetError::remote(format!(
+                        "{}: receive completion on data QP {} of a send comm",
+                        self.peer, wc.qp_num
+                    )));
+                }
+                let idx = wc.imm.ok_or_else(|| {
+                    NetError::remote(format!("{}: announcement without immediate", self.peer))
+                })?;
+                if idx >= self.fifo_len {
+                    return Err(NetError::remote(format!(
+                        "{}: announcement into FIFO entry {idx} of {}",
+                        self.peer, self.fifo_len
+                    )));
+                }
+                let mut raw = [0u8; FIFO_ENTRY_BYTES];
+                self.fifo
+                    .read(idx as usize * FIFO_ENTRY_BYTES, &mut raw)
+                    .map_err(verr)?;
+                let entry = FifoEntry::decode(&raw);
+                entry.validate(self.next_seq, &self.peer)?;
+                self.next_seq = self.next_seq.wrapping_add(1);
+                if self.announces.len() >= self.slots.len() {
+                    return Err(NetError::remote(format!(
+                        "{}: peer announced more than {} receive buffers",
+                        self.peer,
+                        self.slots.len()
+                    )));
+                }
+                self.announces.push_back(entry);
+                self.qps.control().post_recv(CTRL_RECV).map_err(verr)?;
+            }
+            if n < POLL_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    fn reap_sends(&mut self) -> NetResult<bool> {
+        let mut any = false;
+        let now = self.now();
+        loop {
+            let n = self.qps.poll_send(&mut self.wcs).map_err(verr)?;
+            for i in 0..n {
+                let wc = self.wcs[i];
+                self.qps
+                    .check(&wc)
+                    .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
+                let Some(QpRole::Data(qp)) = self.qps.role_of(wc.qp_num) else {
+                    return Err(NetError::internal(format!(
+                        "{}: send completion on a non-data QP {}",
+                        self.peer, wc.qp_num
+                    )));
+                };
+                self.engine.completed(qp, now).map_err(|e| {
+                    NetError::internal(format!(
+                        "{}: completion without a segment in flight: {e}",
+                        self.peer
+                    ))
+                })?;
+                any = true;
+            }
+            if n < POLL_BATCH {
+                return Ok(any);
+            }
+        }
+    }
+
+    fn schedule(&mut self) -> NetResult<bool> {
+        let mut any = false;
+        let now = self.now();
+        while let Some(t) = self.engine.poll_transmit(now) {
+            let Some(Slot::Active {
+                addr, lkey, remote, ..
+            }) = self.slots.get(t.token as usize).copied()
+            else {
+                return Err(NetError::internal(format!(
+                    "engine scheduled a segment of unknown request {}",
+                    t.token
+                )));
+            };
+            if t.offset + u64::from(t.len) > remote.capacity {
+                return Err(NetError::internal(format!(
+                    "segment {}+{} beyond the announced {} bytes",
+                    t.offset, t.len, remote.capacity
+                )));
+            }
+            let local = LocalSlice {
+                addr: addr + t.offset,
+                len: t.len,
+                lkey,
+            };
+            let dst = RemoteSlice {
+                addr: remote.addr + t.offset,
+                rkey: remote.rkey,
+            };
+            self.qps
+                .data(t.qp)
+                .and_then(|qp| qp.post_write(u64::from(t.token), local, dst, Some(t.imm), true))
+                .map_err(verr)?;
+            any = true;
+        }
+        Ok(any)
+    }
+}
