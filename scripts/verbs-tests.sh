@@ -85,6 +85,8 @@ while read -r step src secs; do
   fi
 done <"$share/results.txt"
 echo
+echo "rxe0 counters after the run (non-zero only): $(tr '\n' ' ' <"$share/logs/rxe_counters.log" 2>/dev/null)"
+echo
 echo "verbs-tests summary (VM steps: test binaries, probe, perftest):"
 while read -r step src secs; do
   printf '  %-36s %s (%ss)\n' "$step" "$([ "$src" = 0 ] && echo ok || echo FAILED)" "$secs"

@@ -112,3 +112,52 @@ fn probe_write_imm_64mib_over_4qps() {
         bytes / secs / (1 << 20) as f64
     );
 }
+
+#[test]
+#[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
+fn probe_transport_64mib_messages() {
+    use nccl_net_dqplb::engine::PolicyKind;
+    use nccl_net_dqplb::transport::tcp::ConnParams;
+    use nccl_net_dqplb::transport::UserBuf;
+    use verbs_support::{buf, comm_pair, isend, wait_both};
+
+    let p = ConnParams {
+        qps: QPS as u16,
+        outstanding: OUTSTANDING_PER_QP as u32,
+        segment_bytes: SEG as u32,
+        max_messages: 4,
+        policy: PolicyKind::Dqplb,
+        fabric_id: 0,
+    };
+    let Some((domain, mut s, mut r)) = comm_pair("probe_transport_64mib_messages", p) else {
+        return;
+    };
+    let reps: usize = std::env::var("PROBE_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut src = buf(&domain, message());
+    let mut dst = buf(&domain, vec![0; MSG]);
+    let start = Instant::now();
+    for _ in 0..reps {
+        let rreq = r
+            .irecv(UserBuf::from_slice(&mut dst.mem), 1, Some(&dst.mr))
+            .expect("irecv")
+            .expect("slot");
+        let sreq = isend(&mut s, &mut r, &mut src, MSG, 1);
+        assert_eq!(wait_both(&mut s, sreq, &mut r, rreq), (MSG, MSG));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert!(dst.mem == src.mem, "probe payload differs");
+    let bytes = (MSG * reps) as f64;
+    println!(
+        "probe: dqplb verbs transport (engine {:?}, isend/irecv/test), {} x {} MiB messages, {} KiB segments over {QPS} QPs x {OUTSTANDING_PER_QP}: {:.3} s, {:.3} Gb/s, {:.1} MiB/s",
+        p.policy,
+        reps,
+        MSG >> 20,
+        SEG >> 10,
+        secs,
+        bytes * 8.0 / secs / 1e9,
+        bytes / secs / (1 << 20) as f64
+    );
+}

@@ -4,90 +4,11 @@
 
 mod verbs_support;
 
-use nccl_net_dqplb::engine::PolicyKind;
-use nccl_net_dqplb::transport::tcp::ConnParams;
-use nccl_net_dqplb::transport::verbs::{
-    MemoryRegion, QpTuning, VerbsConnector, VerbsDomain, VerbsListenComm, VerbsRecvComm,
-    VerbsSendComm,
-};
 use nccl_net_dqplb::transport::{ErrorCode, UserBuf};
-use std::sync::Arc;
 use std::time::Instant;
-use verbs_support::{device_or_skip, pattern, DEADLINE};
-
-fn params(max_messages: u32) -> ConnParams {
-    ConnParams {
-        qps: 4,
-        outstanding: 4,
-        segment_bytes: 128 << 10,
-        max_messages,
-        policy: PolicyKind::Dqplb,
-        fabric_id: 0,
-    }
-}
-
-fn pair(test: &str, p: ConnParams) -> Option<(Arc<VerbsDomain>, VerbsSendComm, VerbsRecvComm)> {
-    let dev = device_or_skip(test)?;
-    let domain = VerbsDomain::open(&dev, dev.ports[0].port, QpTuning::default()).expect("domain");
-    let ip = "127.0.0.1".parse().expect("ip");
-    let mut listener = VerbsListenComm::bind(ip, 0, Arc::clone(&domain)).expect("listen");
-    let mut connector = VerbsConnector::start(listener.handle(), p, &domain).expect("connect");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = connector.progress().expect("connector progress");
-        }
-        if recv.is_none() {
-            recv = listener.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    Some((domain, send.expect("send comm"), recv.expect("recv comm")))
-}
-
-/// A registered host buffer (kept alive by the test while requests use it).
-struct Buf {
-    mem: Vec<u8>,
-    mr: Arc<MemoryRegion>,
-}
-
-fn buf(domain: &VerbsDomain, mem: Vec<u8>) -> Buf {
-    let mut mem = mem;
-    mem.reserve(1); // an empty Vec has a dangling pointer: give it a real allocation to register
-                    // SAFETY: `mem` lives in the returned Buf next to its registration, is never reallocated,
-                    // and the tests only read it after the requests using it completed.
-    let mr = unsafe { domain.register(mem.as_mut_ptr(), mem.len().max(1)) }.expect("regMr");
-    Buf { mem, mr }
-}
-
-/// Posts a send of `b[..len]` until the transport accepts it.
-fn isend(s: &mut VerbsSendComm, r: &mut VerbsRecvComm, b: &mut Buf, len: usize, tag: i32) -> u32 {
-    let start = Instant::now();
-    loop {
-        let ub = UserBuf::from_slice(&mut b.mem[..len]);
-        if let Some(req) = s.isend(ub, tag, Some(&b.mr)).expect("isend") {
-            return req;
-        }
-        r.progress().expect("receiver progress");
-        assert!(start.elapsed() < DEADLINE, "isend never accepted");
-    }
-}
-
-fn wait_both(s: &mut VerbsSendComm, sreq: u32, r: &mut VerbsRecvComm, rreq: u32) -> (usize, usize) {
-    let (mut sd, mut rd) = (None, None);
-    let start = Instant::now();
-    while sd.is_none() || rd.is_none() {
-        if sd.is_none() {
-            sd = s.test(sreq).expect("send test");
-        }
-        if rd.is_none() {
-            rd = r.test(rreq).expect("recv test");
-        }
-        assert!(start.elapsed() < DEADLINE, "request never completed");
-    }
-    (sd.unwrap_or(0), rd.unwrap_or(0))
-}
+use verbs_support::{
+    buf, comm_pair as pair, conn_params as params, isend, pattern, wait_both, Buf, DEADLINE,
+};
 
 #[test]
 fn messages_arrive_byte_exact() {

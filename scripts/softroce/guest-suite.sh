@@ -48,5 +48,9 @@ case ${PERFTEST:-quick} in
     perf perftest_write_bw_q4_64MiB -q 4 -s 67108864 -n 5
     ;;
 esac
+# rxe's own counters (drops, retries, RNR) explain slow or stalled runs
+for c in /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/*; do
+  v=$(cat "$c" 2>/dev/null) && [ "$v" != 0 ] && echo "${c##*/} $v"
+done >logs/rxe_counters.log
 echo "guest-suite: done"
 exit 0

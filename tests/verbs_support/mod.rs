@@ -2,10 +2,14 @@
 //! without one, fail when DQPLB_REQUIRE_RDMA=1), build loopback-connected QP sets, wait for CQEs.
 #![allow(dead_code)]
 
+use nccl_net_dqplb::engine::PolicyKind;
+use nccl_net_dqplb::transport::tcp::ConnParams;
 use nccl_net_dqplb::transport::verbs::{
-    discover_system, Context, DeviceInfo, ProtectionDomain, QpSet, QpSetConfig, QpTuning,
+    discover_system, Context, DeviceInfo, MemoryRegion, ProtectionDomain, QpSet, QpSetConfig,
+    QpTuning, VerbsConnector, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
     WorkCompletion,
 };
+use nccl_net_dqplb::transport::UserBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +37,16 @@ pub fn device_or_skip(test: &str) -> Option<DeviceInfo> {
     pick
 }
 
+/// QP knobs for the tests: NCCL's defaults except an ACK timeout of 14 (4.096 us * 2^14 = 67 ms,
+/// perftest's default) instead of 20 (4.3 s): rxe under emulation occasionally drops a packet, and
+/// each drop costs one timeout before the retransmission.
+pub fn vm_tuning() -> QpTuning {
+    QpTuning {
+        timeout: 14,
+        ..QpTuning::default()
+    }
+}
+
 /// Two QP sets on the same device and port, connected to each other (loopback through the NIC).
 pub struct Loopback {
     pub pd: Arc<ProtectionDomain>,
@@ -44,7 +58,7 @@ pub fn loopback(dev: &DeviceInfo, cfg: QpSetConfig) -> Loopback {
     let ctx = Context::open(&dev.name).expect("open device");
     let pd = ProtectionDomain::new(&ctx).expect("alloc pd");
     let port = &dev.ports[0];
-    let tuning = QpTuning::default();
+    let tuning = vm_tuning();
     let a = QpSet::new(&pd, port, tuning, cfg).expect("qp set a");
     let b = QpSet::new(&pd, port, tuning, cfg).expect("qp set b");
     let (ia, ib) = (a.local_info().clone(), b.local_info().clone());
@@ -117,4 +131,100 @@ pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
             (x >> 8) as u8
         })
         .collect()
+}
+
+// ---- transport-level helpers (send/recv comms over a bootstrap on 127.0.0.1) ----
+
+pub fn conn_params(max_messages: u32) -> ConnParams {
+    ConnParams {
+        qps: 4,
+        outstanding: 4,
+        segment_bytes: 128 << 10,
+        max_messages,
+        policy: PolicyKind::Dqplb,
+        fabric_id: 0,
+    }
+}
+
+pub fn comm_pair(
+    test: &str,
+    p: ConnParams,
+) -> Option<(Arc<VerbsDomain>, VerbsSendComm, VerbsRecvComm)> {
+    let dev = device_or_skip(test)?;
+    let domain = VerbsDomain::open(&dev, dev.ports[0].port, vm_tuning()).expect("domain");
+    let ip = "127.0.0.1".parse().expect("ip");
+    let mut listener = VerbsListenComm::bind(ip, 0, Arc::clone(&domain)).expect("listen");
+    let mut connector = VerbsConnector::start(listener.handle(), p, &domain).expect("connect");
+    let (mut send, mut recv) = (None, None);
+    let start = Instant::now();
+    while send.is_none() || recv.is_none() {
+        if send.is_none() {
+            send = connector.progress().expect("connector progress");
+        }
+        if recv.is_none() {
+            recv = listener.accept().expect("accept");
+        }
+        assert!(start.elapsed() < DEADLINE, "handshake timed out");
+    }
+    Some((domain, send.expect("send comm"), recv.expect("recv comm")))
+}
+
+/// A registered host buffer (kept alive by the test while requests use it).
+pub struct Buf {
+    pub mem: Vec<u8>,
+    pub mr: Arc<MemoryRegion>,
+}
+
+pub fn buf(domain: &VerbsDomain, mem: Vec<u8>) -> Buf {
+    let mut mem = mem;
+    mem.reserve(1); // an empty Vec has a dangling pointer: give it a real allocation to register
+                    // SAFETY: `mem` lives in the returned Buf next to its registration, is never reallocated,
+                    // and the tests only read it after the requests using it completed.
+    let mr = unsafe { domain.register(mem.as_mut_ptr(), mem.len().max(1)) }.expect("regMr");
+    Buf { mem, mr }
+}
+
+/// Posts a send of `b[..len]` until the transport accepts it.
+pub fn isend(
+    s: &mut VerbsSendComm,
+    r: &mut VerbsRecvComm,
+    b: &mut Buf,
+    len: usize,
+    tag: i32,
+) -> u32 {
+    let start = Instant::now();
+    loop {
+        let ub = UserBuf::from_slice(&mut b.mem[..len]);
+        if let Some(req) = s.isend(ub, tag, Some(&b.mr)).expect("isend") {
+            return req;
+        }
+        r.progress().expect("receiver progress");
+        assert!(start.elapsed() < DEADLINE, "isend never accepted");
+    }
+}
+
+pub fn wait_both(
+    s: &mut VerbsSendComm,
+    sreq: u32,
+    r: &mut VerbsRecvComm,
+    rreq: u32,
+) -> (usize, usize) {
+    let (mut sd, mut rd) = (None, None);
+    let start = Instant::now();
+    while sd.is_none() || rd.is_none() {
+        if sd.is_none() {
+            sd = s.test(sreq).expect("send test");
+        }
+        if rd.is_none() {
+            rd = r.test(rreq).expect("recv test");
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "request never completed: {} / {} / {:?}",
+            s.debug_state(),
+            r.debug_state(),
+            s.qp_stats()
+        );
+    }
+    (sd.unwrap_or(0), rd.unwrap_or(0))
 }

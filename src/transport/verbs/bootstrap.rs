@@ -45,14 +45,20 @@ pub fn decode_open_tail(b: &[u8]) -> NetResult<(RemoteSlice, ConnInfo)> {
     Ok((fifo, info))
 }
 
-/// QP set sizes for a connection: every QP deep enough for the outstanding window (data QPs) and
-/// for all announcements (control QP).
+/// Zero-length receives a receiver keeps posted per data QP: twice the sender's window, because
+/// the sender refills a QP as soon as a write is acknowledged, before the receiver has polled that
+/// write's completion and replenished its receive (one window would provoke RNR NAKs).
+pub fn data_recvs(p: &ConnParams) -> u32 {
+    2 * p.outstanding
+}
+
+/// QP set sizes for a connection: data QPs deep enough for the outstanding window (send) and
+/// `data_recvs` (receive), the control QP for every announcement.
 pub fn qp_config(p: &ConnParams) -> QpSetConfig {
-    let depth = p.outstanding.max(p.max_messages) + 1;
     QpSetConfig {
         n_data: p.qps as usize,
-        send_depth: depth,
-        recv_depth: depth,
+        send_depth: p.outstanding.max(p.max_messages) + 1,
+        recv_depth: data_recvs(p).max(p.max_messages) + 1,
     }
 }
 

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 
-use super::bootstrap::{decode_open_tail, open_len, pull, push, qp_config};
+use super::bootstrap::{data_recvs, decode_open_tail, open_len, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::qpset::QpSet;
 use super::recv::VerbsRecvComm;
@@ -152,7 +152,7 @@ impl VerbsListenComm {
                     qps.connect(&remote).map_err(verr)?;
                     for q in 0..qps.n_data() {
                         let qp = qps.data(q).map_err(verr)?;
-                        for k in 0..params.outstanding {
+                        for k in 0..data_recvs(&params) {
                             qp.post_recv(u64::from(k)).map_err(verr)?;
                         }
                     }

@@ -87,6 +87,21 @@ impl VerbsRecvComm {
         &self.qps
     }
 
+    /// One-line state summary for logs and stall diagnostics.
+    pub fn debug_state(&self) -> String {
+        format!(
+            "recv from {}: expected seq {}, {} posted, {} pending, {} announced, {} waiting, ready {}, failed: {:?}",
+            self.peer,
+            self.engine.expected_seq(),
+            self.engine.posted(),
+            self.engine.pending(),
+            self.announced,
+            self.waiting.len(),
+            self.boot.is_none(),
+            self.failed.as_ref().map(|e| &e.msg)
+        )
+    }
+
     /// Posts one receive buffer (registered in `mr`) and announces it; None when all slots are
     /// busy.
     pub fn irecv(

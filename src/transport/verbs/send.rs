@@ -126,6 +126,20 @@ impl VerbsSendComm {
         &self.qps
     }
 
+    /// One-line state summary for logs and stall diagnostics.
+    pub fn debug_state(&self) -> String {
+        format!(
+            "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, failed: {:?}",
+            self.peer,
+            self.engine.outstanding(),
+            self.engine.queued_messages(),
+            self.engine.next_seq(),
+            self.announces.len(),
+            self.next_seq,
+            self.failed.as_ref().map(|e| &e.msg)
+        )
+    }
+
     /// Starts sending `buf` (registered in `mr`) once the receiver announced a buffer; None means
     /// "try again later".
     pub fn isend(
