@@ -12,18 +12,12 @@ use super::qpset::{QpRole, QpSet};
 use super::resources::{MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
 use crate::engine::Receiver;
+use crate::transport::slots::{Slots, Sticky};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// Byte the sender writes on the bootstrap socket once its QPs can receive announcements.
 pub(super) const READY: u8 = 0x52;
-
-#[derive(Clone, Copy)]
-enum Slot {
-    Free,
-    Posted,
-    Done { size: usize },
-}
 
 pub struct VerbsRecvComm {
     qps: QpSet,
@@ -35,10 +29,9 @@ pub struct VerbsRecvComm {
     announced: u32,
     waiting: VecDeque<u32>,
     engine: Receiver,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    slots: Slots<()>,
     wcs: [WorkCompletion; POLL_BATCH],
-    failed: Option<NetError>,
+    failed: Sticky,
     params: ConnParams,
     peer: String,
 }
@@ -66,10 +59,9 @@ impl VerbsRecvComm {
             announced: 0,
             waiting: VecDeque::with_capacity(n),
             engine,
-            slots: vec![Slot::Free; n],
-            free: (0..n as u32).rev().collect(),
+            slots: Slots::new(n),
             wcs: [WorkCompletion::default(); POLL_BATCH],
-            failed: None,
+            failed: Sticky::default(),
             params,
             peer,
         })
@@ -98,7 +90,7 @@ impl VerbsRecvComm {
             self.announced,
             self.waiting.len(),
             self.boot.is_none(),
-            self.failed.as_ref().map(|e| &e.msg)
+            self.failed.check().err().map(|e| e.msg)
         )
     }
 
@@ -113,17 +105,16 @@ impl VerbsRecvComm {
         super::send::covers(mr, &buf, "irecv")?;
         let rkey = mr.map(MemoryRegion::rkey).unwrap_or(0);
         self.progress()?;
-        let Some(slot) = self.free.pop() else {
+        let Some(slot) = self.slots.alloc(()) else {
             return Ok(None);
         };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            self.free.push(slot);
+            self.slots.cancel(slot);
             return Err(self.fail(NetError::internal(format!(
                 "engine refused a receive from {}: {e}",
                 self.peer
             ))));
         }
-        self.slots[slot as usize] = Slot::Posted;
         let entry = FifoEntry {
             addr: buf.addr() as u64,
             rkey,
@@ -142,31 +133,17 @@ impl VerbsRecvComm {
     /// Some(received size) once the message for `slot` arrived completely and in order.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.progress()?;
-        match self.slots.get(slot as usize) {
-            Some(Slot::Done { size }) => {
-                let size = *size;
-                self.slots[slot as usize] = Slot::Free;
-                self.free.push(slot);
-                Ok(Some(size))
-            }
-            Some(Slot::Posted) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!(
-                "test on receive request {slot} that is not in flight"
-            ))),
-        }
+        self.slots.test(slot, "receive")
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
-        tracing::warn!(target: "dqplb::net", "verbs receive comm from {} failed: {}", self.peer, e.msg);
-        self.failed = Some(e.clone());
-        e
+        let who = format!("verbs receive comm from {}", self.peer);
+        self.failed.fail(&who, e)
     }
 
     /// Moves everything that can move without blocking (never sleeps).
     pub fn progress(&mut self) -> NetResult<()> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         match self.step() {
             Ok(()) => Ok(()),
             Err(e) => Err(self.fail(e)),
@@ -179,11 +156,7 @@ impl VerbsRecvComm {
         self.reap_control()?;
         self.reap_data()?;
         while let Some((token, size)) = self.engine.poll_done() {
-            if let Some(Slot::Posted) = self.slots.get(token as usize) {
-                self.slots[token as usize] = Slot::Done {
-                    size: size as usize,
-                };
-            }
+            self.slots.finish(token, size as usize);
         }
         Ok(())
     }

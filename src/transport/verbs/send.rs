@@ -10,21 +10,17 @@ use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use crate::engine::{EngineParams, QpStats, Sender};
+use crate::transport::slots::{Slots, Sticky};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult, UserBuf};
 
+/// An in-flight send: where its bytes are, and the receive buffer announced for it.
 #[derive(Clone, Copy)]
-enum Slot {
-    Free,
-    Active {
-        addr: u64,
-        lkey: u32,
-        size: usize,
-        remote: FifoEntry,
-    },
-    Done {
-        size: usize,
-    },
+struct Active {
+    addr: u64,
+    lkey: u32,
+    size: usize,
+    remote: FifoEntry,
 }
 
 /// wr_id of control-QP receives (data QPs never receive on the sender side).
@@ -37,10 +33,9 @@ pub struct VerbsSendComm {
     next_seq: u32,
     announces: VecDeque<FifoEntry>,
     engine: Sender,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
-    failed: Option<NetError>,
+    failed: Sticky,
     epoch: Instant,
     params: ConnParams,
     peer: String,
@@ -100,10 +95,9 @@ impl VerbsSendComm {
             next_seq: 0,
             announces: VecDeque::with_capacity(n),
             engine,
-            slots: vec![Slot::Free; n],
-            free: (0..n as u32).rev().collect(),
+            slots: Slots::new(n),
             wcs: [WorkCompletion::default(); POLL_BATCH],
-            failed: None,
+            failed: Sticky::default(),
             epoch: Instant::now(),
             params,
             peer,
@@ -136,7 +130,7 @@ impl VerbsSendComm {
             self.engine.next_seq(),
             self.announces.len(),
             self.next_seq,
-            self.failed.as_ref().map(|e| &e.msg)
+            self.failed.check().err().map(|e| e.msg)
         )
     }
 
@@ -150,41 +144,33 @@ impl VerbsSendComm {
     ) -> NetResult<Option<u32>> {
         let lkey = covers(mr, &buf, "isend")?;
         self.progress()?;
-        if self.announces.is_empty() {
-            return Ok(None);
-        }
-        let Some(slot) = self.free.pop() else {
-            return Ok(None);
-        };
-        let Some(ann) = self.announces.pop_front() else {
-            self.free.push(slot);
+        let Some(&ann) = self.announces.front() else {
             return Ok(None);
         };
         if buf.len() as u64 > ann.capacity {
-            self.free.push(slot);
-            return Err(self.fail(NetError::invalid_usage(format!(
+            return Err(NetError::invalid_usage(format!(
                 "isend of {} bytes to {} exceeds the receive buffer of {} bytes the peer posted (tag {}): NCCL requires receive >= send",
                 buf.len(), self.peer, ann.capacity, ann.tag
-            ))));
+            )));
         }
         if ann.tag != tag {
-            self.free.push(slot);
-            return Err(self.fail(NetError::invalid_usage(format!(
+            return Err(NetError::invalid_usage(format!(
                 "isend tag {tag} to {} does not match the tag {} of the receive the peer posted next",
                 self.peer, ann.tag
-            ))));
+            )));
         }
-        self.slots[slot as usize] = Slot::Active {
+        let Some(slot) = self.slots.alloc(Active {
             addr: buf.addr() as u64,
             lkey,
             size: buf.len(),
             remote: ann,
+        }) else {
+            return Ok(None);
         };
+        self.announces.pop_front();
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            return Err(self.fail(NetError::internal(format!(
-                "engine refused a send to {}: {e}",
-                self.peer
-            ))));
+            let e = NetError::internal(format!("engine refused a send to {}: {e}", self.peer));
+            return Err(self.fail(e));
         }
         self.progress()?;
         Ok(Some(slot))
@@ -193,24 +179,12 @@ impl VerbsSendComm {
     /// Some(size) once every segment of request `slot` completed on the wire.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.progress()?;
-        match self.slots.get(slot as usize) {
-            Some(Slot::Done { size }) => {
-                let size = *size;
-                self.slots[slot as usize] = Slot::Free;
-                self.free.push(slot);
-                Ok(Some(size))
-            }
-            Some(Slot::Active { .. }) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!(
-                "test on send request {slot} that is not in flight"
-            ))),
-        }
+        self.slots.test(slot, "send")
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
-        tracing::warn!(target: "dqplb::net", "verbs send comm to {} failed: {}", self.peer, e.msg);
-        self.failed = Some(e.clone());
-        e
+        let who = format!("verbs send comm to {}", self.peer);
+        self.failed.fail(&who, e)
     }
 
     fn now(&self) -> u64 {
@@ -219,9 +193,7 @@ impl VerbsSendComm {
 
     /// Moves everything that can move without blocking (never sleeps).
     pub fn progress(&mut self) -> NetResult<()> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         match self.step() {
             Ok(()) => Ok(()),
             Err(e) => Err(self.fail(e)),
@@ -234,8 +206,8 @@ impl VerbsSendComm {
             let completed = self.reap_sends()?;
             let posted = self.schedule()?;
             while let Some(token) = self.engine.poll_done() {
-                if let Some(Slot::Active { size, .. }) = self.slots.get(token as usize).copied() {
-                    self.slots[token as usize] = Slot::Done { size };
+                if let Some(a) = self.slots.active(token) {
+                    self.slots.finish(token, a.size);
                 }
             }
             if !completed && !posted {
@@ -325,9 +297,9 @@ impl VerbsSendComm {
         let mut any = false;
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(Slot::Active {
+            let Some(Active {
                 addr, lkey, remote, ..
-            }) = self.slots.get(t.token as usize).copied()
+            }) = self.slots.active(t.token)
             else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
