@@ -1,5 +1,6 @@
 //! Device discovery on real verbs: rxe0 in the Soft-RoCE VM must show an active Ethernet port with
 //! speed, MTU, PCI path and the IPv4-mapped RoCE v2 GID; a fake sysfs root changes what is read.
+#![cfg(feature = "verbs")]
 
 mod verbs_support;
 

@@ -1,5 +1,6 @@
 //! Error paths on real verbs: a write with a wrong rkey completes with a remote access error that
 //! names device, QP and status; a QP forced to ERR flushes its receives; bad ranges are refused.
+#![cfg(feature = "verbs")]
 
 mod verbs_support;
 

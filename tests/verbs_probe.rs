@@ -1,5 +1,6 @@
 //! Throughput probe of the verbs layer (run on purpose with --ignored, e.g. by verbs-tests.sh):
 //! 64 MiB messages as 1 MiB RDMA_WRITE_WITH_IMM segments round-robin over 4 data QPs.
+#![cfg(feature = "verbs")]
 
 mod verbs_support;
 

@@ -1,6 +1,7 @@
 //! The verbs transport end to end on rxe0 in one process: bootstrap handshake over 127.0.0.1,
 //! FIFO announcements on the control QP, engine segments as WRITE_WITH_IMM over 4 data QPs;
 //! byte-exact messages, several in flight, and the NCCL usage errors (tag, size).
+#![cfg(feature = "verbs")]
 
 mod verbs_support;
 

@@ -1,5 +1,6 @@
 //! RDMA_WRITE_WITH_IMM between two loopback-connected QP sets: immediates arrive intact (network
 //! byte order handled), data is byte-exact for 0 / 1 / 4096 / 1 MiB+1 bytes, 32 writes in flight.
+#![cfg(feature = "verbs")]
 
 mod verbs_support;
 

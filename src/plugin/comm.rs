@@ -1,35 +1,103 @@
-//! Listen, send and receive comms as NCCL sees them, over whichever transport carries them; memory
-//! registrations; per-QP statistics logged when a comm closes.
+//! Listen, send and receive comms as NCCL sees them, over whichever transport carries them (TCP
+//! streams, or RDMA verbs with feature `verbs`); memory registrations; per-QP statistics on close.
+
+#[cfg(feature = "verbs")]
+use std::sync::{Arc, OnceLock};
 
 use crate::transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
+#[cfg(feature = "verbs")]
+use crate::transport::verbs::{
+    MemoryRegion, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
+};
 use crate::transport::{NetError, NetResult, UserBuf};
+
+pub(super) enum ListenInner {
+    Tcp(TcpListenComm),
+    #[cfg(feature = "verbs")]
+    Verbs(VerbsListenComm),
+}
 
 pub struct ListenComm {
     pub(super) dev: i32,
-    pub(super) tcp: TcpListenComm,
+    pub(super) inner: ListenInner,
+}
+
+// Comms live in one heap box each at the ffi layer: variant sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum SendInner {
+    Tcp(TcpSendComm),
+    #[cfg(feature = "verbs")]
+    Verbs(VerbsSendComm, Arc<VerbsDomain>),
 }
 
 pub struct SendComm {
-    tcp: TcpSendComm,
+    inner: SendInner,
     log_stats: bool,
 }
 
-pub struct RecvComm {
-    tcp: TcpRecvComm,
+#[allow(clippy::large_enum_variant)]
+enum RecvInner {
+    Tcp(TcpRecvComm),
+    #[cfg(feature = "verbs")]
+    Verbs(VerbsRecvComm, Arc<VerbsDomain>),
 }
 
-/// A registered region (host memory for TCP: bookkeeping only, checked on use).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvComm {
+    inner: RecvInner,
+}
+
+/// A registered region. TCP needs bookkeeping only (checked on use); on an RDMA device the region
+/// is registered with the device on first use by a comm (regMr does not say which device).
+#[derive(Debug)]
 pub struct MemHandle {
     pub addr: usize,
     pub len: usize,
     pub kind: i32,
+    #[cfg(feature = "verbs")]
+    pub(super) verbs_mr: OnceLock<MemoryRegion>,
 }
 
 impl MemHandle {
+    pub fn new(addr: usize, len: usize, kind: i32) -> MemHandle {
+        MemHandle {
+            addr,
+            len,
+            kind,
+            #[cfg(feature = "verbs")]
+            verbs_mr: OnceLock::new(),
+        }
+    }
+
     fn covers(&self, buf: &UserBuf) -> bool {
         buf.is_empty()
             || (buf.addr() >= self.addr && buf.addr() + buf.len() <= self.addr + self.len)
+    }
+
+    /// The device registration of this region on `domain`, made on first use.
+    #[cfg(feature = "verbs")]
+    fn verbs_mr(&self, domain: &VerbsDomain) -> NetResult<Option<&MemoryRegion>> {
+        if self.len == 0 {
+            return Ok(None);
+        }
+        if let Some(mr) = self.verbs_mr.get() {
+            if !std::ptr::eq(mr.pd().as_ref(), domain.pd().as_ref()) {
+                return Err(NetError::invalid_usage(format!(
+                    "memory handle {:#x}+{} registered on {} used on {}",
+                    self.addr,
+                    self.len,
+                    mr.pd().context().name(),
+                    domain.name()
+                )));
+            }
+            return Ok(Some(mr));
+        }
+        // SAFETY: NCCL's regMr contract: [addr, addr+len) stays valid until deregMr, which drops
+        // this handle (and the registration with it) after the requests using it completed.
+        let mr = unsafe { MemoryRegion::register_raw(domain.pd(), self.addr as *mut u8, self.len) }
+            .map_err(|e| NetError::system(format!("regMr on {}: {e}", domain.name())))?;
+        // A concurrent first use may have won the race: its registration is kept, ours dropped.
+        let _ = self.verbs_mr.set(mr);
+        Ok(self.verbs_mr.get())
     }
 }
 
@@ -48,22 +116,51 @@ fn check_mr(buf: &UserBuf, mh: Option<&MemHandle>, what: &str) -> NetResult<()> 
 
 impl ListenComm {
     pub fn accept(&mut self) -> NetResult<Option<RecvComm>> {
-        Ok(self.tcp.accept()?.map(|tcp| {
-            let p = tcp.params();
-            tracing::info!(target: "dqplb::net", "dev {} accepted a connection: {} data QPs, {} outstanding, {} B segments, policy {}",
-                self.dev, p.qps, p.outstanding, p.segment_bytes, p.policy);
-            RecvComm { tcp }
-        }))
+        match &mut self.inner {
+            ListenInner::Tcp(l) => Ok(l.accept()?.map(|tcp| {
+                let p = tcp.params();
+                tracing::info!(target: "dqplb::net", "dev {} accepted a connection: {} data QPs, {} outstanding, {} B segments, policy {}",
+                    self.dev, p.qps, p.outstanding, p.segment_bytes, p.policy);
+                RecvComm {
+                    inner: RecvInner::Tcp(tcp),
+                }
+            })),
+            #[cfg(feature = "verbs")]
+            ListenInner::Verbs(l) => Ok(l.accept()?.map(|v| RecvComm {
+                inner: RecvInner::Verbs(v, Arc::clone(l.domain())),
+            })),
+        }
     }
 }
 
 impl SendComm {
     pub(super) fn new(tcp: TcpSendComm, log_stats: bool) -> SendComm {
-        SendComm { tcp, log_stats }
+        SendComm {
+            inner: SendInner::Tcp(tcp),
+            log_stats,
+        }
     }
+
+    #[cfg(feature = "verbs")]
+    pub(super) fn new_verbs(
+        v: VerbsSendComm,
+        domain: Arc<VerbsDomain>,
+        log_stats: bool,
+    ) -> SendComm {
+        SendComm {
+            inner: SendInner::Verbs(v, domain),
+            log_stats,
+        }
+    }
+
     pub fn max_requests(&self) -> usize {
-        self.tcp.max_requests()
+        match &self.inner {
+            SendInner::Tcp(t) => t.max_requests(),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, _) => v.max_requests(),
+        }
     }
+
     pub fn isend(
         &mut self,
         buf: UserBuf,
@@ -71,17 +168,43 @@ impl SendComm {
         mh: Option<&MemHandle>,
     ) -> NetResult<Option<u32>> {
         check_mr(&buf, mh, "isend")?;
-        self.tcp.isend(buf, tag)
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.isend(buf, tag),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, domain) => {
+                let mr = match mh {
+                    Some(m) => m.verbs_mr(domain)?,
+                    None => None,
+                };
+                v.isend(buf, tag, mr)
+            }
+        }
     }
+
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        self.tcp.test(slot)
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.test(slot),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, _) => v.test(slot),
+        }
     }
+
     /// Per-QP engine statistics (segments, bytes, outstanding, completion latency in ns).
     pub fn qp_stats(&self) -> &[crate::engine::QpStats] {
-        self.tcp.qp_stats()
+        match &self.inner {
+            SendInner::Tcp(t) => t.qp_stats(),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, _) => v.qp_stats(),
+        }
     }
+
+    /// Local/peer addresses of TCP data streams (empty on RDMA, where QPs carry the data).
     pub fn data_stream_addrs(&self) -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
-        self.tcp.data_stream_addrs()
+        match &self.inner {
+            SendInner::Tcp(t) => t.data_stream_addrs(),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(..) => Vec::new(),
+        }
     }
 }
 
@@ -90,7 +213,7 @@ impl Drop for SendComm {
         if !self.log_stats {
             return;
         }
-        for (qp, s) in self.tcp.qp_stats().iter().enumerate() {
+        for (qp, s) in self.qp_stats().iter().enumerate() {
             tracing::info!(target: "dqplb::stats", "send comm closed: QP {qp}: {s:?}");
         }
     }
@@ -98,8 +221,13 @@ impl Drop for SendComm {
 
 impl RecvComm {
     pub fn max_requests(&self) -> usize {
-        self.tcp.max_requests()
+        match &self.inner {
+            RecvInner::Tcp(t) => t.max_requests(),
+            #[cfg(feature = "verbs")]
+            RecvInner::Verbs(v, _) => v.max_requests(),
+        }
     }
+
     /// NCCL's grouped receive; this plugin advertises maxRecvs = 1.
     pub fn irecv(
         &mut self,
@@ -112,10 +240,26 @@ impl RecvComm {
                 bufs.len()
             )));
         };
-        check_mr(buf, mhs.first().copied().flatten(), "irecv")?;
-        self.tcp.irecv(*buf, *tag)
+        let mh = mhs.first().copied().flatten();
+        check_mr(buf, mh, "irecv")?;
+        match &mut self.inner {
+            RecvInner::Tcp(t) => t.irecv(*buf, *tag),
+            #[cfg(feature = "verbs")]
+            RecvInner::Verbs(v, domain) => {
+                let mr = match mh {
+                    Some(m) => m.verbs_mr(domain)?,
+                    None => None,
+                };
+                v.irecv(*buf, *tag, mr)
+            }
+        }
     }
+
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        self.tcp.test(slot)
+        match &mut self.inner {
+            RecvInner::Tcp(t) => t.test(slot),
+            #[cfg(feature = "verbs")]
+            RecvInner::Verbs(v, _) => v.test(slot),
+        }
     }
 }

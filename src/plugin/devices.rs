@@ -27,7 +27,15 @@ pub struct Properties {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeviceKind {
-    Tcp { ip: IpAddr },
+    Tcp {
+        ip: IpAddr,
+    },
+    /// An RDMA port; `ip` is the bootstrap address (from NCCL_SOCKET_IFNAME) for QP exchange.
+    #[cfg(feature = "verbs")]
+    Verbs {
+        ip: IpAddr,
+        domain: std::sync::Arc<crate::transport::verbs::VerbsDomain>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

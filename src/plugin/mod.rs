@@ -4,6 +4,8 @@
 pub mod comm;
 pub mod devices;
 pub mod log;
+#[cfg(feature = "verbs")]
+pub mod rdma;
 pub mod state;
 
 use std::collections::HashMap;
@@ -25,7 +27,7 @@ pub const NAME: &str = "DQPLB";
 /// Handle bytes 112..120 carry the id of an in-progress connect across NCCL's repeated calls.
 const STAGE_RANGE: std::ops::Range<usize> = 112..120;
 
-static CONNECTS: Mutex<Option<HashMap<u64, TcpConnector>>> = Mutex::new(None);
+static CONNECTS: Mutex<Option<HashMap<u64, Connector>>> = Mutex::new(None);
 static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
 
 /// Loads the site config, installs logging and discovers devices.
@@ -44,11 +46,13 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
+    #[cfg(feature = "verbs")]
+    let devices = rdma::choose_devices(&loaded.config, devices)?;
     let names: Vec<String> = devices
         .iter()
         .map(|d| d.props.name.to_string_lossy().into_owned())
         .collect();
-    tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), TCP devices: {}",
+    tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), devices: {}",
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     state::set(loaded, devices);
     Ok(())
@@ -132,15 +136,40 @@ pub fn conn_params(
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<ListenComm> {
     let g = state::get()?;
     let d = g.device(dev)?;
-    let devices::DeviceKind::Tcp { ip } = d.kind;
-    let tcp = TcpListenComm::bind(ip, d.fabric_id, tcp_options(&g.config))?;
     handle.fill(0);
-    tcp.handle().encode(handle);
-    tracing::info!(target: "dqplb::net", "dev {dev} listening on {}", tcp.handle().addr);
-    Ok(ListenComm { dev, tcp })
+    let inner = match &d.kind {
+        devices::DeviceKind::Tcp { ip } => {
+            let tcp = TcpListenComm::bind(*ip, d.fabric_id, tcp_options(&g.config))?;
+            tcp.handle().encode(handle);
+            tracing::info!(target: "dqplb::net", "dev {dev} listening on {}", tcp.handle().addr);
+            comm::ListenInner::Tcp(tcp)
+        }
+        #[cfg(feature = "verbs")]
+        devices::DeviceKind::Verbs { ip, domain } => {
+            let v = crate::transport::verbs::VerbsListenComm::bind(
+                *ip,
+                d.fabric_id,
+                std::sync::Arc::clone(domain),
+            )?;
+            v.handle().encode(handle);
+            tracing::info!(target: "dqplb::net", "dev {dev} ({}) listening, bootstrap on {}", domain.name(), v.handle().addr);
+            comm::ListenInner::Verbs(v)
+        }
+    };
+    Ok(ListenComm { dev, inner })
 }
 
-fn connects() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpConnector>>> {
+/// A connect in progress, over either transport.
+enum Connector {
+    Tcp(TcpConnector),
+    #[cfg(feature = "verbs")]
+    Verbs(
+        Box<crate::transport::verbs::VerbsConnector>,
+        std::sync::Arc<crate::transport::verbs::VerbsDomain>,
+    ),
+}
+
+fn connects() -> std::sync::MutexGuard<'static, Option<HashMap<u64, Connector>>> {
     match CONNECTS.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -160,13 +189,28 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
     if id == 0 || !map.contains_key(&id) {
         let h = ListenHandle::decode(handle)?;
         let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
-        let devices::DeviceKind::Tcp { ip } = d.kind;
-        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
-            Some(ip)
-        } else {
-            None
+        let c = match &d.kind {
+            devices::DeviceKind::Tcp { ip } => {
+                let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
+                    Some(*ip)
+                } else {
+                    None
+                };
+                Connector::Tcp(TcpConnector::start(
+                    &h,
+                    params,
+                    local_ip,
+                    &tcp_options(&g.config),
+                )?)
+            }
+            #[cfg(feature = "verbs")]
+            devices::DeviceKind::Verbs { domain, .. } => Connector::Verbs(
+                Box::new(crate::transport::verbs::VerbsConnector::start(
+                    &h, params, domain,
+                )?),
+                std::sync::Arc::clone(domain),
+            ),
         };
-        let c = TcpConnector::start(&h, params, local_ip, &tcp_options(&g.config))?;
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
         id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
@@ -176,12 +220,24 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
     let Some(c) = map.get_mut(&id) else {
         return Err(NetError::internal("connect state vanished"));
     };
-    match c.progress() {
+    let log_stats = g.config.stats.log_on_close;
+    let step = match c {
+        Connector::Tcp(t) => t
+            .progress()
+            .map(|o| o.map(|tcp| SendComm::new(tcp, log_stats))),
+        #[cfg(feature = "verbs")]
+        Connector::Verbs(v, domain) => {
+            let domain = std::sync::Arc::clone(domain);
+            v.progress()
+                .map(|o| o.map(|s| SendComm::new_verbs(s, domain, log_stats)))
+        }
+    };
+    match step {
         Ok(None) => Ok(None),
-        Ok(Some(tcp)) => {
+        Ok(Some(comm)) => {
             map.remove(&id);
             handle[STAGE_RANGE].fill(0);
-            Ok(Some(SendComm::new(tcp, g.config.stats.log_on_close)))
+            Ok(Some(comm))
         }
         Err(e) => {
             map.remove(&id);
@@ -198,7 +254,7 @@ pub fn reg_mr(addr: usize, len: usize, kind: i32) -> NetResult<MemHandle> {
             "regMr of memory type {kind}: this device supports host memory (NCCL_PTR_HOST = 1) only"
         )));
     }
-    Ok(MemHandle { addr, len, kind })
+    Ok(MemHandle::new(addr, len, kind))
 }
 
 static DEBUG_PANIC: Mutex<Option<String>> = Mutex::new(None);

@@ -75,6 +75,10 @@ impl VerbsListenComm {
         &self.handle
     }
 
+    pub fn domain(&self) -> &Arc<VerbsDomain> {
+        &self.domain
+    }
+
     /// A receive comm once some sender completed the handshake; None until then.
     pub fn accept(&mut self) -> NetResult<Option<VerbsRecvComm>> {
         loop {

@@ -168,6 +168,20 @@ unsafe impl Send for MemoryRegion {}
 // SAFETY: as above.
 unsafe impl Sync for MemoryRegion {}
 
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MemoryRegion({} {:#x}+{} lkey {:#x} rkey {:#x})",
+            self.pd.context().name(),
+            self.addr,
+            self.len,
+            self.lkey,
+            self.rkey
+        )
+    }
+}
+
 impl MemoryRegion {
     /// Registers `len` bytes at `addr` with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ.
     ///
