@@ -8,7 +8,9 @@ use crate::config::{HcaList, SiteConfig};
 use crate::transport::verbs::{discover, QpTuning, Sysfs, VerbsDomain};
 use crate::transport::{NetError, NetResult};
 
-/// Transport choice from NCCL_DQPLB_TRANSPORT: auto (default: RDMA when present), tcp, verbs.
+/// Transport choice from DQPLB_TRANSPORT: auto (default: RDMA when present), tcp, verbs. (Outside
+/// the NCCL_DQPLB_* namespace, which the site configuration checks strictly; a `[transport]`
+/// config key would be its long-term home.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportMode {
     Auto,
@@ -23,7 +25,7 @@ impl TransportMode {
             Some("tcp") => Ok(TransportMode::Tcp),
             Some("verbs") | Some("ib") | Some("rdma") => Ok(TransportMode::Verbs),
             Some(other) => Err(NetError::invalid_argument(format!(
-                "NCCL_DQPLB_TRANSPORT={other:?}: expected auto, tcp or verbs"
+                "DQPLB_TRANSPORT={other:?}: expected auto, tcp or verbs"
             ))),
         }
     }
@@ -86,7 +88,7 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
 
 /// The device list init publishes: RDMA ports when the mode allows and any exist, else `tcp`.
 pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
-    let mode = TransportMode::parse(std::env::var("NCCL_DQPLB_TRANSPORT").ok().as_deref())?;
+    let mode = TransportMode::parse(std::env::var("DQPLB_TRANSPORT").ok().as_deref())?;
     if mode == TransportMode::Tcp {
         return Ok(tcp);
     }
@@ -97,7 +99,7 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
     let Some(boot) = boot else {
         if mode == TransportMode::Verbs {
             return Err(NetError::invalid_argument(
-                "NCCL_DQPLB_TRANSPORT=verbs: no TCP interface for the QP bootstrap (NCCL_SOCKET_IFNAME)",
+                "DQPLB_TRANSPORT=verbs: no TCP interface for the QP bootstrap (NCCL_SOCKET_IFNAME)",
             ));
         }
         return Ok(tcp);
@@ -106,7 +108,7 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
     if verbs.is_empty() {
         if mode == TransportMode::Verbs {
             return Err(NetError::system(
-                "NCCL_DQPLB_TRANSPORT=verbs but no active RDMA port was found (or NCCL_IB_HCA selects none)",
+                "DQPLB_TRANSPORT=verbs but no active RDMA port was found (or NCCL_IB_HCA selects none)",
             ));
         }
         tracing::info!(target: "dqplb::init", "no RDMA devices: using TCP");
@@ -131,7 +133,7 @@ mod tests {
             TransportMode::Verbs
         );
         let e = TransportMode::parse(Some("udp")).unwrap_err();
-        assert!(e.msg.contains("NCCL_DQPLB_TRANSPORT"), "{}", e.msg);
+        assert!(e.msg.contains("DQPLB_TRANSPORT"), "{}", e.msg);
     }
 
     #[test]

@@ -1,0 +1,88 @@
+//! The plugin API over RDMA (run in the Soft-RoCE VM): init lists rxe0 instead of TCP interfaces,
+//! listen/connect/accept handshake through the 128-byte handle, regMr'd host buffers, isend/irecv
+//! of byte-exact messages, and properties NCCL reads (name, port, speed, maxRecvs).
+#![cfg(feature = "verbs")]
+
+mod verbs_support;
+
+use nccl_net_dqplb::plugin;
+use nccl_net_dqplb::transport::UserBuf;
+use std::time::Instant;
+use verbs_support::{device_or_skip, pattern, DEADLINE};
+
+#[test]
+fn plugin_carries_messages_over_rdma() {
+    let Some(dev) = device_or_skip("plugin_carries_messages_over_rdma") else {
+        return;
+    };
+    // one test per binary: the environment is process-wide
+    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
+    std::env::set_var("DQPLB_TRANSPORT", "verbs");
+    std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
+    plugin::init(None).expect("init");
+    let n = plugin::device_count().expect("devices");
+    assert!(n >= 1, "no device listed");
+    let props = plugin::properties(0).expect("properties");
+    assert_eq!(props.name.to_str().expect("utf8"), dev.name);
+    assert_eq!(props.port, i32::from(dev.ports[0].port));
+    assert_eq!(props.speed_mbps as u32, dev.ports[0].speed_mbps);
+    assert_eq!(props.max_recvs, 1);
+
+    let mut handle = [0u8; 128];
+    let mut listen = plugin::listen(0, &mut handle).expect("listen");
+    let (mut send, mut recv) = (None, None);
+    let start = Instant::now();
+    while send.is_none() || recv.is_none() {
+        if send.is_none() {
+            send = plugin::connect(0, &mut handle).expect("connect");
+        }
+        if recv.is_none() {
+            recv = listen.accept().expect("accept");
+        }
+        assert!(start.elapsed() < DEADLINE, "plugin handshake timed out");
+    }
+    let (mut send, mut recv) = (send.expect("send"), recv.expect("recv"));
+
+    let len = (2 << 20) + 3;
+    let mut src = pattern(42, len);
+    let mut dst = vec![0u8; len + 64];
+    let smh = plugin::reg_mr(src.as_mut_ptr() as usize, src.len(), 1).expect("regMr src");
+    let rmh = plugin::reg_mr(dst.as_mut_ptr() as usize, dst.len(), 1).expect("regMr dst");
+    for round in 0..3 {
+        dst.iter_mut().for_each(|b| *b = 0);
+        let rreq = recv
+            .irecv(&[(UserBuf::from_slice(&mut dst), 4)], &[Some(&rmh)])
+            .expect("irecv")
+            .expect("slot");
+        let start = Instant::now();
+        let sreq = loop {
+            if let Some(r) = send
+                .isend(UserBuf::from_slice(&mut src), 4, Some(&smh))
+                .expect("isend")
+            {
+                break r;
+            }
+            recv.test(rreq).expect("recv progress");
+            assert!(start.elapsed() < DEADLINE, "isend never accepted");
+        };
+        let (mut sd, mut rd) = (None, None);
+        while sd.is_none() || rd.is_none() {
+            if sd.is_none() {
+                sd = send.test(sreq).expect("send test");
+            }
+            if rd.is_none() {
+                rd = recv.test(rreq).expect("recv test");
+            }
+            assert!(start.elapsed() < DEADLINE, "round {round} never completed");
+        }
+        assert_eq!((sd, rd), (Some(len), Some(len)));
+        assert!(dst[..len] == src[..], "round {round}: payload differs");
+        assert!(dst[len..].iter().all(|&b| b == 0), "round {round}: overrun");
+    }
+    let segs: u64 = send.qp_stats().iter().map(|q| q.segments).sum();
+    assert!(segs >= 3, "QP statistics count segments: {segs}");
+    drop(send);
+    drop(recv);
+    drop(smh);
+    drop(rmh);
+}
