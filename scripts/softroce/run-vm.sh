@@ -12,12 +12,15 @@ INITRD=${INITRD:-$HERE/initramfs.cpio.gz}
 SHARE=${SHARE:-$HERE/initramfs-share}
 LOG=${LOG:-$(mktemp "${TMPDIR:-/tmp}/softroce-console.XXXXXX")}
 TIMEOUT=${TIMEOUT:-600}
-[ -n "$KERNEL" ] && [ -f "$KERNEL" ] && [ -f "$INITRD" ] || { echo "run-vm: kernel/initramfs missing: run $HERE/setup.sh" >&2; exit 2; }
+if [ -z "$KERNEL" ] || [ ! -f "$KERNEL" ] || [ ! -f "$INITRD" ]; then
+  echo "run-vm: kernel/initramfs missing: run $HERE/setup.sh" >&2
+  exit 2
+fi
 mkdir -p "$SHARE"
 if [ "${ACCEL:-tcg}" = kvm ]; then
   ACC=(-enable-kvm -cpu host)
 else
-  ACC=(-accel tcg,thread=multi -cpu max)
+  ACC=(-accel "tcg,thread=multi" -cpu max)
 fi
 t0=$(date +%s.%N)
 timeout --foreground "$TIMEOUT" qemu-system-x86_64 "${ACC[@]}" -m "${MEM:-2G}" -smp 2 \

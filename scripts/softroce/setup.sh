@@ -50,30 +50,46 @@ fi
 command -v qemu-system-x86_64 >/dev/null || unavailable "qemu-system-x86_64 not on PATH after install"
 
 # Kernel: the ABI of the current Debian 12 kernel (old ABIs disappear from the mirror), cached.
+resolve_kver() {
+  apt-cache depends linux-image-amd64 2>/dev/null \
+    | awk '/Depends: linux-image-[0-9]/{sub("linux-image-", "", $2); print $2; exit}'
+}
+download_kernel() { # download_kernel ABI -> unpacks into kroot/, false on failure
+  local dl ok=0
+  mkdir -p kroot
+  dl=$(mktemp -d "$HERE/kroot/.download.XXXXXX")
+  if (cd "$dl" && "${APT[@]}" download "linux-image-$1" >/dev/null 2>&1); then
+    dpkg-deb -x "$dl"/linux-image-"$1"_*.deb kroot && ok=1
+  fi
+  rm -rf "$dl"
+  [ $ok = 1 ]
+}
 kver_file=kroot/KVER
 if [ -z "${KVER:-}" ] && [ -s "$kver_file" ]; then KVER=$(cat "$kver_file"); fi
 if [ -z "${KVER:-}" ]; then
   lists_ready || "${APT[@]}" update -qq || unavailable "apt-get update failed"
-  KVER=$(apt-cache depends linux-image-amd64 2>/dev/null \
-         | awk '/Depends: linux-image-[0-9]/{sub("linux-image-", "", $2); print $2; exit}')
+  KVER=$(resolve_kver)
   [ -n "$KVER" ] || unavailable "cannot resolve the linux-image-amd64 kernel ABI"
 fi
 if [ ! -f "kroot/boot/vmlinuz-$KVER" ]; then
   log "downloading linux-image-$KVER"
-  mkdir -p kroot
-  dl=$(mktemp -d "$HERE/kroot/.download.XXXXXX")
-  (cd "$dl" && "${APT[@]}" download "linux-image-$KVER" >/dev/null) || { rm -rf "$dl"; unavailable "kernel download failed"; }
-  dpkg-deb -x "$dl"/linux-image-"$KVER"_*.deb kroot
-  rm -rf "$dl"
+  if ! download_kernel "$KVER"; then
+    # stale package lists name an ABI the mirror no longer has: refresh once and retry
+    log "download failed; refreshing package lists"
+    "${APT[@]}" update -qq || unavailable "apt-get update failed"
+    KVER=$(resolve_kver)
+    [ -n "$KVER" ] || unavailable "cannot resolve the linux-image-amd64 kernel ABI"
+    download_kernel "$KVER" || unavailable "kernel linux-image-$KVER download failed"
+  fi
 fi
 echo "$KVER" > "$kver_file"
 # the .deb ships no modules.dep (a dpkg trigger makes it on real installs)
 [ -f "kroot/lib/modules/$KVER/modules.dep" ] || depmod -b "$HERE/kroot" "$KVER"
 
 # Uncompressed kernel: qemu boots an ELF vmlinux directly (PVH entry), saving seconds under TCG.
-if [ ! -s vmlinux ]; then
+if [ ! -s vmlinux ] || [ "$(cat kroot/VMLINUX_KVER 2>/dev/null)" != "$KVER" ]; then
   log "extracting vmlinux"
-  python3 - "kroot/boot/vmlinuz-$KVER" vmlinux.tmp <<'PY'
+  python3 - "kroot/boot/vmlinuz-$KVER" kroot/vmlinux.tmp <<'PY'
 import lzma, sys
 blob = open(sys.argv[1], "rb").read()
 start = blob.find(b"\xfd7zXZ\x00")
@@ -82,12 +98,15 @@ if start < 0:
 out = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(blob[start:])
 open(sys.argv[2], "wb").write(out)
 PY
-  mv vmlinux.tmp vmlinux
+  mv kroot/vmlinux.tmp vmlinux
+  echo "$KVER" > kroot/VMLINUX_KVER
 fi
 
 # initramfs: rebuilt when absent or older than the scripts that make it
 img=initramfs.cpio.gz
-if [ ! -s "$img" ] || [ build-initramfs.sh -nt "$img" ] || [ init.sh -nt "$img" ]; then
+if [ ! -s "$img" ] || [ build-initramfs.sh -nt "$img" ] || [ init.sh -nt "$img" ] \
+   || [ "$(cat kroot/INITRAMFS_KVER 2>/dev/null)" != "$KVER" ]; then
   KVER=$KVER ./build-initramfs.sh
+  echo "$KVER" > kroot/INITRAMFS_KVER
 fi
 log "ready: kernel $KVER, $(du -h vmlinux | cut -f1) vmlinux, $(du -h "$img" | cut -f1) initramfs"
