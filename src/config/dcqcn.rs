@@ -18,6 +18,9 @@ fn default_profile() -> String {
 
 impl Default for DcqcnSection {
     fn default() -> Self {
-        DcqcnSection { profile: default_profile(), strict: false }
+        DcqcnSection {
+            profile: default_profile(),
+            strict: false,
+        }
     }
 }

@@ -99,11 +99,13 @@ impl EngineParams {
 
     /// Checks every field; the error names the field, its value and the rule.
     pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |param, value: u64, reason| Err(EngineError::BadParam {
-            param,
-            value,
-            reason,
-        });
+        let bad = |param, value: u64, reason| {
+            Err(EngineError::BadParam {
+                param,
+                value,
+                reason,
+            })
+        };
         if self.qps == 0 || self.qps > MAX_QPS {
             return bad("qps", self.qps as u64, "must be 1 ..= 128");
         }
@@ -171,6 +173,9 @@ mod tests {
         }
         assert_eq!(" DQPLB ".parse::<PolicyKind>(), Ok(PolicyKind::Dqplb));
         let err = "spray".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("spray") && err.contains("static-split"), "{err}");
+        assert!(
+            err.contains("spray") && err.contains("static-split"),
+            "{err}"
+        );
     }
 }

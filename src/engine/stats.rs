@@ -81,7 +81,10 @@ mod tests {
         assert_eq!(s.latency_log2[2], 2);
         assert_eq!(s.latency_log2[3], 1);
         assert_eq!(s.latency_log2[LATENCY_BUCKETS - 1], 1);
-        assert_eq!((s.segments, s.bytes, s.completed, s.outstanding), (6, 60, 6, 0));
+        assert_eq!(
+            (s.segments, s.bytes, s.completed, s.outstanding),
+            (6, 60, 6, 0)
+        );
         let mut e = QpStats::new();
         e.on_post(1);
         e.on_post(1);

@@ -94,7 +94,11 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
         let Ok(guard) = SINK.read() else { return };
         if let Some(sink) = guard.as_ref() {
             let meta = event.metadata();
-            sink(nccl_level(meta.level()), subsys(meta.target()), &format_event(event));
+            sink(
+                nccl_level(meta.level()),
+                subsys(meta.target()),
+                &format_event(event),
+            );
         }
     }
 }
@@ -153,7 +157,10 @@ mod tests {
         });
         set_sink(None);
         let got = seen.lock().unwrap().clone();
-        let ours: Vec<_> = got.iter().filter(|(_, _, m)| m.contains("bad thing") || m.contains("hello")).collect();
+        let ours: Vec<_> = got
+            .iter()
+            .filter(|(_, _, m)| m.contains("bad thing") || m.contains("hello"))
+            .collect();
         assert_eq!(ours.len(), 2, "{got:?}");
         assert_eq!(ours[0].0, NcclLevel::Warn);
         assert_eq!(ours[0].1, SUBSYS_INIT | SUBSYS_NET);

@@ -15,7 +15,9 @@ pub use devices::Properties;
 
 use crate::config::{self, ConnClass, SiteConfig};
 use crate::engine::PolicyKind;
-use crate::transport::tcp::{ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES};
+use crate::transport::tcp::{
+    ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES,
+};
 use crate::transport::{NetError, NetResult};
 
 pub const NAME: &str = "DQPLB";
@@ -36,11 +38,15 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
         e
     })?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {
-        tracing::warn!(target: "dqplb::init", "no usable device: {}", e.msg);
-        e
-    })?;
-    let names: Vec<String> = devices.iter().map(|d| d.props.name.to_string_lossy().into_owned()).collect();
+    let devices =
+        devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {
+            tracing::warn!(target: "dqplb::init", "no usable device: {}", e.msg);
+            e
+        })?;
+    let names: Vec<String> = devices
+        .iter()
+        .map(|d| d.props.name.to_string_lossy().into_owned())
+        .collect();
     tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), TCP devices: {}",
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     state::set(loaded, devices);
@@ -73,15 +79,27 @@ pub fn policy_kind(p: config::PolicyName) -> PolicyKind {
 }
 
 /// Engine parameters for a connection from `local` to `remote` fabricIds, from the class plan.
-pub fn conn_params(cfg: &SiteConfig, local: u32, remote: u32) -> NetResult<(ConnClass, ConnParams)> {
+pub fn conn_params(
+    cfg: &SiteConfig,
+    local: u32,
+    remote: u32,
+) -> NetResult<(ConnClass, ConnParams)> {
     let rails = cfg.fabric.max_rails;
-    let class = config::classify(&config::FabricId::from_id(local, rails), &config::FabricId::from_id(remote, rails));
+    let class = config::classify(
+        &config::FabricId::from_id(local, rails),
+        &config::FabricId::from_id(remote, rails),
+    );
     let plan = cfg.plan(class);
     let params = ConnParams {
-        qps: u16::try_from(plan.qps).map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
+        qps: u16::try_from(plan.qps)
+            .map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
         outstanding: plan.outstanding,
-        segment_bytes: u32::try_from(plan.segment_bytes)
-            .map_err(|_| NetError::invalid_argument(format!("segment of {} bytes is too large", plan.segment_bytes)))?,
+        segment_bytes: u32::try_from(plan.segment_bytes).map_err(|_| {
+            NetError::invalid_argument(format!(
+                "segment of {} bytes is too large",
+                plan.segment_bytes
+            ))
+        })?,
         max_messages: cfg.engine.max_messages,
         policy: policy_kind(cfg.engine.policy),
         fabric_id: local,
@@ -122,7 +140,11 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
         let h = ListenHandle::decode(handle)?;
         let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
         let devices::DeviceKind::Tcp { ip } = d.kind;
-        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() { Some(ip) } else { None };
+        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
+            Some(ip)
+        } else {
+            None
+        };
         let c = TcpConnector::start(&h, params, local_ip, &tcp_options(&g.config))?;
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
@@ -163,7 +185,9 @@ static DEBUG_PANIC_SET: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 
 /// Reads NCCL_DQPLB_DEBUG_PANIC (an entry-point name that will panic, to test the ffi guard).
 pub fn read_debug_knobs() {
-    let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC").ok().filter(|s| !s.is_empty());
+    let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC")
+        .ok()
+        .filter(|s| !s.is_empty());
     DEBUG_PANIC_SET.store(v.is_some(), Ordering::Relaxed);
     if let Ok(mut g) = DEBUG_PANIC.lock() {
         *g = v;
