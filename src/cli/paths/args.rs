@@ -19,6 +19,7 @@ pub const USAGE: &str =
   --outstanding N          segments in flight per QP (default 4; scenario 5 from the cross-dc plan)
   --message-bytes N        message size (default 1048576)
   --inflight N             messages posted on each side (default 16)
+  --slow-fraction F        rate of the slow / degraded path over a full one (default 0.1)
   --sample-ms N            counter sampling period (default 10)
   --idle-us N              sleep of a thread whose pass moved nothing (default 50)
   --port-base P            source port of the control stream; QP i uses P+1+i (default 20000)
@@ -40,6 +41,7 @@ pub struct Options {
     pub outstanding: Option<u32>,
     pub message_bytes: usize,
     pub inflight: usize,
+    pub slow_fraction: f64,
     pub sample_every: Duration,
     pub idle_sleep: Duration,
     pub port_base: u16,
@@ -62,6 +64,7 @@ impl Default for Options {
             outstanding: None,
             message_bytes: 1 << 20,
             inflight: 16,
+            slow_fraction: 0.1,
             sample_every: Duration::from_millis(10),
             idle_sleep: Duration::from_micros(50),
             port_base: 20000,
@@ -148,6 +151,13 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
                     return Err(format!("--segment-bytes: {x} is not a multiple of 128"));
                 }
                 o.segment_bytes = x;
+            }
+            "--slow-fraction" => {
+                let x: f64 = num(flag, v)?;
+                if !(0.001..=1.0).contains(&x) {
+                    return Err(format!("--slow-fraction: {x} is outside 0.001..=1"));
+                }
+                o.slow_fraction = x;
             }
             "--outstanding" => o.outstanding = Some(ranged(flag, v, 1, 256)? as u32),
             "--message-bytes" => o.message_bytes = ranged(flag, v, 128, 1 << 30)? as usize,

@@ -114,6 +114,7 @@ fn bench(o: &Options) -> Result<i32, String> {
             outstanding: o.outstanding,
             message_bytes: o.message_bytes,
             inflight_messages: o.inflight,
+            slow_fraction: o.slow_fraction,
         };
         let qps = scenario::build(id, &probe)?.qps();
         let knobs = ScenarioKnobs {

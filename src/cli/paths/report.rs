@@ -27,9 +27,10 @@ pub fn line(s: &TrialSummary) -> String {
     if let Some(c) = &s.change {
         let _ = write!(
             l,
-            "  | change at {:.0} ms: degraded-phase ratio {:.3}, >= 0.85 of new ideal after {} ms, slow share settled after {} ms",
+            "  | change at {:.0} ms: degraded-phase ratio {:.3}, 50 ms windows >= 0.85: {:.0}%, sustained >= 0.85 of new ideal after {} ms, slow share settled after {} ms",
             c.change_ms,
             c.degraded_ratio,
+            c.windows_ok * 100.0,
             opt(c.recover_ms),
             opt(c.settle_ms)
         );
@@ -37,7 +38,7 @@ pub fn line(s: &TrialSummary) -> String {
     l
 }
 
-pub const SUMMARY_HEADER: &str = "scenario,name,policy,qps,outstanding,segment_bytes,message_bytes,window_ms,ideal_mbit,achieved_mbit,acked_mbit,ratio,change_ms,degraded_ratio,recover_ms,settle_ms";
+pub const SUMMARY_HEADER: &str = "scenario,name,policy,qps,outstanding,segment_bytes,message_bytes,window_ms,ideal_mbit,achieved_mbit,acked_mbit,ratio,change_ms,degraded_ratio,windows_ok,recover_ms,settle_ms";
 
 fn cell(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.1}")).unwrap_or_default()
@@ -50,7 +51,7 @@ pub fn summary_csv(rows: &[TrialSummary]) -> String {
         let c = s.change.as_ref();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.2},{:.4},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.2},{:.4},{},{},{},{},{}",
             s.scenario,
             s.scenario_name,
             s.policy.name(),
@@ -65,6 +66,8 @@ pub fn summary_csv(rows: &[TrialSummary]) -> String {
             s.ratio,
             cell(c.map(|c| c.change_ms)),
             c.map(|c| format!("{:.4}", c.degraded_ratio))
+                .unwrap_or_default(),
+            c.map(|c| format!("{:.3}", c.windows_ok))
                 .unwrap_or_default(),
             cell(c.and_then(|c| c.recover_ms)),
             cell(c.and_then(|c| c.settle_ms)),

@@ -38,6 +38,8 @@ pub struct ScenarioKnobs {
     pub outstanding: Option<u32>,
     pub message_bytes: usize,
     pub inflight_messages: usize,
+    /// Rate of the slow path (scenario 2) and the degraded one (scenario 4) over a full path.
+    pub slow_fraction: f64,
 }
 
 /// Ids accepted by `--scenario`.
@@ -78,7 +80,7 @@ pub fn build(id: u32, k: &ScenarioKnobs) -> Result<Scenario, String> {
         1 => base(1, "equal-4", "4 equal paths", vec![u; 4]),
         2 => {
             let mut r = vec![u; 4];
-            r[SLOW_PATH] = u / 10.0;
+            r[SLOW_PATH] = u * k.slow_fraction;
             base(
                 2,
                 "one-slow-4",
@@ -104,7 +106,7 @@ pub fn build(id: u32, k: &ScenarioKnobs) -> Result<Scenario, String> {
                 RateChange {
                     at_ms: t1,
                     path: SLOW_PATH,
-                    mbit: u / 10.0,
+                    mbit: u * k.slow_fraction,
                 },
                 RateChange {
                     at_ms: t2,
@@ -233,6 +235,7 @@ mod tests {
             outstanding: None,
             message_bytes: 4 << 20,
             inflight_messages: 8,
+            slow_fraction: 0.1,
         }
     }
 
