@@ -2,7 +2,7 @@
 //! 10 ms time series, and (rate changes) how long until throughput and the slow share settled.
 
 use super::scenario::Scenario;
-use super::trial::{Sample, TrialOutput};
+use super::trial::{LoopGaps, Sample, TrialOutput};
 use crate::engine::PolicyKind;
 
 /// Throughput must hold this fraction of the new ideal after a change (issue goal: 0.85).
@@ -36,6 +36,8 @@ pub struct TrialSummary {
     pub path_bytes: Vec<u64>,
     pub path_mbit: Vec<f64>,
     pub peak_outstanding: Vec<u32>,
+    /// CPU stalls of the sender and receiver threads (see trial::LoopGaps).
+    pub gaps: [LoopGaps; 2],
     pub change: Option<ChangeFigures>,
 }
 
@@ -131,6 +133,7 @@ pub fn summarize(
         path_mbit: path_bytes.iter().map(|x| mbit(*x, dt)).collect(),
         path_bytes,
         peak_outstanding: out.peak_outstanding.clone(),
+        gaps: out.gaps,
         change: change_figures(sc, out),
     })
 }
@@ -311,6 +314,7 @@ mod tests {
             samples,
             actions: vec![],
             peak_outstanding: vec![4; 4],
+            gaps: Default::default(),
         };
         let s = summarize(&sc, PolicyKind::Dqplb, &out, 500.0).unwrap();
         assert!((s.ideal_mbit - 310.0).abs() < 1e-9);
@@ -339,6 +343,7 @@ mod tests {
             samples,
             actions: vec![(1_000_000_000, 5_000_000), (2_000_000_000, 5_000_000)],
             peak_outstanding: vec![],
+            gaps: Default::default(),
         };
         let s = summarize(&sc, PolicyKind::Dqplb, &out, 500.0).unwrap();
         let c = s.change.unwrap();
@@ -377,6 +382,7 @@ mod tests {
             samples,
             actions: vec![(1_000_000_000, 1)],
             peak_outstanding: vec![],
+            gaps: Default::default(),
         };
         let c = summarize(&sc, PolicyKind::StaticSplit, &out, 500.0)
             .unwrap()

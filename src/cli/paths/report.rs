@@ -24,6 +24,17 @@ pub fn line(s: &TrialSummary) -> String {
         s.ratio,
         paths.join(" ")
     );
+    let [tx, rx] = s.gaps;
+    if tx.count + rx.count > 0 {
+        let _ = write!(
+            l,
+            "  | CPU stalls > 5 ms: sender {} (max {:.0} ms), receiver {} (max {:.0} ms)",
+            tx.count,
+            tx.max_ns as f64 / 1e6,
+            rx.count,
+            rx.max_ns as f64 / 1e6
+        );
+    }
     if let Some(c) = &s.change {
         let _ = write!(
             l,
@@ -38,7 +49,7 @@ pub fn line(s: &TrialSummary) -> String {
     l
 }
 
-pub const SUMMARY_HEADER: &str = "scenario,name,policy,qps,outstanding,segment_bytes,message_bytes,window_ms,ideal_mbit,achieved_mbit,acked_mbit,ratio,change_ms,degraded_ratio,windows_ok,recover_ms,settle_ms";
+pub const SUMMARY_HEADER: &str = "scenario,name,policy,qps,outstanding,segment_bytes,message_bytes,window_ms,ideal_mbit,achieved_mbit,acked_mbit,ratio,change_ms,degraded_ratio,windows_ok,recover_ms,settle_ms,tx_stalls,tx_stall_max_ms,rx_stalls,rx_stall_max_ms";
 
 fn cell(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.1}")).unwrap_or_default()
@@ -51,7 +62,7 @@ pub fn summary_csv(rows: &[TrialSummary]) -> String {
         let c = s.change.as_ref();
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.2},{:.4},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.2},{:.2},{:.2},{:.4},{},{},{},{},{},{},{:.1},{},{:.1}",
             s.scenario,
             s.scenario_name,
             s.policy.name(),
@@ -71,6 +82,10 @@ pub fn summary_csv(rows: &[TrialSummary]) -> String {
                 .unwrap_or_default(),
             cell(c.and_then(|c| c.recover_ms)),
             cell(c.and_then(|c| c.settle_ms)),
+            s.gaps[0].count,
+            s.gaps[0].max_ns as f64 / 1e6,
+            s.gaps[1].count,
+            s.gaps[1].max_ns as f64 / 1e6,
         );
     }
     out

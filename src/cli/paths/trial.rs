@@ -47,6 +47,32 @@ pub struct TrialOutput {
     /// (ns after start when the action began, ns it took).
     pub actions: Vec<(u64, u64)>,
     pub peak_outstanding: Vec<u32>,
+    /// Scheduling hiccups: loop passes of the sender / receiver thread that started more than
+    /// `GAP_NS` after the previous one (the threads only sleep 50 us, so these are CPU stalls).
+    pub gaps: [LoopGaps; 2],
+}
+
+/// A pass of a bench loop later than this after the previous one counts as a stall.
+pub const GAP_NS: u64 = 5_000_000;
+
+/// Stalls of one bench thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopGaps {
+    pub count: u32,
+    pub max_ns: u64,
+    pub total_ns: u64,
+}
+
+impl LoopGaps {
+    fn note(&mut self, prev: &mut Instant, now: Instant) {
+        let d = now.duration_since(*prev).as_nanos() as u64;
+        *prev = now;
+        if d > GAP_NS {
+            self.count += 1;
+            self.total_ns += d;
+            self.max_ns = self.max_ns.max(d);
+        }
+    }
 }
 
 /// Acknowledged bytes of a QP: posted bytes scaled by completed/posted segments (exact when all
@@ -110,11 +136,9 @@ fn check_ports(s: &TcpSendComm, base: u16) -> Result<(), String> {
     Ok(())
 }
 
-fn send_loop(
-    mut s: TcpSendComm,
-    spec: &TrialSpec,
-    epoch: Instant,
-) -> Result<(Vec<Sample>, Vec<u32>), String> {
+type SendResult = (Vec<Sample>, Vec<u32>, LoopGaps);
+
+fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<SendResult, String> {
     let k = spec.inflight_messages;
     let mut bufs: Vec<Vec<u8>> = (0..k).map(|i| vec![i as u8; spec.message_bytes]).collect();
     let mut reqs: VecDeque<u32> = VecDeque::with_capacity(k);
@@ -125,8 +149,10 @@ fn send_loop(
     let end = epoch + spec.duration;
     let mut next_sample = epoch;
     let mut last_completed = 0u64;
+    let (mut gaps, mut prev) = (LoopGaps::default(), Instant::now());
     loop {
         let now = Instant::now();
+        gaps.note(&mut prev, now);
         if now >= next_sample || now >= end {
             samples.push(Sample {
                 t_ns: now.duration_since(epoch).as_nanos() as u64,
@@ -172,15 +198,33 @@ fn send_loop(
     Ok((
         samples,
         s.qp_stats().iter().map(|q| q.peak_outstanding).collect(),
+        gaps,
     ))
 }
 
-fn recv_loop(mut r: TcpRecvComm, spec: &TrialSpec, stop: &AtomicBool) -> Result<(), String> {
+fn recv_loop(
+    mut r: TcpRecvComm,
+    spec: &TrialSpec,
+    stop: &AtomicBool,
+) -> (LoopGaps, Result<(), String>) {
+    let mut gaps = LoopGaps::default();
+    let res = recv_passes(&mut r, spec, stop, &mut gaps);
+    (gaps, res)
+}
+
+fn recv_passes(
+    r: &mut TcpRecvComm,
+    spec: &TrialSpec,
+    stop: &AtomicBool,
+    gaps: &mut LoopGaps,
+) -> Result<(), String> {
     let k = spec.inflight_messages;
     let mut bufs: Vec<Vec<u8>> = (0..k).map(|_| vec![0u8; spec.message_bytes]).collect();
     let mut reqs: VecDeque<u32> = VecDeque::with_capacity(k);
     let mut next = 0usize;
+    let mut prev = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        gaps.note(&mut prev, Instant::now());
         let mut moved = false;
         while reqs.len() < k {
             let b = UserBuf::from_slice(&mut bufs[next % k]);
@@ -255,10 +299,10 @@ pub fn run(
         .join()
         .map_err(|_| "sender thread panicked".to_string())?;
     stop.store(true, Ordering::Relaxed);
-    let received = rx
+    let (rx_gaps, received) = rx
         .join()
         .map_err(|_| "receiver thread panicked".to_string())?;
-    let (samples, peak_outstanding) = sent?;
+    let (samples, peak_outstanding, tx_gaps) = sent?;
     if let Err(e) = received {
         // The sender closing first surfaces as "peer closed" after stop; anything else is real.
         if !e.contains("closed") && !e.contains("reset") {
@@ -272,5 +316,6 @@ pub fn run(
         samples,
         actions,
         peak_outstanding,
+        gaps: [tx_gaps, rx_gaps],
     })
 }
