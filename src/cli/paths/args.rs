@@ -147,7 +147,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--segment-bytes" => {
                 let x = ranged(flag, v, 128, 1 << 30)? as u32;
-                if x % 128 != 0 {
+                if !x.is_multiple_of(128) {
                     return Err(format!("--segment-bytes: {x} is not a multiple of 128"));
                 }
                 o.segment_bytes = x;
