@@ -2,6 +2,7 @@
 //! are added by their own modules). Each subcommand takes its arguments and returns an exit code.
 
 pub mod check;
+pub mod paths;
 pub mod plan;
 
 /// Top-level usage text.
@@ -13,6 +14,8 @@ commands:
           (dqplb plan --help for options)
   check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
           1 mismatch, 2 bad usage (dqplb check --help)
+  paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
+          scripts/paths-bench.sh, which builds the network namespace; needs root)
 
 options:
   -h, --help    show this help
@@ -34,6 +37,7 @@ pub fn main(args: Vec<String>) -> i32 {
         }
         "plan" => plan::run(rest),
         "check" => check::run(rest),
+        "paths-bench" => paths::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");
             2

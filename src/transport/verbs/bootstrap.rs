@@ -45,12 +45,13 @@ pub fn decode_open_tail(b: &[u8]) -> NetResult<(RemoteSlice, ConnInfo)> {
     Ok((fifo, info))
 }
 
-/// Zero-length receives a receiver keeps posted per data QP: 8 windows (at most 1024), because
+/// Zero-length receives a receiver keeps posted per data QP: 8 windows (at most 1024, never under
+/// 2 windows), because
 /// the sender refills a QP as soon as a write is acknowledged, before the receiver has polled that
 /// write's completion and replenished its receive. Measured on rxe: 2 windows still drew 79 RNR
 /// NAKs per 64 MiB (4 QPs x 4, 1 MiB segments) and halved throughput; 8 windows drew none.
 pub fn data_recvs(p: &ConnParams) -> u32 {
-    (8 * p.outstanding).min(1024)
+    (8 * p.outstanding).min(1024).max(2 * p.outstanding)
 }
 
 /// QP set sizes for a connection: data QPs deep enough for the outstanding window (send) and
