@@ -15,25 +15,34 @@ for b in bin/*; do
   name=${b##*/}
   t=$(now)
   echo "guest-suite: running $name"
-  ./"$b" >"logs/$name.log" 2>&1
+  timeout 300 ./"$b" >"logs/$name.log" 2>&1
   record "$name" $? "$t"
 done
 # throughput probe of the project's verbs layer (an ignored test, run on purpose)
 if [ -x probe/verbs_probe ]; then
   t=$(now)
-  PROBE_REPS=${PROBE_REPS:-2} ./probe/verbs_probe --ignored --nocapture --test-threads=1 >logs/probe.log 2>&1
+  PROBE_REPS=${PROBE_REPS:-2} timeout 300 ./probe/verbs_probe --ignored --nocapture --test-threads=1 >logs/probe.log 2>&1
   record probe $? "$t"
 fi
-# perftest baselines: loopback server/client pair on rxe0
+# perftest baselines: loopback server/client pair on rxe0. The server may take a while to listen
+# under emulation: the client retries; every process runs under a timeout, so nothing can hang.
 perf() { # perf NAME ARGS...
   name=$1
   shift
   t=$(now)
-  ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" >"logs/$name.server.log" 2>&1 &
+  timeout 300 ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" \
+    >"logs/$name.server.log" 2>&1 &
   srv=$!
-  sleep 1
-  ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" 127.0.0.1 >"logs/$name.log" 2>&1
-  crc=$?
+  crc=1
+  for _try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 1
+    timeout 300 ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" \
+      127.0.0.1 >"logs/$name.log" 2>&1
+    crc=$?
+    [ $crc -eq 0 ] && break
+    grep -q "Couldn't connect" "logs/$name.log" || break # a real failure, not "not listening yet"
+  done
+  [ $crc -eq 0 ] || kill "$srv" 2>/dev/null
   wait $srv
   src=$?
   [ $crc -eq 0 ] && [ $src -eq 0 ]
