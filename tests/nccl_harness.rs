@@ -1,0 +1,193 @@
+//! End-to-end harness: loads the built libnccl_net_dqplb.so with dlopen and drives it through
+//! the v8 vtable as NCCL's proxy does, in two processes per test, for every load-balancing policy.
+//!
+//! The .so is `target/<profile>/libnccl_net_dqplb.so`, built by `cargo test` as part of the
+//! package (override with DQPLB_PLUGIN_SO). The NCCL logger handed to init() is a real C
+//! variadic function: tests/harness/logger.c, compiled with the system `cc` on first use.
+
+mod harness;
+
+use harness::spawn::{self, Event, Peer};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Child-process entry point: does nothing unless a test spawned this binary with a role.
+#[test]
+#[ignore = "entry point for child processes spawned by the other tests"]
+fn harness_child_role() {
+    if std::env::var_os("DQPLB_HARNESS_ROLE").is_none() {
+        return;
+    }
+    if let Err(e) = harness::roles::run_from_env() {
+        harness::roles::say(&format!("FAIL {e}"));
+        panic!("{e}");
+    }
+}
+
+fn policy_env(policy: &str) -> Vec<(&'static str, String)> {
+    vec![("NCCL_DQPLB_POLICY", policy.to_string())]
+}
+
+/// Three dlopen/init/transfer/close/dlclose cycles of the full size plan for one policy.
+fn transfer_all_sizes(policy: &str) {
+    let log = spawn::run_pair(&policy_env(policy), LIMIT, |_| {})
+        .unwrap_or_else(|e| panic!("policy {policy}: {e}"));
+    for (side, lines) in [("receiver", &log.receiver), ("sender", &log.sender)] {
+        let cycles = lines.iter().filter(|l| l.starts_with("CYCLE ")).count();
+        assert_eq!(
+            cycles, 3,
+            "policy {policy}: {side} completed {cycles} of 3 cycles: {lines:?}"
+        );
+    }
+    for l in log.receiver.iter().filter(|l| l.starts_with("HANDLE-INFO")) {
+        assert!(
+            l.contains("family=2 addr=127."),
+            "policy {policy}: handle not on loopback (NCCL_SOCKET_IFNAME=lo): {l}"
+        );
+    }
+    // every cycle's receiver line names all messages of the plan as verified
+    let want = harness::pattern::plan(0x5eed, 24, true).len();
+    assert!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE "))
+            .all(|l| l.contains(&format!("received {want} messages"))),
+        "policy {policy}: {:?}",
+        log.receiver
+    );
+}
+
+#[test]
+fn transfer_policy_dqplb() {
+    transfer_all_sizes("dqplb");
+}
+
+#[test]
+fn transfer_policy_static_split() {
+    transfer_all_sizes("static-split");
+}
+
+#[test]
+fn transfer_policy_round_robin_message() {
+    transfer_all_sizes("round-robin-message");
+}
+
+#[test]
+fn transfer_policy_single_qp() {
+    transfer_all_sizes("single-qp");
+}
+
+/// One thread: listen, alternate connect/accept until both finish, send the plan to itself.
+#[test]
+fn self_connect_in_one_thread() {
+    for policy in ["dqplb", "single-qp"] {
+        let (tx, rx) = channel::<Event>();
+        let mut envs = policy_env(policy);
+        envs.push(("DQPLB_HARNESS_CYCLES", "2".into()));
+        let mut p = Peer::spawn("self", 0, &envs, tx);
+        let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{policy}: {e}"));
+        let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+        assert!(
+            status.success(),
+            "{policy}: self-connect child failed: {lines:?}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("CYCLE ")).count(),
+            2,
+            "{policy}: {lines:?}"
+        );
+    }
+}
+
+/// kill -9 the sender in the middle of a stream of 64 MiB messages: the receiver's test() must
+/// return ncclRemoteError or ncclSystemError, not hang.
+#[test]
+fn peer_kill_gives_receiver_an_error() {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("dqplb");
+    let mut recv = Peer::spawn("stream-receiver", 0, &envs, tx.clone());
+    let mut send = Peer::spawn("stream-sender", 1, &envs, tx);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let next = |what: &str| -> (usize, String) {
+        loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("timed out waiting for {what}"));
+            match rx.recv_timeout(left) {
+                Ok((who, Some(l))) => return (who, l),
+                Ok((who, None)) => panic!("child {who} exited while waiting for {what}"),
+                Err(e) => panic!("waiting for {what}: {e}"),
+            }
+        }
+    };
+    let (_, first) = next("receiver handle");
+    let hex = first
+        .strip_prefix("HANDLE ")
+        .unwrap_or_else(|| panic!("expected HANDLE, got {first}"));
+    send.send_line(&format!("HANDLE {hex}"))
+        .expect("relay handle");
+    // wait until one full message arrived intact, so the stream is well under way
+    loop {
+        let (who, l) = next("first GOT");
+        if who == 0 && l.starts_with("GOT ") {
+            break;
+        }
+        assert!(!l.starts_with("FAIL"), "child {who}: {l}");
+    }
+    send.kill();
+    let killed = Instant::now();
+    let _ = send.wait(Duration::from_secs(10));
+    let report = loop {
+        let (who, l) = next("receiver error after kill");
+        assert!(!l.starts_with("FAIL") && l != "HANG", "child {who}: {l}");
+        if who == 0 && l.starts_with("ERROR ") {
+            break l;
+        }
+    };
+    let took = killed.elapsed();
+    let rc: i32 = report
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1);
+    assert!(
+        rc == harness::abi::SYSTEM_ERROR || rc == harness::abi::REMOTE_ERROR,
+        "receiver error code {rc} is neither ncclSystemError nor ncclRemoteError: {report}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "receiver took {took:?} to notice the dead peer"
+    );
+    let status = recv.wait(Duration::from_secs(30)).expect("receiver exit");
+    assert!(
+        status.success(),
+        "receiver failed after the error: {status}"
+    );
+}
+
+/// Junk on the listen port, a wrong secret, idle half-open sockets: the real peer still connects
+/// and its transfer is verified.
+#[test]
+fn garbage_connections_do_not_block_the_real_one() {
+    let mut envs = policy_env("dqplb");
+    envs.push(("DQPLB_HARNESS_CYCLES", "1".into()));
+    envs.push(("DQPLB_HARNESS_BIG", "0".into()));
+    let mut idle = Vec::new();
+    let log = spawn::run_pair(&envs, LIMIT, |h| {
+        idle = harness::garbage::attack(h).unwrap_or_else(|e| panic!("attack: {e}"));
+        std::thread::sleep(Duration::from_millis(200));
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    drop(idle);
+    assert_eq!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 received"))
+            .count(),
+        1,
+        "{:?}",
+        log.receiver
+    );
+}
