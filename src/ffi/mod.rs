@@ -5,3 +5,6 @@
 pub mod sys {
     include!(concat!(env!("OUT_DIR"), "/nccl_net_v8.rs"));
 }
+
+pub mod guard;
+pub mod vtable;

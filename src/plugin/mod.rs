@@ -1,2 +1,179 @@
-//! The plugin proper in safe Rust: global state, devices, comms and requests behind the NCCL
-//! net API; the ffi layer translates C calls into these functions.
+//! The plugin proper in safe Rust: init, devices, listen/connect/accept and memory registration
+//! behind the NCCL net API; the ffi layer translates C calls into these functions.
+
+pub mod comm;
+pub mod devices;
+pub mod log;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+pub use comm::{ListenComm, MemHandle, RecvComm, SendComm};
+pub use devices::Properties;
+
+use crate::config::{self, ConnClass, SiteConfig};
+use crate::engine::PolicyKind;
+use crate::transport::tcp::{ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES};
+use crate::transport::{NetError, NetResult};
+
+pub const NAME: &str = "DQPLB";
+
+/// Handle bytes 112..120 carry the id of an in-progress connect across NCCL's repeated calls.
+const STAGE_RANGE: std::ops::Range<usize> = 112..120;
+
+static CONNECTS: Mutex<Option<HashMap<u64, TcpConnector>>> = Mutex::new(None);
+static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
+
+/// Loads the site config, installs logging and discovers devices.
+pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
+    let level = log::level_from_nccl_debug(std::env::var("NCCL_DEBUG").ok().as_deref());
+    log::install_nccl_bridge(sink, level);
+    let loaded = config::load_from_process_env().map_err(|e| {
+        let e = NetError::invalid_argument(format!("site configuration: {e}"));
+        tracing::warn!(target: "dqplb::init", "{}", e.msg);
+        e
+    })?;
+    let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {
+        tracing::warn!(target: "dqplb::init", "no usable device: {}", e.msg);
+        e
+    })?;
+    let names: Vec<String> = devices.iter().map(|d| d.props.name.to_string_lossy().into_owned()).collect();
+    tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), TCP devices: {}",
+        env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
+    state::set(loaded, devices);
+    Ok(())
+}
+
+pub fn device_count() -> NetResult<i32> {
+    Ok(state::get()?.devices.len() as i32)
+}
+
+pub fn properties(dev: i32) -> NetResult<Properties> {
+    Ok(state::get()?.device(dev)?.props)
+}
+
+fn tcp_options(cfg: &SiteConfig) -> TcpOptions {
+    TcpOptions {
+        socket_buffer_bytes: cfg.tcp.socket_buffer_bytes as usize,
+        nodelay: cfg.tcp.nodelay,
+        src_port_base: cfg.tcp.src_port_base,
+    }
+}
+
+pub fn policy_kind(p: config::PolicyName) -> PolicyKind {
+    match p {
+        config::PolicyName::Dqplb => PolicyKind::Dqplb,
+        config::PolicyName::StaticSplit => PolicyKind::StaticSplit,
+        config::PolicyName::RoundRobinMessage => PolicyKind::RoundRobinMessage,
+        config::PolicyName::SingleQp => PolicyKind::SingleQp,
+    }
+}
+
+/// Engine parameters for a connection from `local` to `remote` fabricIds, from the class plan.
+pub fn conn_params(cfg: &SiteConfig, local: u32, remote: u32) -> NetResult<(ConnClass, ConnParams)> {
+    let rails = cfg.fabric.max_rails;
+    let class = config::classify(&config::FabricId::from_id(local, rails), &config::FabricId::from_id(remote, rails));
+    let plan = cfg.plan(class);
+    let params = ConnParams {
+        qps: u16::try_from(plan.qps).map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
+        outstanding: plan.outstanding,
+        segment_bytes: u32::try_from(plan.segment_bytes)
+            .map_err(|_| NetError::invalid_argument(format!("segment of {} bytes is too large", plan.segment_bytes)))?,
+        max_messages: cfg.engine.max_messages,
+        policy: policy_kind(cfg.engine.policy),
+        fabric_id: local,
+    };
+    Ok((class, params))
+}
+
+/// Starts listening on `dev`; writes the 128-byte handle NCCL sends to the peer. Never blocks.
+pub fn listen(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<ListenComm> {
+    let g = state::get()?;
+    let d = g.device(dev)?;
+    let devices::DeviceKind::Tcp { ip } = d.kind;
+    let tcp = TcpListenComm::bind(ip, d.fabric_id, tcp_options(&g.config))?;
+    handle.fill(0);
+    tcp.handle().encode(handle);
+    tracing::info!(target: "dqplb::net", "dev {dev} listening on {}", tcp.handle().addr);
+    Ok(ListenComm { dev, tcp })
+}
+
+fn connects() -> std::sync::MutexGuard<'static, Option<HashMap<u64, TcpConnector>>> {
+    match CONNECTS.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// One step of a non-blocking connect: Ok(None) until every stream is up (NCCL calls again with
+/// the same handle buffer, whose bytes 112..120 remember the attempt).
+pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<SendComm>> {
+    let g = state::get()?;
+    let d = g.device(dev)?;
+    let mut id_bytes = [0u8; 8];
+    id_bytes.copy_from_slice(&handle[STAGE_RANGE]);
+    let mut id = u64::from_le_bytes(id_bytes);
+    let mut map = connects();
+    let map = map.get_or_insert_with(HashMap::new);
+    if id == 0 || !map.contains_key(&id) {
+        let h = ListenHandle::decode(handle)?;
+        let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
+        let devices::DeviceKind::Tcp { ip } = d.kind;
+        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() { Some(ip) } else { None };
+        let c = TcpConnector::start(&h, params, local_ip, &tcp_options(&g.config))?;
+        tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
+            h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
+        id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
+        map.insert(id, c);
+        handle[STAGE_RANGE].copy_from_slice(&id.to_le_bytes());
+    }
+    let Some(c) = map.get_mut(&id) else {
+        return Err(NetError::internal("connect state vanished"));
+    };
+    match c.progress() {
+        Ok(None) => Ok(None),
+        Ok(Some(tcp)) => {
+            map.remove(&id);
+            handle[STAGE_RANGE].fill(0);
+            Ok(Some(SendComm::new(tcp, g.config.stats.log_on_close)))
+        }
+        Err(e) => {
+            map.remove(&id);
+            handle[STAGE_RANGE].fill(0);
+            Err(e)
+        }
+    }
+}
+
+/// Registers host memory (TCP needs no pinning; the handle lets isend/irecv check bounds).
+pub fn reg_mr(addr: usize, len: usize, kind: i32) -> NetResult<MemHandle> {
+    if kind != devices::PTR_HOST {
+        return Err(NetError::invalid_argument(format!(
+            "regMr of memory type {kind}: this device supports host memory (NCCL_PTR_HOST = 1) only"
+        )));
+    }
+    Ok(MemHandle { addr, len, kind })
+}
+
+static DEBUG_PANIC: Mutex<Option<String>> = Mutex::new(None);
+static DEBUG_PANIC_SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Reads NCCL_DQPLB_DEBUG_PANIC (an entry-point name that will panic, to test the ffi guard).
+pub fn read_debug_knobs() {
+    let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC").ok().filter(|s| !s.is_empty());
+    DEBUG_PANIC_SET.store(v.is_some(), Ordering::Relaxed);
+    if let Ok(mut g) = DEBUG_PANIC.lock() {
+        *g = v;
+    }
+}
+
+/// The entry point chosen by NCCL_DQPLB_DEBUG_PANIC, if any (one relaxed load when unset).
+pub fn debug_panic_entry() -> Option<String> {
+    if !DEBUG_PANIC_SET.load(Ordering::Relaxed) {
+        return None;
+    }
+    DEBUG_PANIC.lock().ok().and_then(|g| g.clone())
+}

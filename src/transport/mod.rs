@@ -1,2 +1,9 @@
 //! Transports that drive the engine over real links: TCP streams and (feature `verbs`) RDMA verbs.
 //! Each maps engine actions to wire operations and wire events back to engine calls.
+
+pub mod error;
+pub mod tcp;
+
+pub use error::{ErrorCode, NetError, NetResult};
+pub mod userbuf;
+pub use userbuf::UserBuf;

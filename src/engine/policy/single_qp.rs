@@ -1,0 +1,45 @@
+//! Single QP: every segment on QP 0, cut into `segment_bytes` pieces; the baseline that shows
+//! what multi-QP policies gain.
+
+use super::{fixed_piece, Cursor, Policy, Room};
+
+/// Everything on QP 0.
+#[derive(Debug, Clone)]
+pub struct SingleQp {
+    segment_bytes: u32,
+}
+
+impl SingleQp {
+    /// `segment_bytes` per segment.
+    pub fn new(segment_bytes: u32) -> SingleQp {
+        SingleQp { segment_bytes }
+    }
+}
+
+impl Policy for SingleQp {
+    #[inline]
+    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+        if room & 1 == 0 {
+            return None;
+        }
+        Some((0, fixed_piece(msg, self.segment_bytes)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_qp_zero() {
+        let mut p = SingleQp::new(128);
+        let c = Cursor {
+            len: 129,
+            offset: 128,
+            index: 1,
+            serial: 9,
+        };
+        assert_eq!(p.choose(&c, 0b11), Some((0, 1)));
+        assert_eq!(p.choose(&c, 0b10), None);
+    }
+}

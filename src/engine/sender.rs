@@ -1,0 +1,281 @@
+//! The sending side of one connection: a message ring cut lazily into segments, per-QP in-flight
+//! rings fed by the policy, FIFO completions per QP, and in-order release of message tokens.
+
+use super::imm::{self, seq_distance};
+use super::params::{check_initial_seq, REORDER_SLACK};
+use super::policy::{AnyPolicy, Cursor, Policy, Room};
+use super::{EngineError, EngineParams, QpStats};
+
+/// One segment to put on the wire now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Data QP index, `0 .. qps`.
+    pub qp: usize,
+    /// Immediate: sequence number and last flag (see [`imm`]).
+    pub imm: u32,
+    /// The driver's token of the message this segment belongs to.
+    pub token: u32,
+    /// Byte offset of the segment within its message.
+    pub offset: u64,
+    /// Segment length in bytes (0 only for a zero-byte message).
+    pub len: u32,
+}
+
+/// A posted message in the ring.
+#[derive(Debug, Clone, Copy, Default)]
+struct Msg {
+    len: u64,
+    cut: u64,
+    segs_cut: u64,
+    segs_done: u64,
+    token: u32,
+}
+
+/// A segment in flight on a QP.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seg {
+    /// Ring slot of its message.
+    slot: u32,
+    seq: u32,
+    posted_at: u64,
+}
+
+/// Sender state machine of one connection.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    policy: AnyPolicy,
+    qps: usize,
+    max_outstanding: u32,
+    max_messages: usize,
+    /// Message ring, power-of-two capacity >= max_messages.
+    msgs: Vec<Msg>,
+    msg_mask: u64,
+    /// Absolute message counters: released < cut-complete (cursor) <= posted.
+    msg_head: u64,
+    msg_cursor: u64,
+    msg_tail: u64,
+    /// Per-QP in-flight rings, `stride` entries each, flattened.
+    segs: Vec<Seg>,
+    stride_shift: u32,
+    stride_mask: u32,
+    qp_head: Vec<u32>,
+    stats: Vec<QpStats>,
+    /// Bit q set: QP q has room.
+    room: Room,
+    outstanding: usize,
+    next_seq: u32,
+    /// A sequence number at or before the oldest incomplete segment.
+    oldest_hint: u32,
+    span: u32,
+}
+
+impl Sender {
+    /// A sender whose first segment carries sequence number 0.
+    pub fn new(p: &EngineParams) -> Result<Sender, EngineError> {
+        Sender::with_initial_seq(p, 0)
+    }
+
+    /// A sender whose first segment carries `initial_seq` (< 2^24); the receiver must be built
+    /// with the same value. Lets tests exercise wrap-around at 2^24.
+    pub fn with_initial_seq(p: &EngineParams, initial_seq: u32) -> Result<Sender, EngineError> {
+        p.validate()?;
+        check_initial_seq(initial_seq)?;
+        let msg_cap = p.max_messages.next_power_of_two();
+        let stride = p.max_outstanding.next_power_of_two();
+        let room = if p.qps == 128 {
+            Room::MAX
+        } else {
+            (1 << p.qps) - 1
+        };
+        Ok(Sender {
+            policy: AnyPolicy::new(p),
+            qps: p.qps,
+            max_outstanding: p.max_outstanding,
+            max_messages: p.max_messages,
+            msgs: vec![Msg::default(); msg_cap],
+            msg_mask: msg_cap as u64 - 1,
+            msg_head: 0,
+            msg_cursor: 0,
+            msg_tail: 0,
+            segs: vec![Seg::default(); p.qps * stride as usize],
+            stride_shift: stride.trailing_zeros(),
+            stride_mask: stride - 1,
+            qp_head: vec![0; p.qps],
+            stats: vec![QpStats::new(); p.qps],
+            room,
+            outstanding: 0,
+            next_seq: initial_seq,
+            oldest_hint: initial_seq,
+            span: (p.window() * u64::from(REORDER_SLACK)) as u32,
+        })
+    }
+
+    /// Queues a message of `len` bytes identified by the driver's `token`.
+    pub fn post(&mut self, token: u32, len: u64) -> Result<(), EngineError> {
+        if (self.msg_tail - self.msg_head) as usize >= self.max_messages {
+            return Err(EngineError::TooManyMessages {
+                limit: self.max_messages,
+            });
+        }
+        self.policy.check_len(len)?;
+        self.msgs[(self.msg_tail & self.msg_mask) as usize] = Msg {
+            len,
+            cut: 0,
+            segs_cut: 0,
+            segs_done: 0,
+            token,
+        };
+        self.msg_tail += 1;
+        Ok(())
+    }
+
+    /// The next segment to put on the wire, if the policy finds room for it; `now` (driver
+    /// units) is recorded to measure the segment's completion latency.
+    #[inline]
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
+        if self.msg_cursor == self.msg_tail {
+            return None;
+        }
+        if seq_distance(self.oldest_hint, self.next_seq) >= self.span && !self.refresh_oldest() {
+            return None;
+        }
+        let slot = (self.msg_cursor & self.msg_mask) as usize;
+        let m = self.msgs[slot];
+        let cursor = Cursor {
+            len: m.len,
+            offset: m.cut,
+            index: m.segs_cut,
+            serial: self.msg_cursor,
+        };
+        let (qp, len) = self.policy.choose(&cursor, self.room)?;
+        let seq = self.next_seq;
+        self.next_seq = imm::seq_add(seq, 1);
+        let offset = m.cut;
+        let cut = offset + u64::from(len);
+        let last = cut == m.len;
+        let msg = &mut self.msgs[slot];
+        msg.cut = cut;
+        msg.segs_cut += 1;
+        if last {
+            self.msg_cursor += 1;
+        }
+        let st = &mut self.stats[qp];
+        let pos = (self.qp_head[qp] + st.outstanding) & self.stride_mask;
+        self.segs[(qp << self.stride_shift) | pos as usize] = Seg {
+            slot: slot as u32,
+            seq,
+            posted_at: now,
+        };
+        st.on_post(len);
+        if st.outstanding == self.max_outstanding {
+            self.room &= !(1 << qp);
+        }
+        self.outstanding += 1;
+        Some(Transmit {
+            qp,
+            imm: imm::encode(seq, last),
+            token: m.token,
+            offset,
+            len,
+        })
+    }
+
+    /// Moves the oldest-incomplete hint to the true oldest; true if the span now allows a send.
+    #[cold]
+    fn refresh_oldest(&mut self) -> bool {
+        let mut oldest = self.next_seq;
+        let mut age = 0;
+        for qp in 0..self.qps {
+            if self.stats[qp].outstanding > 0 {
+                let seq = self.segs[(qp << self.stride_shift) | self.qp_head[qp] as usize].seq;
+                let a = seq_distance(seq, self.next_seq);
+                if a > age {
+                    age = a;
+                    oldest = seq;
+                }
+            }
+        }
+        self.oldest_hint = oldest;
+        age < self.span
+    }
+
+    /// The oldest outstanding segment on `qp` completed at driver time `now`.
+    #[inline]
+    pub fn completed(&mut self, qp: usize, now: u64) -> Result<(), EngineError> {
+        let Some(st) = self.stats.get_mut(qp) else {
+            return Err(EngineError::NoSuchQp { qp, qps: self.qps });
+        };
+        if st.outstanding == 0 {
+            return Err(EngineError::NothingOutstanding { qp });
+        }
+        let head = self.qp_head[qp];
+        let seg = self.segs[(qp << self.stride_shift) | head as usize];
+        self.qp_head[qp] = (head + 1) & self.stride_mask;
+        st.on_complete(now.saturating_sub(seg.posted_at));
+        self.room |= 1 << qp;
+        self.outstanding -= 1;
+        self.msgs[seg.slot as usize].segs_done += 1;
+        Ok(())
+    }
+
+    /// Token of the oldest message if all its segments completed; tokens come strictly in
+    /// posting order.
+    #[inline]
+    pub fn poll_done(&mut self) -> Option<u32> {
+        if self.msg_head == self.msg_cursor {
+            return None;
+        }
+        let m = &self.msgs[(self.msg_head & self.msg_mask) as usize];
+        if m.segs_done != m.segs_cut {
+            return None;
+        }
+        self.msg_head += 1;
+        Some(m.token)
+    }
+
+    /// Per-QP counters, indexed by QP.
+    pub fn qp_stats(&self) -> &[QpStats] {
+        &self.stats
+    }
+
+    /// Messages posted whose segments are not all transmitted yet (including a partly cut one).
+    pub fn queued_messages(&self) -> usize {
+        (self.msg_tail - self.msg_cursor) as usize
+    }
+
+    /// Messages held: posted and not yet returned by `poll_done`.
+    pub fn messages(&self) -> usize {
+        (self.msg_tail - self.msg_head) as usize
+    }
+
+    /// Segments transmitted and not yet completed, over all QPs.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// No message held: nothing queued, in flight, or awaiting `poll_done`.
+    pub fn is_idle(&self) -> bool {
+        self.msg_tail == self.msg_head
+    }
+
+    /// Sequence number the next segment will carry.
+    pub fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Largest sequence span (oldest incomplete to newest sent, plus one) the sender allows:
+    /// `REORDER_SLACK * qps * max_outstanding`.
+    pub fn reorder_span(&self) -> u32 {
+        self.span
+    }
+
+    /// Bytes of state this sender holds (all allocated at construction).
+    pub fn footprint_bytes(&self) -> usize {
+        use std::mem::size_of;
+        size_of::<Sender>()
+            + self.msgs.len() * size_of::<Msg>()
+            + self.segs.len() * size_of::<Seg>()
+            + self.qp_head.len() * size_of::<u32>()
+            + self.stats.len() * size_of::<QpStats>()
+    }
+}
