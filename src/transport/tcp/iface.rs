@@ -53,20 +53,20 @@ impl IfFilter {
 /// Interfaces that are up with an address, filtered; without a filter, non-loopback interfaces
 /// (docker bridges excluded, as NCCL does) and loopback only when nothing else is up.
 pub fn select(all: &[(String, IpAddr, bool)], filter: Option<&IfFilter>) -> Vec<(String, IpAddr)> {
-    let mut seen: Vec<(String, IpAddr)> = Vec::new();
-    let mut push = |name: &str, addr: IpAddr| {
-        if !seen.iter().any(|(n, _)| n == name) {
-            seen.push((name.to_string(), addr));
-        }
+    let keep = |n: &str, lo: bool| match filter {
+        Some(f) => f.matches(n),
+        None => !lo && !n.starts_with("docker"),
     };
-    match filter {
-        Some(f) => all.iter().filter(|(n, _, _)| f.matches(n)).for_each(|(n, a, _)| push(n, *a)),
-        None => {
-            all.iter()
-                .filter(|(n, _, lo)| !lo && !n.starts_with("docker"))
-                .for_each(|(n, a, _)| push(n, *a));
-            if seen.is_empty() {
-                all.iter().filter(|(_, _, lo)| *lo).for_each(|(n, a, _)| push(n, *a));
+    let mut seen: Vec<(String, IpAddr)> = Vec::new();
+    for (n, a, lo) in all {
+        if keep(n, *lo) && !seen.iter().any(|(s, _)| s == n) {
+            seen.push((n.clone(), *a));
+        }
+    }
+    if seen.is_empty() && filter.is_none() {
+        for (n, a, lo) in all {
+            if *lo && !seen.iter().any(|(s, _)| s == n) {
+                seen.push((n.clone(), *a));
             }
         }
     }

@@ -53,3 +53,5 @@ impl TcpOptions {
         self.apply_socket(&socket2::SockRef::from(s))
     }
 }
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,311 @@
+//! The site-config schema: one serde type per TOML table, kebab-case keys, unknown keys rejected.
+//! Defaults live here; ranges and cross-field rules live in `keys` and `validate`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::dcqcn::DcqcnSection;
+use super::plan::ConnClass;
+
+/// One KiB, for readable defaults.
+const KIB: u64 = 1024;
+
+/// The whole site configuration (`/etc/nccl-dqplb.toml` or the embedded default).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct SiteConfig {
+    pub fabric: FabricSection,
+    pub engine: EngineSection,
+    pub class: ClassSections,
+    pub tcp: TcpSection,
+    pub stats: StatsSection,
+    pub log: LogSection,
+    pub dcqcn: DcqcnSection,
+}
+
+/// How the third field of an `NCCL_IB_HCA` entry is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum HcaThirdField {
+    /// `dev:port:fabricId`, fabricId = dc * max-rails + rail (NCCL's cross-DC branch).
+    #[default]
+    #[serde(rename = "fabric-id")]
+    FabricId,
+    /// `dev:port:rail[:plane]` (NCCL 2.30.7+).
+    #[serde(rename = "rail:plane")]
+    RailPlane,
+}
+
+impl HcaThirdField {
+    /// The spelling used in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HcaThirdField::FabricId => "fabric-id",
+            HcaThirdField::RailPlane => "rail:plane",
+        }
+    }
+}
+
+/// `[fabric]`: how the cluster's rails and data centres are described.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct FabricSection {
+    pub hca_third_field: HcaThirdField,
+    pub max_rails: u32,
+}
+
+impl Default for FabricSection {
+    fn default() -> Self {
+        FabricSection {
+            hca_third_field: HcaThirdField::FabricId,
+            max_rails: 8,
+        }
+    }
+}
+
+/// Which load-balancing policy the engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// Dynamic QP load balancing: segments go to whichever QP has room (NCCLX's DQPLB).
+    #[default]
+    Dqplb,
+    /// Each message split evenly over all QPs (NCCL_IB_SPLIT_DATA_ON_QPS=1).
+    StaticSplit,
+    /// Each whole message on one QP, rotating (NCCL's default since 2.20).
+    RoundRobinMessage,
+    /// Everything on one data QP.
+    SingleQp,
+}
+
+impl PolicyName {
+    /// Every policy, in documentation order.
+    pub const ALL: [PolicyName; 4] = [
+        PolicyName::Dqplb,
+        PolicyName::StaticSplit,
+        PolicyName::RoundRobinMessage,
+        PolicyName::SingleQp,
+    ];
+
+    /// The spelling used in the config file and environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Dqplb => "dqplb",
+            PolicyName::StaticSplit => "static-split",
+            PolicyName::RoundRobinMessage => "round-robin-message",
+            PolicyName::SingleQp => "single-qp",
+        }
+    }
+}
+
+/// `[engine]`: segmentation and per-connection limits shared by all classes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct EngineSection {
+    pub policy: PolicyName,
+    pub segment_bytes: u64,
+    pub max_messages: u32,
+    pub inflight_budget_bytes: u64,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        EngineSection {
+            policy: PolicyName::Dqplb,
+            segment_bytes: 512 * KIB,
+            max_messages: 32,
+            inflight_budget_bytes: 1024 * 1024 * KIB,
+        }
+    }
+}
+
+/// One connection class: the path's rate and RTT, and the QP fan-out and depth limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClassSpec {
+    pub rate_gbps: f64,
+    pub rtt_us: f64,
+    pub qps: u32,
+    pub min_outstanding: u32,
+    pub max_outstanding: u32,
+    /// Overrides `[engine] segment-bytes` for this class when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_bytes: Option<u64>,
+}
+
+impl ClassSpec {
+    /// The built-in defaults of a class (design table: rack-local, cross-rack, cross-DC).
+    pub fn default_for(class: ConnClass) -> ClassSpec {
+        let (rtt_us, qps, min_outstanding, max_outstanding) = match class {
+            ConnClass::SameRail => (4.0, 4, 4, 8),
+            ConnClass::CrossRail => (12.0, 8, 8, 32),
+            ConnClass::CrossDc => (2000.0, 16, 64, 256),
+        };
+        ClassSpec {
+            rate_gbps: 400.0,
+            rtt_us,
+            qps,
+            min_outstanding,
+            max_outstanding,
+            segment_bytes: None,
+        }
+    }
+}
+
+/// A class table as written in the file: every key optional, missing ones take the class default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawClassSpec {
+    rate_gbps: Option<f64>,
+    rtt_us: Option<f64>,
+    qps: Option<u32>,
+    min_outstanding: Option<u32>,
+    max_outstanding: Option<u32>,
+    segment_bytes: Option<u64>,
+}
+
+impl RawClassSpec {
+    fn over(self, base: ClassSpec) -> ClassSpec {
+        ClassSpec {
+            rate_gbps: self.rate_gbps.unwrap_or(base.rate_gbps),
+            rtt_us: self.rtt_us.unwrap_or(base.rtt_us),
+            qps: self.qps.unwrap_or(base.qps),
+            min_outstanding: self.min_outstanding.unwrap_or(base.min_outstanding),
+            max_outstanding: self.max_outstanding.unwrap_or(base.max_outstanding),
+            segment_bytes: self.segment_bytes.or(base.segment_bytes),
+        }
+    }
+}
+
+fn class_from<'de, D: Deserializer<'de>>(d: D, class: ConnClass) -> Result<ClassSpec, D::Error> {
+    RawClassSpec::deserialize(d).map(|raw| raw.over(ClassSpec::default_for(class)))
+}
+
+fn de_same_rail<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::SameRail)
+}
+
+fn de_cross_rail<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::CrossRail)
+}
+
+fn de_cross_dc<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::CrossDc)
+}
+
+fn default_same_rail() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::SameRail)
+}
+
+fn default_cross_rail() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::CrossRail)
+}
+
+fn default_cross_dc() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::CrossDc)
+}
+
+/// `[class.same-rail]`, `[class.cross-rail]`, `[class.cross-dc]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClassSections {
+    #[serde(default = "default_same_rail", deserialize_with = "de_same_rail")]
+    pub same_rail: ClassSpec,
+    #[serde(default = "default_cross_rail", deserialize_with = "de_cross_rail")]
+    pub cross_rail: ClassSpec,
+    #[serde(default = "default_cross_dc", deserialize_with = "de_cross_dc")]
+    pub cross_dc: ClassSpec,
+}
+
+impl Default for ClassSections {
+    fn default() -> Self {
+        ClassSections {
+            same_rail: default_same_rail(),
+            cross_rail: default_cross_rail(),
+            cross_dc: default_cross_dc(),
+        }
+    }
+}
+
+impl ClassSections {
+    /// The spec of one class.
+    pub fn get(&self, class: ConnClass) -> &ClassSpec {
+        match class {
+            ConnClass::SameRail => &self.same_rail,
+            ConnClass::CrossRail => &self.cross_rail,
+            ConnClass::CrossDc => &self.cross_dc,
+        }
+    }
+}
+
+/// `[tcp]`: the TCP fallback transport's socket options.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct TcpSection {
+    /// SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel default.
+    pub socket_buffer_bytes: u64,
+    pub nodelay: bool,
+}
+
+impl Default for TcpSection {
+    fn default() -> Self {
+        TcpSection {
+            socket_buffer_bytes: 0,
+            nodelay: true,
+        }
+    }
+}
+
+/// `[stats]`: per-connection statistics logging.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct StatsSection {
+    pub log_on_close: bool,
+    /// Periodic statistics log interval; 0 disables periodic logging.
+    pub log_interval_ms: u64,
+}
+
+impl Default for StatsSection {
+    fn default() -> Self {
+        StatsSection {
+            log_on_close: true,
+            log_interval_ms: 0,
+        }
+    }
+}
+
+/// A log level override for the plugin's own messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevel {
+    Warn,
+    Info,
+    Trace,
+}
+
+impl LogLevel {
+    /// The spelling used in the config file and environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// `[log]`: optional level override (otherwise NCCL's logger level applies).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LogSection {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<LogLevel>,
+}
+
+impl SiteConfig {
+    /// The segment size a class uses: its own override, else the engine's.
+    pub fn segment_bytes_for(&self, class: ConnClass) -> u64 {
+        self.class
+            .get(class)
+            .segment_bytes
+            .unwrap_or(self.engine.segment_bytes)
+    }
+}
