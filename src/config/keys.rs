@@ -100,7 +100,7 @@ const SAME_RAIL: [KeySpec; 6] = class_keys!("same-rail");
 const CROSS_RAIL: [KeySpec; 6] = class_keys!("cross-rail");
 const CROSS_DC: [KeySpec; 6] = class_keys!("cross-dc");
 
-const OTHER: [KeySpec; 11] = [
+const OTHER: [KeySpec; 13] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -112,6 +112,8 @@ const OTHER: [KeySpec; 11] = [
     key("engine.inflight-budget-bytes", int(1 << 20, 1 << 40)),
     key("tcp.socket-buffer-bytes", int(0, i32::MAX as i64)),
     key("tcp.nodelay", KeyKind::Bool),
+    key("tcp.fabric-id", int(0, 1 << 24)),
+    key("tcp.src-port-base", int(0, 65000)),
     key("stats.log-on-close", KeyKind::Bool),
     key("stats.log-interval-ms", int(0, 86_400_000)),
     optional("log.level", KeyKind::Choice(&["warn", "info", "trace"])),
@@ -298,7 +300,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 29);
+        assert_eq!(paths.len(), 31);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -243,6 +243,11 @@ pub struct TcpSection {
     /// SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel default.
     pub socket_buffer_bytes: u64,
     pub nodelay: bool,
+    /// fabricId of this node's TCP devices (TCP has no NCCL_IB_HCA entry to carry one).
+    pub fabric_id: u32,
+    /// When non-zero, the connecting side binds stream i (0 = control) to source port base + i,
+    /// so each data stream can be shaped or traced by port (scripts/paths-bench.sh).
+    pub src_port_base: u16,
 }
 
 impl Default for TcpSection {
@@ -250,6 +255,8 @@ impl Default for TcpSection {
         TcpSection {
             socket_buffer_bytes: 0,
             nodelay: true,
+            fabric_id: 0,
+            src_port_base: 0,
         }
     }
 }
