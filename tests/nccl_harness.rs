@@ -79,6 +79,29 @@ fn transfer_policy_single_qp() {
     transfer_all_sizes("single-qp");
 }
 
+/// One side closes its comm the moment its last operation completes, without waiting for the
+/// peer (ncclCommDestroy right after a send or receive): every message must still complete intact
+/// on the other side.
+fn early_close(side: &str) {
+    let mut envs = policy_env("dqplb");
+    envs.push(("DQPLB_HARNESS_CYCLES", "1".into()));
+    envs.push(("DQPLB_HARNESS_BIG", "0".into()));
+    envs.push(("DQPLB_HARNESS_STRICT_CLOSE", side.into()));
+    let log = spawn::run_pair(&envs, LIMIT, |_| {}).unwrap_or_else(|e| panic!("early close by {side}: {e}"));
+    assert_eq!(log.receiver.iter().filter(|l| l.starts_with("CYCLE 0 received")).count(), 1, "{:?}", log.receiver);
+    assert_eq!(log.sender.iter().filter(|l| l.starts_with("CYCLE 0 sent")).count(), 1, "{:?}", log.sender);
+}
+
+#[test]
+fn sender_closing_right_after_its_last_send_loses_nothing() {
+    early_close("send");
+}
+
+#[test]
+fn receiver_closing_right_after_its_last_receive_fails_no_send() {
+    early_close("recv");
+}
+
 /// One thread: listen, alternate connect/accept until both finish, send the plan to itself.
 #[test]
 fn self_connect_in_one_thread() {
@@ -117,6 +140,8 @@ fn peer_kill_gives_receiver_an_error() {
                 .unwrap_or_else(|| panic!("timed out waiting for {what}"));
             match rx.recv_timeout(left) {
                 Ok((who, Some(l))) => return (who, l),
+                // the killed sender's stdout closing is expected; the receiver's is not
+                Ok((1, None)) => continue,
                 Ok((who, None)) => panic!("child {who} exited while waiting for {what}"),
                 Err(e) => panic!("waiting for {what}: {e}"),
             }

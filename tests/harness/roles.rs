@@ -52,12 +52,37 @@ pub fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn read_handle() -> Result<[u8; HANDLE_BYTES], String> {
+fn read_line() -> Result<String, String> {
     let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| format!("reading handle: {e}"))?;
+    std::io::stdin().lock().read_line(&mut line).map_err(|e| format!("reading from the parent: {e}"))?;
+    Ok(line)
+}
+
+fn expect_line(want: &str) -> Result<(), String> {
+    let l = read_line()?;
+    if l.trim() != want {
+        return Err(format!("expected {want:?} from the parent, got {l:?}"));
+    }
+    Ok(())
+}
+
+/// DQPLB_HARNESS_STRICT_CLOSE=send|recv: that side closes as soon as its last operation is
+/// done, without waiting for the peer (NCCL may do this: ncclCommDestroy right after a send).
+fn strict_close() -> String {
+    std::env::var("DQPLB_HARNESS_STRICT_CLOSE").unwrap_or_default()
+}
+
+/// Accepts success (request or NULL) or a remote/system error from a call racing the peer's close.
+fn peer_may_be_gone(r: Result<Option<Ptr>, CallError>) -> Result<(), String> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.rc == abi::REMOTE_ERROR || e.rc == abi::SYSTEM_ERROR => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn read_handle() -> Result<[u8; HANDLE_BYTES], String> {
+    let line = read_line()?;
     let hex = line
         .trim()
         .strip_prefix("HANDLE ")
@@ -160,11 +185,15 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
             })
             .map_err(err)?;
         }
+        say(&format!("VERIFIED {cycle}"));
+        if strict_close() != "recv" {
+            expect_line(&format!("SENT {cycle}"))?;
+        }
         // Close with receives outstanding: one may match the sender's extra send, one never will.
+        // The sender may already have closed: a remote/system error is then a fine answer.
         for k in 0..2 {
             // SAFETY: the extra regions lie at the end of the registered arena.
-            let _ = unsafe { net.irecv(rc, base.add(total + k * EXTRA), EXTRA, TAG, mh) }
-                .map_err(err)?;
+            peer_may_be_gone(unsafe { net.irecv(rc, base.add(total + k * EXTRA), EXTRA, TAG, mh) })?;
         }
         net.dereg_mr(rc, mh).map_err(err)?;
         net.close_recv(rc).map_err(err)?;
@@ -222,9 +251,14 @@ fn sender(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
             })
             .map_err(err)?;
         }
+        say(&format!("SENT {cycle}"));
+        if strict_close() != "send" {
+            // Like the end of a collective: both sides are done before either closes.
+            expect_line(&format!("VERIFIED {cycle}"))?;
+        }
         // Close with a send outstanding (it may match the receiver's first extra receive).
         // SAFETY: the extra region lies at the end of the registered arena.
-        let _ = unsafe { net.isend(sc, base.add(total), EXTRA, TAG, mh) }.map_err(err)?;
+        peer_may_be_gone(unsafe { net.isend(sc, base.add(total), EXTRA, TAG, mh) })?;
         net.dereg_mr(sc, mh).map_err(err)?;
         net.close_send(sc).map_err(err)?;
         drop(arena);

@@ -131,9 +131,15 @@ pub fn run_pair(
                     if let Some(hex) = line.strip_prefix("HANDLE ") {
                         on_handle(&abi::from_hex(hex)?);
                         send.send_line(&line)?;
+                    } else if line.starts_with("VERIFIED ") {
+                        // the sender may already be gone (strict-close mode): ignore a broken pipe
+                        let _ = send.send_line(&line);
                     }
                     log.receiver.push(line);
                 } else {
+                    if line.starts_with("SENT ") {
+                        let _ = recv.send_line(&line);
+                    }
                     log.sender.push(line);
                 }
             }
