@@ -87,9 +87,26 @@ fn early_close(side: &str) {
     envs.push(("DQPLB_HARNESS_CYCLES", "1".into()));
     envs.push(("DQPLB_HARNESS_BIG", "0".into()));
     envs.push(("DQPLB_HARNESS_STRICT_CLOSE", side.into()));
-    let log = spawn::run_pair(&envs, LIMIT, |_| {}).unwrap_or_else(|e| panic!("early close by {side}: {e}"));
-    assert_eq!(log.receiver.iter().filter(|l| l.starts_with("CYCLE 0 received")).count(), 1, "{:?}", log.receiver);
-    assert_eq!(log.sender.iter().filter(|l| l.starts_with("CYCLE 0 sent")).count(), 1, "{:?}", log.sender);
+    let log = spawn::run_pair(&envs, LIMIT, |_| {})
+        .unwrap_or_else(|e| panic!("early close by {side}: {e}"));
+    assert_eq!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 received"))
+            .count(),
+        1,
+        "{:?}",
+        log.receiver
+    );
+    assert_eq!(
+        log.sender
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 sent"))
+            .count(),
+        1,
+        "{:?}",
+        log.sender
+    );
 }
 
 #[test]

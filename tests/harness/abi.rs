@@ -38,7 +38,7 @@ impl Properties {
     pub fn poisoned() -> Self {
         Properties {
             name: std::ptr::null(),
-            pci_path: 0x1 as *const c_char,
+            pci_path: std::ptr::without_provenance(1),
             guid: 0xdead_beef_dead_beef,
             ptr_support: -1,
             reg_is_global: -1,

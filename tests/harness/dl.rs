@@ -154,6 +154,6 @@ impl CLogger {
 
     pub fn count(&self, level: c_int) -> i64 {
         // SAFETY: plain C function reading an atomic counter.
-        unsafe { (self.count)(level) as i64 }
+        unsafe { (self.count)(level) }
     }
 }

@@ -233,12 +233,12 @@ impl Net {
         let mut size = capacity as c_int;
         let mut tag = tag;
         let mut mh = mh;
-        let mut req: Ptr = 0x1 as Ptr; // NCCL >= 2.24 pre-sets a hint; the plugin must overwrite it.
+        let mut req: Ptr = std::ptr::without_provenance_mut(1); // NCCL >= 2.24 pre-sets a hint; the plugin must overwrite it.
         check(
             || format!("irecv({capacity} bytes)"),
             f(comm, 1, &mut data, &mut size, &mut tag, &mut mh, &mut req),
         )?;
-        if req == 0x1 as Ptr {
+        if req == std::ptr::without_provenance_mut(1) {
             return Err(CallError {
                 what: "irecv left *request untouched".into(),
                 rc: 0,
@@ -301,7 +301,7 @@ fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
         Some(n) if !n.is_empty() && n.len() < 256 => {}
         other => return bad(format!("name is {other:?}")),
     }
-    if p.pci_path == 0x1 as *const _ {
+    if p.pci_path == std::ptr::without_provenance(1) {
         return bad("pciPath left unwritten".into());
     }
     if p.ptr_support & abi::PTR_HOST == 0 || p.ptr_support & !7 != 0 {

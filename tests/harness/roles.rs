@@ -54,7 +54,10 @@ pub fn say(line: &str) {
 
 fn read_line() -> Result<String, String> {
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).map_err(|e| format!("reading from the parent: {e}"))?;
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("reading from the parent: {e}"))?;
     Ok(line)
 }
 
@@ -153,6 +156,7 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
         let mut pump = Pump::new(plan.len());
         let mut dog = Watchdog::new(STALL_LIMIT);
         let mut bytes = 0usize;
+        let slow = strict_close() == "send";
         while !pump.finished() {
             let progressed = pump
                 .step(
@@ -176,6 +180,11 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
                         pattern::verify(got, size, seed, i as u64)
                             .map_err(|what| CallError { what, rc: 0 })?;
                         bytes += size;
+                        if slow {
+                            // Hand completions back slowly, so the early-closing sender is
+                            // certainly gone while some finished receives are still untested.
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
                         Ok(())
                     },
                 )
@@ -193,7 +202,9 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
         // The sender may already have closed: a remote/system error is then a fine answer.
         for k in 0..2 {
             // SAFETY: the extra regions lie at the end of the registered arena.
-            peer_may_be_gone(unsafe { net.irecv(rc, base.add(total + k * EXTRA), EXTRA, TAG, mh) })?;
+            peer_may_be_gone(unsafe {
+                net.irecv(rc, base.add(total + k * EXTRA), EXTRA, TAG, mh)
+            })?;
         }
         net.dereg_mr(rc, mh).map_err(err)?;
         net.close_recv(rc).map_err(err)?;
@@ -224,6 +235,7 @@ fn sender(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
         }
         let mh = net.reg_mr(sc, &mut arena).map_err(err)?;
         let base = arena.as_mut_ptr();
+        let slow = strict_close() == "recv";
         let mut pump = Pump::new(plan.len());
         let mut dog = Watchdog::new(STALL_LIMIT);
         while !pump.finished() {
@@ -241,6 +253,10 @@ fn sender(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
                                 ),
                                 rc: 0,
                             });
+                        }
+                        if slow {
+                            // The early-closing receiver is gone before these are all tested.
+                            std::thread::sleep(Duration::from_millis(2));
                         }
                         Ok(())
                     },

@@ -66,9 +66,17 @@ pub const MAX_MESSAGE: u64 = i32::MAX as u64;
 
 /// Parses "4096", "64K", "1M", "2G" (binary multiples, case-insensitive, optional "B"/"iB").
 pub fn parse_bytes(opt: &str, s: &str) -> Result<u64, ArgError> {
-    let bad = || ArgError(format!("{opt}: '{s}' is not a byte count (examples: 8, 64K, 1M, 2G)"));
+    let bad = || {
+        ArgError(format!(
+            "{opt}: '{s}' is not a byte count (examples: 8, 64K, 1M, 2G)"
+        ))
+    };
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).or_else(|| t.strip_suffix('b')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(t);
     let (num, mult) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
         Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
@@ -80,7 +88,8 @@ pub fn parse_bytes(opt: &str, s: &str) -> Result<u64, ArgError> {
 }
 
 fn parse_num(opt: &str, s: &str) -> Result<u64, ArgError> {
-    s.parse().map_err(|_| ArgError(format!("{opt}: '{s}' is not a non-negative integer")))
+    s.parse()
+        .map_err(|_| ArgError(format!("{opt}: '{s}' is not a non-negative integer")))
 }
 
 impl PerfArgs {
@@ -90,25 +99,34 @@ impl PerfArgs {
         let mut it = args.iter();
         while let Some(opt) = it.next() {
             let mut value = |name: &str| {
-                it.next().cloned().ok_or_else(|| ArgError(format!("{name} needs a value")))
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| ArgError(format!("{name} needs a value")))
             };
             match opt.as_str() {
                 "--transport" => {
                     let v = value(opt)?;
                     if v != "socket" {
-                        return Err(ArgError(format!("--transport: '{v}' is not supported (only 'socket')")));
+                        return Err(ArgError(format!(
+                            "--transport: '{v}' is not supported (only 'socket')"
+                        )));
                     }
                 }
                 "--peers" => {
                     let v = value(opt)?;
                     if v != "local" {
-                        return Err(ArgError(format!("--peers: '{v}' is not supported (only 'local': both on this machine)")));
+                        return Err(ArgError(format!(
+                            "--peers: '{v}' is not supported (only 'local': both on this machine)"
+                        )));
                     }
                 }
                 "--policy" => {
                     let v = value(opt)?;
                     if !POLICIES.contains(&v.as_str()) {
-                        return Err(ArgError(format!("--policy: '{v}' is not one of {}", POLICIES.join(", "))));
+                        return Err(ArgError(format!(
+                            "--policy: '{v}' is not one of {}",
+                            POLICIES.join(", ")
+                        )));
                     }
                     a.policy = Some(v);
                 }
@@ -122,7 +140,9 @@ impl PerfArgs {
                 "--segment" => {
                     let v = parse_bytes(opt, &value(opt)?)?;
                     if v == 0 || v > u32::MAX as u64 {
-                        return Err(ArgError(format!("--segment: {v} bytes is outside 1..=4G-1")));
+                        return Err(ArgError(format!(
+                            "--segment: {v} bytes is outside 1..=4G-1"
+                        )));
                     }
                     a.segment = Some(v);
                 }
@@ -134,7 +154,9 @@ impl PerfArgs {
                 "--inflight" => {
                     let v = parse_num(opt, &value(opt)?)?;
                     if !(1..=32).contains(&v) {
-                        return Err(ArgError(format!("--inflight: {v} is outside 1..=32 (NCCL's request limit)")));
+                        return Err(ArgError(format!(
+                            "--inflight: {v} is outside 1..=32 (NCCL's request limit)"
+                        )));
                     }
                     a.inflight = v as usize;
                 }
@@ -143,13 +165,21 @@ impl PerfArgs {
                         "table" => Format::Table,
                         "csv" => Format::Csv,
                         "json" => Format::Json,
-                        v => return Err(ArgError(format!("--format: '{v}' is not table, csv or json"))),
+                        v => {
+                            return Err(ArgError(format!(
+                                "--format: '{v}' is not table, csv or json"
+                            )))
+                        }
                     }
                 }
                 "--raw-tcp" => a.raw_tcp = true,
                 "--latency" => a.latency = true,
                 "--no-check" => a.check = false,
-                other => return Err(ArgError(format!("unknown option '{other}' (see dqplb perf --help)"))),
+                other => {
+                    return Err(ArgError(format!(
+                        "unknown option '{other}' (see dqplb perf --help)"
+                    )))
+                }
             }
         }
         a.validate()?;
@@ -158,13 +188,22 @@ impl PerfArgs {
 
     fn validate(&self) -> Result<(), ArgError> {
         if self.min_bytes > self.max_bytes {
-            return Err(ArgError(format!("--min-bytes {} is larger than --max-bytes {}", self.min_bytes, self.max_bytes)));
+            return Err(ArgError(format!(
+                "--min-bytes {} is larger than --max-bytes {}",
+                self.min_bytes, self.max_bytes
+            )));
         }
         if self.max_bytes > MAX_MESSAGE {
-            return Err(ArgError(format!("--max-bytes {} exceeds the v8 ABI's message limit {MAX_MESSAGE}", self.max_bytes)));
+            return Err(ArgError(format!(
+                "--max-bytes {} exceeds the v8 ABI's message limit {MAX_MESSAGE}",
+                self.max_bytes
+            )));
         }
         if self.step_factor < 2 {
-            return Err(ArgError(format!("--step-factor {} must be at least 2", self.step_factor)));
+            return Err(ArgError(format!(
+                "--step-factor {} must be at least 2",
+                self.step_factor
+            )));
         }
         if self.iters == Some(0) {
             return Err(ArgError("--iters must be at least 1".into()));
@@ -191,12 +230,14 @@ impl PerfArgs {
 
     /// Measured iterations for `size`: --iters, or about 256 MiB (10..=1000 iterations) per size.
     pub fn iters_for(&self, size: u64) -> u64 {
-        self.iters.unwrap_or_else(|| ((256u64 << 20) / size.max(1)).clamp(10, 1000))
+        self.iters
+            .unwrap_or_else(|| ((256u64 << 20) / size.max(1)).clamp(10, 1000))
     }
 
     /// Warm-up iterations for `size`: --warmup, or a tenth of the measured ones (1..=20).
     pub fn warmup_for(&self, size: u64) -> u64 {
-        self.warmup.unwrap_or_else(|| (self.iters_for(size) / 10).clamp(1, 20))
+        self.warmup
+            .unwrap_or_else(|| (self.iters_for(size) / 10).clamp(1, 20))
     }
 
     /// The argument list that reproduces these options (passed to the child processes).

@@ -21,12 +21,23 @@ pub struct Row {
 
 impl Row {
     pub fn to_line(&self) -> String {
-        format!("ROW {} {} {} {}", self.size, self.iters, self.nanos, self.wrong)
+        format!(
+            "ROW {} {} {} {}",
+            self.size, self.iters, self.nanos, self.wrong
+        )
     }
 
     pub fn from_line(l: &str) -> Option<Row> {
-        let mut it = l.strip_prefix("ROW ")?.split_whitespace().map(|x| x.parse::<u64>());
-        let row = Row { size: it.next()?.ok()?, iters: it.next()?.ok()?, nanos: it.next()?.ok()?, wrong: it.next()?.ok()? };
+        let mut it = l
+            .strip_prefix("ROW ")?
+            .split_whitespace()
+            .map(|x| x.parse::<u64>());
+        let row = Row {
+            size: it.next()?.ok()?,
+            iters: it.next()?.ok()?,
+            nanos: it.next()?.ok()?,
+            wrong: it.next()?.ok()?,
+        };
         it.next().is_none().then_some(row)
     }
 
@@ -49,7 +60,13 @@ const STALL: Duration = Duration::from_secs(60);
 
 /// Runs the sweep on one side. The sender fills each message before posting it; the receiver
 /// checks each one after completion and returns a row per size.
-pub fn sweep(link: &mut dyn Link, a: &PerfArgs, slots: &mut [Vec<u8>], sender: bool, mut on_row: impl FnMut(&Row)) -> NetRes<()> {
+pub fn sweep(
+    link: &mut dyn Link,
+    a: &PerfArgs,
+    slots: &mut [Vec<u8>],
+    sender: bool,
+    mut on_row: impl FnMut(&Row),
+) -> NetRes<()> {
     let bases: Vec<*mut u8> = slots.iter_mut().map(|s| s.as_mut_ptr()).collect();
     let n_slots = bases.len();
     let mut queue: VecDeque<(u64, usize, u64)> = VecDeque::with_capacity(n_slots);
@@ -66,7 +83,10 @@ pub fn sweep(link: &mut dyn Link, a: &PerfArgs, slots: &mut [Vec<u8>], sender: b
                 let slot = (posted % n_slots as u64) as usize;
                 if sender && a.check {
                     // SAFETY: the slot's previous message completed (FIFO, at most n_slots queued).
-                    pattern::fill(unsafe { std::slice::from_raw_parts_mut(bases[slot], len) }, posted);
+                    pattern::fill(
+                        unsafe { std::slice::from_raw_parts_mut(bases[slot], len) },
+                        posted,
+                    );
                 }
                 // SAFETY: slot buffers hold max_bytes >= len and are not touched until done.
                 if let Some(tok) = unsafe { link.post(slot, bases[slot], len)? } {
@@ -84,7 +104,10 @@ pub fn sweep(link: &mut dyn Link, a: &PerfArgs, slots: &mut [Vec<u8>], sender: b
                             wrong += size;
                         } else if a.check {
                             // SAFETY: the message is done; the transport no longer writes it.
-                            wrong += pattern::count_wrong(unsafe { std::slice::from_raw_parts(bases[slot], len) }, iter);
+                            wrong += pattern::count_wrong(
+                                unsafe { std::slice::from_raw_parts(bases[slot], len) },
+                                iter,
+                            );
                         }
                     }
                     completed += 1;
@@ -101,7 +124,12 @@ pub fn sweep(link: &mut dyn Link, a: &PerfArgs, slots: &mut [Vec<u8>], sender: b
                 return Err(NetErr(format!("{side}: no progress for {STALL:?} at size {size}, message {completed} of {total}")));
             }
         }
-        let row = Row { size, iters, nanos: t0.elapsed().as_nanos() as u64, wrong };
+        let row = Row {
+            size,
+            iters,
+            nanos: t0.elapsed().as_nanos() as u64,
+            wrong,
+        };
         on_row(&row);
     }
     Ok(())

@@ -40,7 +40,9 @@ fn post(mut f: impl FnMut() -> NetRes<Option<Ptr>>, what: &str) -> NetRes<Ptr> {
             return Ok(r);
         }
         if start.elapsed() > STALL {
-            return Err(NetErr(format!("{what}: request still refused after {STALL:?}")));
+            return Err(NetErr(format!(
+                "{what}: request still refused after {STALL:?}"
+            )));
         }
     }
 }
@@ -53,7 +55,10 @@ pub struct PluginPair {
 }
 
 /// Listens and prints our handle through `say`, reads the peer's with `read_peer`, connects.
-pub fn plugin_pair(say: &dyn Fn(String), read_peer: &dyn Fn() -> NetRes<[u8; HANDLE_BYTES]>) -> NetRes<PluginPair> {
+pub fn plugin_pair(
+    say: &dyn Fn(String),
+    read_peer: &dyn Fn() -> NetRes<[u8; HANDLE_BYTES]>,
+) -> NetRes<PluginPair> {
     net::init()?;
     let (h, lc) = net::listen(0)?;
     say(format!("HANDLE {}", net::to_hex(&h)));
@@ -107,7 +112,8 @@ pub fn raw_listen() -> NetRes<TcpListener> {
 }
 
 pub fn raw_pingpong(s: &mut TcpStream, pinger: bool, warmup: u64, iters: u64) -> NetRes<Vec<f64>> {
-    s.set_nodelay(true).map_err(|e| NetErr(format!("TCP_NODELAY: {e}")))?;
+    s.set_nodelay(true)
+        .map_err(|e| NetErr(format!("TCP_NODELAY: {e}")))?;
     let io = |e: std::io::Error| NetErr(format!("raw TCP ping-pong: {e}"));
     let mut buf = [0x5au8; PING_BYTES];
     let mut samples = Vec::with_capacity(iters as usize);

@@ -71,9 +71,17 @@ impl RawLink {
                     let hi = job.len * (j + 1) / n;
                     // SAFETY: the poster keeps buf..buf+len alive and untouched until all
                     // streams report this job done; each stream touches a disjoint range.
-                    let part = unsafe { std::slice::from_raw_parts_mut((job.buf as *mut u8).add(lo), hi - lo) };
-                    let r = if send { s.write_all(part) } else { s.read_exact(part) };
-                    let msg = r.map(|_| job.seq).map_err(|e| format!("raw TCP stream {j}: {e}"));
+                    let part = unsafe {
+                        std::slice::from_raw_parts_mut((job.buf as *mut u8).add(lo), hi - lo)
+                    };
+                    let r = if send {
+                        s.write_all(part)
+                    } else {
+                        s.read_exact(part)
+                    };
+                    let msg = r
+                        .map(|_| job.seq)
+                        .map_err(|e| format!("raw TCP stream {j}: {e}"));
                     let failed = msg.is_err();
                     if dtx.send(msg).is_err() || failed {
                         return;
@@ -81,7 +89,12 @@ impl RawLink {
                 }
             });
         }
-        RawLink { jobs, done: drx, counts: Default::default(), next: 0 }
+        RawLink {
+            jobs,
+            done: drx,
+            counts: Default::default(),
+            next: 0,
+        }
     }
 
     fn absorb(&mut self, r: Result<u64, String>) -> NetRes<()> {
@@ -99,7 +112,12 @@ impl Link for RawLink {
         self.next += 1;
         self.counts.insert(seq, (0, len));
         for tx in &self.jobs {
-            tx.send(Job { seq, buf: buf as usize, len }).map_err(|_| NetErr("raw TCP stream thread exited".into()))?;
+            tx.send(Job {
+                seq,
+                buf: buf as usize,
+                len,
+            })
+            .map_err(|_| NetErr("raw TCP stream thread exited".into()))?;
         }
         Ok(Some(seq))
     }
@@ -121,7 +139,10 @@ impl Link for RawLink {
             if !may_block {
                 return Ok(None);
             }
-            let r = self.done.recv().map_err(|_| NetErr("raw TCP stream threads exited".into()))?;
+            let r = self
+                .done
+                .recv()
+                .map_err(|_| NetErr("raw TCP stream threads exited".into()))?;
             self.absorb(r)?;
         }
     }

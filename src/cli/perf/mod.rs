@@ -40,7 +40,11 @@ pub fn run(args: &[String]) -> i32 {
             return 2;
         }
     };
-    let result = if a.latency { run_latency(&a, info) } else { run_bandwidth(&a, info) };
+    let result = if a.latency {
+        run_latency(&a, info)
+    } else {
+        run_bandwidth(&a, info)
+    };
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -83,10 +87,18 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
     let loaded = config::load::load_with(&lookup, &vars, std::path::Path::new(config::ETC_PATH))
         .map_err(|e| format!("plugin configuration: {e}"))?;
     let plan = loaded.config.plan(config::ConnClass::SameRail);
-    let mode = if a.raw_tcp { "raw TCP streams (no plugin)" } else { "plugin vtable, socket transport" };
+    let mode = if a.raw_tcp {
+        "raw TCP streams (no plugin)"
+    } else {
+        "plugin vtable, socket transport"
+    };
     Ok(RunInfo {
         mode: mode.to_string(),
-        policy: if a.raw_tcp { "n/a".into() } else { loaded.config.engine.policy.as_str().to_string() },
+        policy: if a.raw_tcp {
+            "n/a".into()
+        } else {
+            loaded.config.engine.policy.as_str().to_string()
+        },
         qps: plan.qps,
         outstanding: plan.outstanding,
         segment_bytes: plan.segment_bytes,
@@ -104,7 +116,12 @@ struct ChildLines {
 
 /// Runs `__role first` and `__role second` with `child_args`, relaying each one's HANDLE line
 /// to the other's stdin; fails if either exits non-zero.
-fn run_pair(first: &str, second: &str, child_args: &[String], env: &[(String, String)]) -> Result<ChildLines, String> {
+fn run_pair(
+    first: &str,
+    second: &str,
+    child_args: &[String],
+    env: &[(String, String)],
+) -> Result<ChildLines, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let (tx, rx) = channel::<(usize, Option<String>)>();
     let mut children = Vec::new();
@@ -131,7 +148,10 @@ fn run_pair(first: &str, second: &str, child_args: &[String], env: &[(String, St
         children.push(c);
     }
     drop(tx);
-    let mut lines = ChildLines { first: vec![], second: vec![] };
+    let mut lines = ChildLines {
+        first: vec![],
+        second: vec![],
+    };
     let mut open = 2;
     while open > 0 {
         let Ok((who, l)) = rx.recv() else { break };
@@ -139,12 +159,17 @@ fn run_pair(first: &str, second: &str, child_args: &[String], env: &[(String, St
             open -= 1;
             continue;
         };
-        if l.starts_with("HANDLE ") {
+        if l.starts_with("HANDLE ") || l == "DONE" {
             if let Some(Some(stdin)) = stdins.get_mut(1 - who) {
                 let _ = writeln!(stdin, "{l}").and_then(|_| stdin.flush());
             }
         }
-        if who == 0 { &mut lines.first } else { &mut lines.second }.push(l);
+        if who == 0 {
+            &mut lines.first
+        } else {
+            &mut lines.second
+        }
+        .push(l);
     }
     drop(stdins);
     let mut failed = Vec::new();
@@ -154,9 +179,22 @@ fn run_pair(first: &str, second: &str, child_args: &[String], env: &[(String, St
             failed.push(format!("{role} exited with {st}"));
         }
     }
-    let errors: Vec<&String> = lines.first.iter().chain(&lines.second).filter(|l| l.starts_with("ERROR ")).collect();
+    let errors: Vec<&String> = lines
+        .first
+        .iter()
+        .chain(&lines.second)
+        .filter(|l| l.starts_with("ERROR "))
+        .collect();
     if !failed.is_empty() || !errors.is_empty() {
-        return Err(format!("{}; {}", failed.join(", "), errors.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")));
+        return Err(format!(
+            "{}; {}",
+            failed.join(", "),
+            errors
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
     }
     Ok(lines)
 }
@@ -167,36 +205,64 @@ fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
         child.qps = Some(info.qps);
     }
     let lines = run_pair("bw-recv", "bw-send", &child.to_args(), &child_env(a))?;
-    info.plugin_line = lines.second.iter().find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
-    let rows: Vec<bw::Row> = lines.first.iter().filter_map(|l| bw::Row::from_line(l)).collect();
+    info.plugin_line = lines
+        .second
+        .iter()
+        .find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
+    let rows: Vec<bw::Row> = lines
+        .first
+        .iter()
+        .filter_map(|l| bw::Row::from_line(l))
+        .collect();
     let want = a.sizes().len();
     if rows.len() != want {
         return Err(format!("receiver reported {} of {want} sizes", rows.len()));
     }
     print!("{}", report::bandwidth(&info, &rows, a.format));
-    Ok(if rows.iter().all(|r| r.wrong == 0) { 0 } else { 1 })
+    Ok(if rows.iter().all(|r| r.wrong == 0) {
+        0
+    } else {
+        1
+    })
 }
 
 fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
     let mut rows = Vec::new();
-    let kinds: &[(&str, bool)] = if a.raw_tcp { &[("raw-tcp", true)] } else { &[("plugin", false), ("raw-tcp", true)] };
+    let kinds: &[(&str, bool)] = if a.raw_tcp {
+        &[("raw-tcp", true)]
+    } else {
+        &[("plugin", false), ("raw-tcp", true)]
+    };
     let mut info = info;
     for &(name, raw) in kinds {
         let mut child = a.clone();
         child.raw_tcp = raw;
         let lines = run_pair("lat-ping", "lat-pong", &child.to_args(), &child_env(a))?;
         if !raw {
-            info.plugin_line = lines.first.iter().chain(&lines.second).find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
+            info.plugin_line = lines
+                .first
+                .iter()
+                .chain(&lines.second)
+                .find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
         }
         let lat = lines
             .first
             .iter()
             .find_map(|l| {
                 let mut it = l.strip_prefix("LAT ")?.split_whitespace();
-                Some((it.next()?.parse::<f64>().ok()?, it.next()?.parse::<f64>().ok()?, it.next()?.parse::<usize>().ok()?))
+                Some((
+                    it.next()?.parse::<f64>().ok()?,
+                    it.next()?.parse::<f64>().ok()?,
+                    it.next()?.parse::<usize>().ok()?,
+                ))
             })
             .ok_or_else(|| format!("{name}: the pinger reported no LAT line: {:?}", lines.first))?;
-        rows.push(LatRow { transport: name.to_string(), median_us: lat.0, p99_us: lat.1, samples: lat.2 });
+        rows.push(LatRow {
+            transport: name.to_string(),
+            median_us: lat.0,
+            p99_us: lat.1,
+            samples: lat.2,
+        });
     }
     print!("{}", report::latency(&info, &rows, a.format));
     Ok(0)

@@ -1,7 +1,9 @@
 //! `dqplb perf`'s calls into the plugin, made through the in-crate exported vtable
 //! (`ffi::vtable::ncclNetPlugin_v8`) exactly as NCCL would, plus the logger handed to init().
 
-use crate::ffi::sys::{ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNet_v8_t, ncclResult_t, NCCL_PTR_HOST};
+use crate::ffi::sys::{
+    ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNet_v8_t, ncclResult_t, NCCL_PTR_HOST,
+};
 use crate::ffi::vtable::ncclNetPlugin_v8;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use std::ptr::null_mut;
@@ -37,7 +39,8 @@ fn check(what: &str, rc: ncclResult_t) -> NetRes<()> {
 
 macro_rules! f {
     ($name:ident) => {
-        vt().$name.ok_or_else(|| NetErr(format!("vtable entry {} is NULL", stringify!($name))))?
+        vt().$name
+            .ok_or_else(|| NetErr(format!("vtable entry {} is NULL", stringify!($name))))?
     };
 }
 
@@ -48,7 +51,14 @@ static CONN_LINE: Mutex<Option<String>> = Mutex::new(None);
 /// it as `(level, flags, file, line, "%s", msg)`: on the x86_64 SysV and AArch64 Linux ABIs a
 /// variadic call passes those six integer/pointer arguments in the same registers as a
 /// non-variadic call, so this six-argument function receives them correctly.
-unsafe extern "C" fn perf_logger(level: c_int, _flags: c_ulong, _file: *const c_char, _line: c_int, fmt: *const c_char, arg: *const c_char) {
+unsafe extern "C" fn perf_logger(
+    level: c_int,
+    _flags: c_ulong,
+    _file: *const c_char,
+    _line: c_int,
+    fmt: *const c_char,
+    arg: *const c_char,
+) {
     if fmt.is_null() {
         return;
     }
@@ -77,7 +87,19 @@ pub fn conn_line() -> Option<String> {
 pub fn init() -> NetRes<i32> {
     // SAFETY: perf_logger is ABI-compatible with the logger for the plugin's "%s" calls (above).
     let logger: ncclDebugLogger_t = unsafe {
-        std::mem::transmute::<Option<unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, *const c_char)>, ncclDebugLogger_t>(Some(perf_logger))
+        std::mem::transmute::<
+            Option<
+                unsafe extern "C" fn(
+                    c_int,
+                    c_ulong,
+                    *const c_char,
+                    c_int,
+                    *const c_char,
+                    *const c_char,
+                ),
+            >,
+            ncclDebugLogger_t,
+        >(Some(perf_logger))
     };
     // SAFETY: plain calls into the plugin with valid pointers.
     unsafe {
@@ -85,7 +107,9 @@ pub fn init() -> NetRes<i32> {
         let mut n: c_int = 0;
         check("devices", f!(devices)(&mut n))?;
         if n < 1 {
-            return Err(NetErr("plugin reports no devices (is NCCL_SOCKET_IFNAME=lo usable?)".into()));
+            return Err(NetErr(
+                "plugin reports no devices (is NCCL_SOCKET_IFNAME=lo usable?)".into(),
+            ));
         }
         Ok(n)
     }
@@ -95,13 +119,20 @@ pub fn listen(dev: i32) -> NetRes<([u8; HANDLE_BYTES], Ptr)> {
     let mut h = [0u8; HANDLE_BYTES];
     let mut c: Ptr = null_mut();
     // SAFETY: 128-byte handle and an out-pointer.
-    check("listen", unsafe { f!(listen)(dev, h.as_mut_ptr().cast(), &mut c) })?;
+    check("listen", unsafe {
+        f!(listen)(dev, h.as_mut_ptr().cast(), &mut c)
+    })?;
     Ok((h, c))
 }
 
 /// Connect and accept on one thread, as NCCL's service thread does: call both until each
 /// returns a comm. `listen` / `handle` may be absent for one-sided setups.
-pub fn establish(dev: i32, handle: Option<&mut [u8; HANDLE_BYTES]>, listen: Option<Ptr>, limit: Duration) -> NetRes<(Ptr, Ptr)> {
+pub(super) fn establish(
+    dev: i32,
+    handle: Option<&mut [u8; HANDLE_BYTES]>,
+    listen: Option<Ptr>,
+    limit: Duration,
+) -> NetRes<(Ptr, Ptr)> {
     let (mut sc, mut rc): (Ptr, Ptr) = (null_mut(), null_mut());
     let mut dh: *mut ncclNetDeviceHandle_v8_t = null_mut();
     let want_send = handle.is_some();
@@ -111,7 +142,9 @@ pub fn establish(dev: i32, handle: Option<&mut [u8; HANDLE_BYTES]>, listen: Opti
         if let Some(h) = handle.as_deref_mut() {
             if sc.is_null() {
                 // SAFETY: the same 128-byte handle buffer on every call.
-                check("connect", unsafe { f!(connect)(dev, h.as_mut_ptr().cast(), &mut sc, &mut dh) })?;
+                check("connect", unsafe {
+                    f!(connect)(dev, h.as_mut_ptr().cast(), &mut sc, &mut dh)
+                })?;
             }
         }
         if let Some(l) = listen {
@@ -124,20 +157,30 @@ pub fn establish(dev: i32, handle: Option<&mut [u8; HANDLE_BYTES]>, listen: Opti
             return Ok((sc, rc));
         }
         if start.elapsed() > limit {
-            return Err(NetErr(format!("connect/accept not complete after {limit:?}")));
+            return Err(NetErr(format!(
+                "connect/accept not complete after {limit:?}"
+            )));
         }
         std::thread::sleep(Duration::from_micros(100));
     }
 }
 
-pub fn reg_mr(comm: Ptr, buf: &mut [u8]) -> NetRes<Ptr> {
+pub(super) fn reg_mr(comm: Ptr, buf: &mut [u8]) -> NetRes<Ptr> {
     let mut mh: Ptr = null_mut();
     // SAFETY: buf outlives the registration (callers deregister before dropping it).
-    check("regMr", unsafe { f!(regMr)(comm, buf.as_mut_ptr().cast(), buf.len(), NCCL_PTR_HOST as c_int, &mut mh) })?;
+    check("regMr", unsafe {
+        f!(regMr)(
+            comm,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            NCCL_PTR_HOST as c_int,
+            &mut mh,
+        )
+    })?;
     Ok(mh)
 }
 
-pub fn dereg_mr(comm: Ptr, mh: Ptr) -> NetRes<()> {
+pub(super) fn dereg_mr(comm: Ptr, mh: Ptr) -> NetRes<()> {
     // SAFETY: mh came from reg_mr on comm.
     check("deregMr", unsafe { f!(deregMr)(comm, mh) })
 }
@@ -146,9 +189,12 @@ pub fn dereg_mr(comm: Ptr, mh: Ptr) -> NetRes<()> {
 ///
 /// # Safety
 /// `data` must point into the region registered as `mh` with `size` bytes, valid until done.
-pub unsafe fn isend(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
+pub(super) unsafe fn isend(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
     let mut req: Ptr = null_mut();
-    check("isend", f!(isend)(comm, data.cast(), size as c_int, 0, mh, &mut req))?;
+    check(
+        "isend",
+        f!(isend)(comm, data.cast(), size as c_int, 0, mh, &mut req),
+    )?;
     Ok((!req.is_null()).then_some(req))
 }
 
@@ -156,18 +202,21 @@ pub unsafe fn isend(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Op
 ///
 /// # Safety
 /// As for `isend`, with `size` writable bytes.
-pub unsafe fn irecv(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
+pub(super) unsafe fn irecv(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
     let mut d = data as Ptr;
     let mut s = size as c_int;
     let mut tag: c_int = 0;
     let mut m = mh;
     let mut req: Ptr = null_mut();
-    check("irecv", f!(irecv)(comm, 1, &mut d, &mut s, &mut tag, &mut m, &mut req))?;
+    check(
+        "irecv",
+        f!(irecv)(comm, 1, &mut d, &mut s, &mut tag, &mut m, &mut req),
+    )?;
     Ok((!req.is_null()).then_some(req))
 }
 
 /// test(); Some(size) once done.
-pub fn test(req: Ptr) -> NetRes<Option<usize>> {
+pub(super) fn test(req: Ptr) -> NetRes<Option<usize>> {
     let mut done: c_int = 0;
     let mut size: c_int = 0;
     // SAFETY: req is a live request.
@@ -175,17 +224,17 @@ pub fn test(req: Ptr) -> NetRes<Option<usize>> {
     Ok((done != 0).then_some(size.max(0) as usize))
 }
 
-pub fn close_send(c: Ptr) -> NetRes<()> {
+pub(super) fn close_send(c: Ptr) -> NetRes<()> {
     // SAFETY: c came from connect.
     check("closeSend", unsafe { f!(closeSend)(c) })
 }
 
-pub fn close_recv(c: Ptr) -> NetRes<()> {
+pub(super) fn close_recv(c: Ptr) -> NetRes<()> {
     // SAFETY: c came from accept.
     check("closeRecv", unsafe { f!(closeRecv)(c) })
 }
 
-pub fn close_listen(c: Ptr) -> NetRes<()> {
+pub(super) fn close_listen(c: Ptr) -> NetRes<()> {
     // SAFETY: c came from listen.
     check("closeListen", unsafe { f!(closeListen)(c) })
 }

@@ -60,11 +60,19 @@ mod tests {
             fill(&mut b, 3);
             assert_eq!(count_wrong(&b, 3), 0, "len {len}");
             if len > 0 {
-                assert_eq!(count_wrong(&b, 4), len as u64 - count_same(&b, len), "len {len}");
+                assert_eq!(
+                    count_wrong(&b, 4),
+                    len as u64 - count_same(&b, len),
+                    "len {len}"
+                );
                 b[len - 1] ^= 1;
                 assert_eq!(count_wrong(&b, 3), 1, "len {len}");
                 b[0] ^= 0x80;
-                assert_eq!(count_wrong(&b, 3), if len == 1 { 1 } else { 2 }, "len {len}");
+                assert_eq!(
+                    count_wrong(&b, 3),
+                    if len == 1 { 1 } else { 2 },
+                    "len {len}"
+                );
             }
         }
     }

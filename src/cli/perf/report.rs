@@ -50,8 +50,16 @@ pub fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String {
         Format::Table => {
             header(info, &mut out);
             let _ = writeln!(out, "#");
-            let _ = writeln!(out, "# {:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}", "size", "count", "type", "iters", "time", "algbw", "busbw", "#wrong");
-            let _ = writeln!(out, "# {:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+            let _ = writeln!(
+                out,
+                "# {:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}",
+                "size", "count", "type", "iters", "time", "algbw", "busbw", "#wrong"
+            );
+            let _ = writeln!(
+                out,
+                "# {:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}",
+                "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+            );
             for r in rows {
                 let _ = writeln!(
                     out,
@@ -66,14 +74,40 @@ pub fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String {
                     r.wrong
                 );
             }
-            let avg = if rows.is_empty() { 0.0 } else { rows.iter().map(Row::algbw).sum::<f64>() / rows.len() as f64 };
-            let _ = writeln!(out, "# Out of bounds values : {} {}", rows.iter().map(|r| r.wrong).sum::<u64>(), if rows.iter().all(|r| r.wrong == 0) { "OK" } else { "FAILED" });
+            let avg = if rows.is_empty() {
+                0.0
+            } else {
+                rows.iter().map(Row::algbw).sum::<f64>() / rows.len() as f64
+            };
+            let _ = writeln!(
+                out,
+                "# Out of bounds values : {} {}",
+                rows.iter().map(|r| r.wrong).sum::<u64>(),
+                if rows.iter().all(|r| r.wrong == 0) {
+                    "OK"
+                } else {
+                    "FAILED"
+                }
+            );
             let _ = writeln!(out, "# Avg bus bandwidth    : {avg:.4}");
         }
         Format::Csv => {
-            let _ = writeln!(out, "size,count,type,iters,time_us,algbw_gbps,busbw_gbps,wrong");
+            let _ = writeln!(
+                out,
+                "size,count,type,iters,time_us,algbw_gbps,busbw_gbps,wrong"
+            );
             for r in rows {
-                let _ = writeln!(out, "{},{},float,{},{:.3},{:.4},{:.4},{}", r.size, r.size / 4, r.iters, r.time_us(), r.algbw(), r.algbw(), r.wrong);
+                let _ = writeln!(
+                    out,
+                    "{},{},float,{},{:.3},{:.4},{:.4},{}",
+                    r.size,
+                    r.size / 4,
+                    r.iters,
+                    r.time_us(),
+                    r.algbw(),
+                    r.algbw(),
+                    r.wrong
+                );
             }
         }
         Format::Json => {
@@ -96,25 +130,51 @@ pub fn latency(info: &RunInfo, rows: &[LatRow], format: Format) -> String {
     match format {
         Format::Table => {
             header(info, &mut out);
-            let _ = writeln!(out, "# {}-byte ping-pong round trip", super::latency::PING_BYTES);
-            let _ = writeln!(out, "# {:>10} {:>10} {:>12} {:>12}", "transport", "samples", "median(us)", "p99(us)");
+            let _ = writeln!(
+                out,
+                "# {}-byte ping-pong round trip",
+                super::latency::PING_BYTES
+            );
+            let _ = writeln!(
+                out,
+                "# {:>10} {:>10} {:>12} {:>12}",
+                "transport", "samples", "median(us)", "p99(us)"
+            );
             for r in rows {
-                let _ = writeln!(out, "  {:>10} {:>10} {:>12.2} {:>12.2}", r.transport, r.samples, r.median_us, r.p99_us);
+                let _ = writeln!(
+                    out,
+                    "  {:>10} {:>10} {:>12.2} {:>12.2}",
+                    r.transport, r.samples, r.median_us, r.p99_us
+                );
             }
             if let [p, t] = rows {
                 if t.median_us > 0.0 {
-                    let _ = writeln!(out, "# {}/{} median ratio: {:.2}", p.transport, t.transport, p.median_us / t.median_us);
+                    let _ = writeln!(
+                        out,
+                        "# {}/{} median ratio: {:.2}",
+                        p.transport,
+                        t.transport,
+                        p.median_us / t.median_us
+                    );
                 }
             }
         }
         Format::Csv => {
             let _ = writeln!(out, "transport,samples,median_us,p99_us");
             for r in rows {
-                let _ = writeln!(out, "{},{},{:.3},{:.3}", r.transport, r.samples, r.median_us, r.p99_us);
+                let _ = writeln!(
+                    out,
+                    "{},{},{:.3},{:.3}",
+                    r.transport, r.samples, r.median_us, r.p99_us
+                );
             }
         }
         Format::Json => {
-            let _ = writeln!(out, "{}", serde_json::json!({"config": info, "latency": rows}));
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::json!({"config": info, "latency": rows})
+            );
         }
     }
     out

@@ -20,8 +20,29 @@ fn say(line: String) {
 
 fn read_handle_line() -> NetRes<String> {
     let mut l = String::new();
-    std::io::stdin().lock().read_line(&mut l).map_err(|e| NetErr(format!("reading the peer's handle: {e}")))?;
-    l.trim().strip_prefix("HANDLE ").map(String::from).ok_or_else(|| NetErr(format!("expected a HANDLE line, got {l:?}")))
+    std::io::stdin()
+        .lock()
+        .read_line(&mut l)
+        .map_err(|e| NetErr(format!("reading the peer's handle: {e}")))?;
+    l.trim()
+        .strip_prefix("HANDLE ")
+        .map(String::from)
+        .ok_or_else(|| NetErr(format!("expected a HANDLE line, got {l:?}")))
+}
+
+/// Both sides finished their transfers: tell the parent (who relays it to the peer) and wait for
+/// the peer's word, so neither closes a comm the other still completes requests on.
+fn barrier() -> NetRes<()> {
+    say("DONE".into());
+    let mut l = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut l)
+        .map_err(|e| NetErr(format!("waiting for the peer to finish: {e}")))?;
+    if l.trim() != "DONE" {
+        return Err(NetErr(format!("expected DONE from the peer, got {l:?}")));
+    }
+    Ok(())
 }
 
 fn read_plugin_handle() -> NetRes<[u8; HANDLE_BYTES]> {
@@ -65,12 +86,16 @@ fn raw_streams(n: usize, sender: bool) -> NetRes<Vec<TcpStream>> {
         for (i, slot) in streams.iter_mut().enumerate() {
             let mut s = TcpStream::connect(&addr).map_err(|e| io("connect", e))?;
             s.set_nodelay(true).map_err(|e| io("TCP_NODELAY", e))?;
-            s.write_all(&(i as u32).to_le_bytes()).map_err(|e| io("hello", e))?;
+            s.write_all(&(i as u32).to_le_bytes())
+                .map_err(|e| io("hello", e))?;
             *slot = Some(s);
         }
     } else {
         let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
-        say(format!("HANDLE {}", l.local_addr().map_err(|e| io("local_addr", e))?));
+        say(format!(
+            "HANDLE {}",
+            l.local_addr().map_err(|e| io("local_addr", e))?
+        ));
         for _ in 0..n {
             let (mut s, _) = l.accept().map_err(|e| io("accept", e))?;
             s.set_nodelay(true).map_err(|e| io("TCP_NODELAY", e))?;
@@ -87,7 +112,9 @@ fn raw_streams(n: usize, sender: bool) -> NetRes<Vec<TcpStream>> {
 }
 
 fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
-    let mut slots: Vec<Vec<u8>> = (0..a.inflight).map(|_| vec![0u8; a.max_bytes.max(1) as usize]).collect();
+    let mut slots: Vec<Vec<u8>> = (0..a.inflight)
+        .map(|_| vec![0u8; a.max_bytes.max(1) as usize])
+        .collect();
     if !a.check && sender {
         for s in &mut slots {
             super::pattern::fill(s, 0);
@@ -118,13 +145,21 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
         let (_, rc) = net::establish(0, None, Some(lc), SETUP)?;
         (rc, Some(lc))
     };
-    let mhs = slots.iter_mut().map(|s| net::reg_mr(comm, s)).collect::<NetRes<Vec<_>>>()?;
-    let mut link = PluginLink { comm, send: sender, mhs: mhs.clone() };
+    let mhs = slots
+        .iter_mut()
+        .map(|s| net::reg_mr(comm, s))
+        .collect::<NetRes<Vec<_>>>()?;
+    let mut link = PluginLink {
+        comm,
+        send: sender,
+        mhs: mhs.clone(),
+    };
     let r = bw::sweep(&mut link as &mut dyn Link, a, &mut slots, sender, emit);
+    r?;
+    barrier()?;
     for mh in mhs {
         net::dereg_mr(comm, mh)?;
     }
-    r?;
     if sender {
         net::close_send(comm)?;
     } else {
@@ -146,8 +181,13 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
             TcpStream::connect(&addr).map_err(|e| NetErr(format!("raw TCP connect {addr}: {e}")))?
         } else {
             let l = latency::raw_listen()?;
-            say(format!("HANDLE {}", l.local_addr().map_err(|e| NetErr(e.to_string()))?));
-            l.accept().map_err(|e| NetErr(format!("raw TCP accept: {e}")))?.0
+            say(format!(
+                "HANDLE {}",
+                l.local_addr().map_err(|e| NetErr(e.to_string()))?
+            ));
+            l.accept()
+                .map_err(|e| NetErr(format!("raw TCP accept: {e}")))?
+                .0
         };
         latency::raw_pingpong(&mut s, pinger, warmup, iters)?
     } else {
@@ -156,6 +196,7 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
             say(format!("CONFIG {l}"));
         }
         let s = latency::plugin_pingpong(&pair, pinger, warmup, iters)?;
+        barrier()?;
         pair.close()?;
         s
     };
