@@ -15,6 +15,7 @@ use report::{LatRow, RunInfo};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
 
 /// Entry point of `dqplb perf ARGS`; returns the exit code (0 ok, 1 failed run or wrong bytes,
 /// 2 bad arguments).
@@ -112,6 +113,24 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
 struct ChildLines {
     first: Vec<String>,
     second: Vec<String>,
+    /// The plugin's "... data QPs ..." connection line, from either child's stderr.
+    plugin_line: Option<String>,
+}
+
+/// Passes a child's stderr through, except the INFO lines perf asked for itself (NCCL_DEBUG was
+/// unset): of those it keeps only the plugin's connection line, stored in `conn`.
+fn filter_stderr(err: std::process::ChildStderr, quiet_info: bool, conn: &Mutex<Option<String>>) {
+    for l in BufReader::new(err).lines().map_while(Result::ok) {
+        if let Some(at) = l.find("DQPLB dev ").filter(|_| l.contains("data QPs")) {
+            if let Ok(mut g) = conn.lock() {
+                g.get_or_insert_with(|| l[at..].to_string());
+            }
+        }
+        if quiet_info && l.contains(" INFO ") {
+            continue;
+        }
+        eprintln!("{l}");
+    }
 }
 
 /// Runs `__role first` and `__role second` with `child_args`, relaying each one's HANDLE line
@@ -124,6 +143,9 @@ fn run_pair(
 ) -> Result<ChildLines, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let (tx, rx) = channel::<(usize, Option<String>)>();
+    let quiet_info = std::env::var_os("NCCL_DEBUG").is_none();
+    let conn = Arc::new(Mutex::new(None::<String>));
+    let mut err_threads = Vec::new();
     let mut children = Vec::new();
     let mut stdins = Vec::new();
     for (who, role) in [first, second].into_iter().enumerate() {
@@ -133,10 +155,13 @@ fn run_pair(
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("starting the {role} process: {e}"))?;
         let out = c.stdout.take().ok_or("child stdout")?;
+        let err = c.stderr.take().ok_or("child stderr")?;
+        let (quiet_info, conn) = (quiet_info, conn.clone());
+        err_threads.push(std::thread::spawn(move || filter_stderr(err, quiet_info, &conn)));
         stdins.push(c.stdin.take());
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -151,6 +176,7 @@ fn run_pair(
     let mut lines = ChildLines {
         first: vec![],
         second: vec![],
+        plugin_line: None,
     };
     let mut open = 2;
     while open > 0 {
@@ -172,6 +198,10 @@ fn run_pair(
         .push(l);
     }
     drop(stdins);
+    for t in err_threads {
+        let _ = t.join();
+    }
+    lines.plugin_line = conn.lock().ok().and_then(|g| g.clone());
     let mut failed = Vec::new();
     for (c, role) in children.iter_mut().zip([first, second]) {
         let st = c.wait().map_err(|e| format!("waiting for {role}: {e}"))?;
@@ -208,7 +238,8 @@ fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
     info.plugin_line = lines
         .second
         .iter()
-        .find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
+        .find_map(|l| l.strip_prefix("CONFIG ").map(String::from))
+        .or(lines.plugin_line.clone());
     let rows: Vec<bw::Row> = lines
         .first
         .iter()
@@ -243,7 +274,8 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
                 .first
                 .iter()
                 .chain(&lines.second)
-                .find_map(|l| l.strip_prefix("CONFIG ").map(String::from));
+                .find_map(|l| l.strip_prefix("CONFIG ").map(String::from))
+                .or(lines.plugin_line.clone());
         }
         let lat = lines
             .first
