@@ -1,17 +1,45 @@
-//! The `dqplb` operator command: `plan`, `check` and `perf` subcommands.
+//! The `dqplb` operator command: a dispatcher over subcommands (`plan` here; `check` and `perf`
+//! are added by their own modules). Each subcommand takes its arguments and returns an exit code.
 
+pub mod check;
 pub mod perf;
+pub mod plan;
+
+/// Top-level usage text.
+pub const USAGE: &str = "\
+usage: dqplb <command> [options]
+
+commands:
+  plan    show the site config in effect, the NCCL_IB_HCA devices and the per-class QP plan
+          (dqplb plan --help for options)
+  check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
+          1 mismatch, 2 bad usage (dqplb check --help)
+  perf    point-to-point bandwidth / latency between two local processes through the
+          plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
+
+options:
+  -h, --help    show this help
+
+exit status: 0 success, 2 bad input (bad config, bad NCCL_IB_HCA, bad option)";
 
 /// Entry point of the `dqplb` binary; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
-    match args.first().map(String::as_str) {
-        Some("perf") => perf::run(&args[1..]),
-        Some(other) => {
-            eprintln!("dqplb: unknown subcommand '{other}' (available: perf)");
-            2
+    crate::plugin::log::install_stderr();
+    let Some(command) = args.first() else {
+        eprintln!("{USAGE}");
+        return 2;
+    };
+    let rest = &args[1..];
+    match command.as_str() {
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            0
         }
-        None => {
-            eprintln!("usage: dqplb <perf> [options]");
+        "plan" => plan::run(rest),
+        "check" => check::run(rest),
+        "perf" => perf::run(rest),
+        other => {
+            eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");
             2
         }
     }

@@ -114,11 +114,11 @@ pub(crate) fn apply_env(
     let mut set_by: Vec<(String, String)> = Vec::new();
     let mut applied: Vec<(String, String)> = Vec::new();
     for (var, raw) in ours {
-        let bad = |kind, key: &str, detail: String, accepted: String| {
-            ConfigError::new(kind, ENV_ORIGIN, format!("value '{raw}': {detail}"))
+        let bad = |kind, key: &str, detail: String, accepted: Option<String>| {
+            ConfigError::new(kind, ENV_ORIGIN, detail)
                 .variable(var)
                 .key(Some(key.to_string()))
-                .accepted(Some(accepted))
+                .accepted(accepted)
         };
         let targets: Vec<String> = if let Some(keys) = alias_targets(var) {
             keys
@@ -142,10 +142,14 @@ pub(crate) fn apply_env(
         };
         for key in &targets {
             let value = match find_key(key) {
-                Some(spec) => spec
-                    .kind
-                    .parse_env(raw)
-                    .map_err(|d| bad(ConfigErrorKind::OutOfRange, key, d, spec.kind.accepted()))?,
+                Some(spec) => spec.kind.parse_env(raw).map_err(|d| {
+                    bad(
+                        ConfigErrorKind::OutOfRange,
+                        key,
+                        d,
+                        Some(spec.kind.accepted()),
+                    )
+                })?,
                 None => {
                     let current = super::keys::get_path(&tree, key)
                         .cloned()
@@ -155,7 +159,7 @@ pub(crate) fn apply_env(
                             ConfigErrorKind::WrongType,
                             key,
                             d,
-                            format!("a {}", current.type_str()),
+                            Some(format!("a {}", current.type_str())),
                         )
                     })?
                 }
@@ -165,7 +169,7 @@ pub(crate) fn apply_env(
                     ConfigErrorKind::WrongType,
                     key,
                     "cannot be set".into(),
-                    String::new(),
+                    None,
                 ));
             }
             set_by.push((key.clone(), var.clone()));

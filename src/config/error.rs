@@ -27,9 +27,14 @@ pub enum ConfigErrorKind {
     UnknownVariable,
 }
 
-/// A site-config error with its location; `Display` prints one self-contained line.
+/// A site-config error with its location; `Display` prints one self-contained line. The details
+/// are boxed (errors stay one pointer wide) and readable as fields through `Deref`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError {
+pub struct ConfigError(Box<ConfigErrorDetails>);
+
+/// The contents of a `ConfigError`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigErrorDetails {
     pub kind: ConfigErrorKind,
     /// File path, `<embedded default>` or `environment`.
     pub origin: String,
@@ -49,7 +54,7 @@ pub struct ConfigError {
 impl ConfigError {
     /// An error with only an origin, a kind and a detail; locate it with the builder methods.
     pub fn new(kind: ConfigErrorKind, origin: &str, detail: impl Into<String>) -> ConfigError {
-        ConfigError {
+        ConfigError(Box::new(ConfigErrorDetails {
             kind,
             origin: origin.to_string(),
             line: None,
@@ -58,30 +63,38 @@ impl ConfigError {
             variable: None,
             detail: detail.into(),
             accepted: None,
-        }
+        }))
     }
 
     pub(crate) fn at(mut self, pos: Option<(usize, usize)>) -> ConfigError {
         if let Some((line, column)) = pos {
-            self.line = Some(line);
-            self.column = Some(column);
+            self.0.line = Some(line);
+            self.0.column = Some(column);
         }
         self
     }
 
     pub(crate) fn key(mut self, key: Option<String>) -> ConfigError {
-        self.key = key;
+        self.0.key = key;
         self
     }
 
     pub(crate) fn variable(mut self, var: &str) -> ConfigError {
-        self.variable = Some(var.to_string());
+        self.0.variable = Some(var.to_string());
         self
     }
 
     pub(crate) fn accepted(mut self, accepted: Option<String>) -> ConfigError {
-        self.accepted = accepted;
+        self.0.accepted = accepted;
         self
+    }
+}
+
+impl std::ops::Deref for ConfigError {
+    type Target = ConfigErrorDetails;
+
+    fn deref(&self) -> &ConfigErrorDetails {
+        &self.0
     }
 }
 

@@ -13,7 +13,7 @@ pub mod schema;
 mod spans;
 mod validate;
 
-pub use error::{ConfigError, ConfigErrorKind, EMBEDDED_ORIGIN, ENV_ORIGIN};
+pub use error::{ConfigError, ConfigErrorDetails, ConfigErrorKind, EMBEDDED_ORIGIN, ENV_ORIGIN};
 pub use hca::{FabricId, HcaEntry, HcaError, HcaErrorKind, HcaList, Selected};
 pub use load::{
     embedded_default, load_from_process_env, load_path, load_with, LoadedConfig, CONF_VAR,

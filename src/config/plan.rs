@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::hca::FabricId;
-use super::schema::SiteConfig;
+use super::schema::{PolicyName, SiteConfig};
 
 /// The distance class of a connection, which selects its `[class.*]` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -53,11 +53,16 @@ pub fn classify(local: &FabricId, remote: &FabricId) -> ConnClass {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassPlan {
     pub class: ConnClass,
+    /// Data QPs: the class's `qps`, or 1 under the `single-qp` policy.
     pub qps: u32,
     /// Outstanding segments per QP after the budget rule.
     pub outstanding: u32,
-    /// ceil(bdp / segment) clamped to [min-outstanding, max-outstanding], before the budget rule.
+    /// ceil(bdp / segment): the depth that covers the bandwidth-delay product.
+    pub bdp_segments: u64,
+    /// `bdp_segments` clamped to [min_outstanding, max_outstanding], before the budget rule.
     pub ideal_outstanding: u32,
+    pub min_outstanding: u32,
+    pub max_outstanding: u32,
     pub segment_bytes: u64,
     pub rate_gbps: f64,
     pub rtt_us: f64,
@@ -92,7 +97,13 @@ impl SiteConfig {
             spec.max_outstanding.max(spec.min_outstanding),
         );
         let ideal = raw.clamp(u64::from(lo), u64::from(hi)) as u32;
-        let qps = u64::from(spec.qps);
+        // The single-qp policy posts everything on one data QP whatever the class asks for.
+        let qp_count = if self.engine.policy == PolicyName::SingleQp {
+            1
+        } else {
+            spec.qps
+        };
+        let qps = u64::from(qp_count);
         let budget = self.engine.inflight_budget_bytes;
         let per_depth = qps.saturating_mul(segment).max(1);
         let wanted = per_depth.saturating_mul(u64::from(ideal));
@@ -118,9 +129,12 @@ impl SiteConfig {
         };
         ClassPlan {
             class,
-            qps: spec.qps,
+            qps: qp_count,
             outstanding,
+            bdp_segments: raw,
             ideal_outstanding: ideal,
+            min_outstanding: lo,
+            max_outstanding: hi,
             segment_bytes: segment,
             rate_gbps: spec.rate_gbps,
             rtt_us: spec.rtt_us,
@@ -164,6 +178,10 @@ mod tests {
         // 400 Gb/s * 4 us = 200000 B; ceil(200000 / 524288) = 1 -> min 4; 4 * 4 * 524288.
         let p = SiteConfig::default().plan(ConnClass::SameRail);
         assert_eq!(p.bdp_bytes, 200_000);
+        assert_eq!(
+            (p.bdp_segments, p.min_outstanding, p.max_outstanding),
+            (1, 4, 8)
+        );
         assert_eq!((p.qps, p.ideal_outstanding, p.outstanding), (4, 4, 4));
         assert_eq!(p.inflight_bytes, 8_388_608);
         assert!(p.within_budget);
@@ -185,7 +203,7 @@ mod tests {
         // 16 * 191 * 524288 = 1602224128 > 1 GiB -> 1073741824 / (16 * 524288) = 128.
         let p = SiteConfig::default().plan(ConnClass::CrossDc);
         assert_eq!(p.bdp_bytes, 100_000_000);
-        assert_eq!(p.ideal_outstanding, 191);
+        assert_eq!((p.bdp_segments, p.ideal_outstanding), (191, 191));
         assert_eq!(p.outstanding, 128);
         assert_eq!(p.inflight_bytes, 1_073_741_824);
         assert!(p.within_budget);
@@ -217,7 +235,23 @@ mod tests {
         c.class.cross_rail.rtt_us = 100.0;
         // 5e6 / 65536 = 76.3 -> 77 -> clamped to 32.
         let p = c.plan(ConnClass::CrossRail);
-        assert_eq!((p.ideal_outstanding, p.outstanding), (32, 32));
+        assert_eq!(
+            (p.bdp_segments, p.ideal_outstanding, p.outstanding),
+            (77, 32, 32)
+        );
+    }
+
+    #[test]
+    fn single_qp_policy_plans_one_qp() {
+        let mut c = SiteConfig::default();
+        c.engine.policy = PolicyName::SingleQp;
+        // cross-dc: 1 QP x 191 x 524288 = 100139008 B, within 1 GiB, so no budget cut.
+        let p = c.plan(ConnClass::CrossDc);
+        assert_eq!(
+            (p.qps, p.outstanding, p.inflight_bytes),
+            (1, 191, 100_139_008)
+        );
+        assert_eq!(p.budget_note, None);
     }
 
     #[test]

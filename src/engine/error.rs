@@ -41,10 +41,9 @@ impl fmt::Display for EngineError {
             EngineError::NoSuchQp { qp, qps } => {
                 write!(f, "completion on QP {qp}, but the connection has {qps} QPs")
             }
-            EngineError::NothingOutstanding { qp } => write!(
-                f,
-                "completion on QP {qp}, which has no segment outstanding"
-            ),
+            EngineError::NothingOutstanding { qp } => {
+                write!(f, "completion on QP {qp}, which has no segment outstanding")
+            }
         }
     }
 }

@@ -34,7 +34,7 @@
 //! See [`Sender::footprint_bytes`] and [`Receiver::footprint_bytes`]; with `P(x)` the next power
 //! of two at or above `x`:
 //!
-//! * sender: `40 * P(max_messages) + qps * (16 * P(max_outstanding) + 304)` bytes
+//! * sender: `40 * P(max_messages) + qps * (16 * P(max_outstanding) + 300)` bytes
 //!   (message ring; per-QP in-flight rings of (message slot, sequence, post time); per-QP head
 //!   index and [`QpStats`]), plus the fixed `Sender` struct.
 //! * receiver: `8 * P(REORDER_SLACK * window) + 24 * P(max_messages)` bytes (per-sequence

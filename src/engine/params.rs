@@ -99,11 +99,13 @@ impl EngineParams {
 
     /// Checks every field; the error names the field, its value and the rule.
     pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |param, value: u64, reason| Err(EngineError::BadParam {
-            param,
-            value,
-            reason,
-        });
+        let bad = |param, value: u64, reason| {
+            Err(EngineError::BadParam {
+                param,
+                value,
+                reason,
+            })
+        };
         if self.qps == 0 || self.qps > MAX_QPS {
             return bad("qps", self.qps as u64, "must be 1 ..= 128");
         }
@@ -114,7 +116,7 @@ impl EngineParams {
                 "must be 1 ..= 4096",
             );
         }
-        if self.segment_bytes == 0 || self.segment_bytes % SEGMENT_ALIGN != 0 {
+        if self.segment_bytes == 0 || !self.segment_bytes.is_multiple_of(SEGMENT_ALIGN) {
             return bad(
                 "segment_bytes",
                 u64::from(self.segment_bytes),
@@ -171,6 +173,9 @@ mod tests {
         }
         assert_eq!(" DQPLB ".parse::<PolicyKind>(), Ok(PolicyKind::Dqplb));
         let err = "spray".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("spray") && err.contains("static-split"), "{err}");
+        assert!(
+            err.contains("spray") && err.contains("static-split"),
+            "{err}"
+        );
     }
 }

@@ -152,7 +152,7 @@ impl Receiver {
             return Err(self.fail(ProtocolError::NoPostedReceive { seq }));
         }
         let p = &mut self.posted[(self.filling & self.post_mask) as usize];
-        let size = p.received + u64::from(bytes);
+        let size = p.received.saturating_add(u64::from(bytes));
         if size > p.capacity {
             let e = ProtocolError::SizeBeyondPosted {
                 seq,

@@ -82,11 +82,6 @@ impl Sender {
         check_initial_seq(initial_seq)?;
         let msg_cap = p.max_messages.next_power_of_two();
         let stride = p.max_outstanding.next_power_of_two();
-        let room = if p.qps == 128 {
-            Room::MAX
-        } else {
-            (1 << p.qps) - 1
-        };
         Ok(Sender {
             policy: AnyPolicy::new(p),
             qps: p.qps,
@@ -102,7 +97,7 @@ impl Sender {
             stride_mask: stride - 1,
             qp_head: vec![0; p.qps],
             stats: vec![QpStats::new(); p.qps],
-            room,
+            room: Room::all(p.qps),
             outstanding: 0,
             next_seq: initial_seq,
             oldest_hint: initial_seq,
@@ -140,20 +135,20 @@ impl Sender {
             return None;
         }
         let slot = (self.msg_cursor & self.msg_mask) as usize;
-        let m = self.msgs[slot];
+        let msg = &mut self.msgs[slot];
         let cursor = Cursor {
-            len: m.len,
-            offset: m.cut,
-            index: m.segs_cut,
+            len: msg.len,
+            offset: msg.cut,
+            index: msg.segs_cut,
             serial: self.msg_cursor,
         };
         let (qp, len) = self.policy.choose(&cursor, self.room)?;
         let seq = self.next_seq;
         self.next_seq = imm::seq_add(seq, 1);
-        let offset = m.cut;
+        let offset = msg.cut;
         let cut = offset + u64::from(len);
-        let last = cut == m.len;
-        let msg = &mut self.msgs[slot];
+        let last = cut == msg.len;
+        let token = msg.token;
         msg.cut = cut;
         msg.segs_cut += 1;
         if last {
@@ -168,13 +163,13 @@ impl Sender {
         };
         st.on_post(len);
         if st.outstanding == self.max_outstanding {
-            self.room &= !(1 << qp);
+            self.room.clear(qp);
         }
         self.outstanding += 1;
         Some(Transmit {
             qp,
             imm: imm::encode(seq, last),
-            token: m.token,
+            token,
             offset,
             len,
         })
@@ -211,8 +206,10 @@ impl Sender {
         let head = self.qp_head[qp];
         let seg = self.segs[(qp << self.stride_shift) | head as usize];
         self.qp_head[qp] = (head + 1) & self.stride_mask;
+        if st.outstanding == self.max_outstanding {
+            self.room.set(qp);
+        }
         st.on_complete(now.saturating_sub(seg.posted_at));
-        self.room |= 1 << qp;
         self.outstanding -= 1;
         self.msgs[seg.slot as usize].segs_done += 1;
         Ok(())

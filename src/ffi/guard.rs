@@ -28,7 +28,11 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs one entry point's body. `on_error` runs (inside the guard) after a failure or panic so
 /// output pointers are always left in a defined state.
-pub fn guard(entry: &str, body: impl FnOnce() -> NetResult<()>, on_error: impl FnOnce()) -> ncclResult_t {
+pub fn guard(
+    entry: &str,
+    body: impl FnOnce() -> NetResult<()>,
+    on_error: impl FnOnce(),
+) -> ncclResult_t {
     let r = catch_unwind(AssertUnwindSafe(body));
     let result = match r {
         Ok(Ok(())) => return ncclResult_t::ncclSuccess,

@@ -5,7 +5,9 @@ use std::ffi::{c_char, c_int, c_ulong, c_void, CString};
 use std::sync::Arc;
 
 use super::guard::guard;
-use super::sys::{ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclNet_v8_t, ncclResult_t};
+use super::sys::{
+    ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclNet_v8_t, ncclResult_t,
+};
 use crate::plugin::{self, log, ListenComm, MemHandle, RecvComm, SendComm};
 use crate::transport::tcp::HANDLE_BYTES;
 use crate::transport::{NetError, NetResult, UserBuf};
@@ -60,7 +62,13 @@ struct FfiRecv {
 }
 
 fn cells(n: usize, is_send: bool) -> Box<[ReqCell]> {
-    (0..n).map(|i| ReqCell { owner: std::ptr::null_mut(), is_send, slot: i as u32 }).collect()
+    (0..n)
+        .map(|i| ReqCell {
+            owner: std::ptr::null_mut(),
+            is_send,
+            slot: i as u32,
+        })
+        .collect()
 }
 
 fn null(what: &str) -> NetError {
@@ -78,21 +86,36 @@ fn maybe_panic(entry: &str) {
 
 fn sink_from(logger: ncclDebugLogger_t) -> Option<log::Sink> {
     let f = logger?;
-    Some(Arc::new(move |level: log::NcclLevel, flags: u64, msg: &str| {
-        let Ok(text) = CString::new(msg.replace('\0', " ")) else { return };
-        // SAFETY: NCCL's logger takes a printf format; we pass "%s" and one NUL-terminated string.
-        unsafe {
-            f(level as _, flags as c_ulong, c"dqplb".as_ptr(), 0 as c_int, c"%s".as_ptr(), text.as_ptr());
-        }
-    }))
+    Some(Arc::new(
+        move |level: log::NcclLevel, flags: u64, msg: &str| {
+            let Ok(text) = CString::new(msg.replace('\0', " ")) else {
+                return;
+            };
+            // SAFETY: NCCL's logger takes a printf format; we pass "%s" and one NUL-terminated string.
+            unsafe {
+                f(
+                    level as _,
+                    flags as c_ulong,
+                    c"dqplb".as_ptr(),
+                    0 as c_int,
+                    c"%s".as_ptr(),
+                    text.as_ptr(),
+                );
+            }
+        },
+    ))
 }
 
 unsafe extern "C" fn init(logger: ncclDebugLogger_t) -> ncclResult_t {
-    guard("init", || {
-        plugin::read_debug_knobs();
-        maybe_panic("init");
-        plugin::init(sink_from(logger))
-    }, || {})
+    guard(
+        "init",
+        || {
+            plugin::read_debug_knobs();
+            maybe_panic("init");
+            plugin::init(sink_from(logger))
+        },
+        || {},
+    )
 }
 
 unsafe extern "C" fn devices(ndev: *mut c_int) -> ncclResult_t {
@@ -117,31 +140,40 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> ncclResult_t {
     )
 }
 
-unsafe extern "C" fn get_properties(dev: c_int, props: *mut ncclNetProperties_v8_t) -> ncclResult_t {
-    guard("getProperties", || {
-        maybe_panic("getProperties");
-        if props.is_null() {
-            return Err(null("getProperties: props"));
-        }
-        let p = plugin::properties(dev)?;
-        let out = ncclNetProperties_v8_t {
-            name: p.name.as_ptr() as *mut c_char,
-            pciPath: p.pci_path.map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut c_char),
-            guid: p.guid,
-            ptrSupport: p.ptr_support,
-            regIsGlobal: p.reg_is_global,
-            speed: p.speed_mbps,
-            port: p.port,
-            latency: p.latency_us,
-            maxComms: p.max_comms,
-            maxRecvs: p.max_recvs,
-            netDeviceType: 0,
-            netDeviceVersion: 0,
-        };
-        // SAFETY: non-null, NCCL's properties struct.
-        unsafe { props.write(out) };
-        Ok(())
-    }, || {})
+unsafe extern "C" fn get_properties(
+    dev: c_int,
+    props: *mut ncclNetProperties_v8_t,
+) -> ncclResult_t {
+    guard(
+        "getProperties",
+        || {
+            maybe_panic("getProperties");
+            if props.is_null() {
+                return Err(null("getProperties: props"));
+            }
+            let p = plugin::properties(dev)?;
+            let out = ncclNetProperties_v8_t {
+                name: p.name.as_ptr() as *mut c_char,
+                pciPath: p
+                    .pci_path
+                    .map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut c_char),
+                guid: p.guid,
+                ptrSupport: p.ptr_support,
+                regIsGlobal: p.reg_is_global,
+                speed: p.speed_mbps,
+                port: p.port,
+                latency: p.latency_us,
+                maxComms: p.max_comms,
+                maxRecvs: p.max_recvs,
+                netDeviceType: 0,
+                netDeviceVersion: 0,
+            };
+            // SAFETY: non-null, NCCL's properties struct.
+            unsafe { props.write(out) };
+            Ok(())
+        },
+        || {},
+    )
 }
 
 /// The 128-byte handle NCCL passes to listen/connect.
@@ -153,7 +185,11 @@ unsafe fn handle_mut<'a>(handle: *mut c_void) -> NetResult<&'a mut [u8; HANDLE_B
     Ok(unsafe { &mut *(handle as *mut [u8; HANDLE_BYTES]) })
 }
 
-unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> ncclResult_t {
+unsafe extern "C" fn listen(
+    dev: c_int,
+    handle: *mut c_void,
+    listen_comm: *mut *mut c_void,
+) -> ncclResult_t {
     let out = |p: *mut c_void| {
         if !listen_comm.is_null() {
             // SAFETY: non-null output pointer from NCCL.
@@ -209,9 +245,17 @@ unsafe extern "C" fn connect(
             let h = unsafe { handle_mut(handle)? };
             if let Some(comm) = plugin::connect(dev, h)? {
                 let n = comm.max_requests();
-                let raw = Box::into_raw(Box::new(FfiSend { comm, cells: cells(n, true) }));
+                let raw = Box::into_raw(Box::new(FfiSend {
+                    comm,
+                    cells: cells(n, true),
+                }));
                 // SAFETY: raw is the live box we just created; cells point back at it.
-                unsafe { (*raw).cells.iter_mut().for_each(|c| c.owner = raw as *mut c_void) };
+                unsafe {
+                    (*raw)
+                        .cells
+                        .iter_mut()
+                        .for_each(|c| c.owner = raw as *mut c_void)
+                };
                 out(raw as *mut c_void);
             }
             Ok(())
@@ -244,9 +288,17 @@ unsafe extern "C" fn accept(
             let l = unsafe { &mut *(listen_comm as *mut ListenComm) };
             if let Some(comm) = l.accept()? {
                 let n = comm.max_requests();
-                let raw = Box::into_raw(Box::new(FfiRecv { comm, cells: cells(n, false) }));
+                let raw = Box::into_raw(Box::new(FfiRecv {
+                    comm,
+                    cells: cells(n, false),
+                }));
                 // SAFETY: raw is the live box we just created.
-                unsafe { (*raw).cells.iter_mut().for_each(|c| c.owner = raw as *mut c_void) };
+                unsafe {
+                    (*raw)
+                        .cells
+                        .iter_mut()
+                        .for_each(|c| c.owner = raw as *mut c_void)
+                };
                 out(raw as *mut c_void);
             }
             Ok(())
@@ -255,7 +307,13 @@ unsafe extern "C" fn accept(
     )
 }
 
-unsafe extern "C" fn reg_mr(comm: *mut c_void, data: *mut c_void, size: usize, kind: c_int, mhandle: *mut *mut c_void) -> ncclResult_t {
+unsafe extern "C" fn reg_mr(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    kind: c_int,
+    mhandle: *mut *mut c_void,
+) -> ncclResult_t {
     let out = |p: *mut c_void| {
         if !mhandle.is_null() {
             // SAFETY: non-null output pointer from NCCL.
@@ -304,15 +362,19 @@ unsafe extern "C" fn reg_mr_dma_buf(
 }
 
 unsafe extern "C" fn dereg_mr(_comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
-    guard("deregMr", || {
-        maybe_panic("deregMr");
-        if mhandle.is_null() {
-            return Err(null("deregMr: mhandle"));
-        }
-        // SAFETY: mhandle came from our regMr and NCCL deregisters it once.
-        drop(unsafe { Box::from_raw(mhandle as *mut MemHandle) });
-        Ok(())
-    }, || {})
+    guard(
+        "deregMr",
+        || {
+            maybe_panic("deregMr");
+            if mhandle.is_null() {
+                return Err(null("deregMr: mhandle"));
+            }
+            // SAFETY: mhandle came from our regMr and NCCL deregisters it once.
+            drop(unsafe { Box::from_raw(mhandle as *mut MemHandle) });
+            Ok(())
+        },
+        || {},
+    )
 }
 
 unsafe fn mem_handle<'a>(mh: *mut c_void) -> Option<&'a MemHandle> {
@@ -327,7 +389,14 @@ fn write_request(request: *mut *mut c_void, p: *mut c_void) {
     }
 }
 
-unsafe extern "C" fn isend(send_comm: *mut c_void, data: *mut c_void, size: c_int, tag: c_int, mhandle: *mut c_void, request: *mut *mut c_void) -> ncclResult_t {
+unsafe extern "C" fn isend(
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    tag: c_int,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> ncclResult_t {
     guard(
         "isend",
         || {
@@ -336,7 +405,8 @@ unsafe extern "C" fn isend(send_comm: *mut c_void, data: *mut c_void, size: c_in
             if send_comm.is_null() || request.is_null() {
                 return Err(null("isend: sendComm or request"));
             }
-            let len = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("isend: negative size {size}")))?;
+            let len = usize::try_from(size)
+                .map_err(|_| NetError::invalid_argument(format!("isend: negative size {size}")))?;
             if data.is_null() && len > 0 {
                 return Err(null("isend: data"));
             }
@@ -346,7 +416,10 @@ unsafe extern "C" fn isend(send_comm: *mut c_void, data: *mut c_void, size: c_in
             // SAFETY: see mem_handle.
             let mh = unsafe { mem_handle(mhandle) };
             if let Some(slot) = s.comm.isend(buf, tag, mh)? {
-                write_request(request, &mut s.cells[slot as usize] as *mut ReqCell as *mut c_void);
+                write_request(
+                    request,
+                    &mut s.cells[slot as usize] as *mut ReqCell as *mut c_void,
+                );
             }
             Ok(())
         },
@@ -368,26 +441,41 @@ unsafe extern "C" fn irecv(
         || {
             maybe_panic("irecv");
             write_request(request, std::ptr::null_mut());
-            if recv_comm.is_null() || request.is_null() || data.is_null() || sizes.is_null() || tags.is_null() {
+            if recv_comm.is_null()
+                || request.is_null()
+                || data.is_null()
+                || sizes.is_null()
+                || tags.is_null()
+            {
                 return Err(null("irecv: recvComm, request, data, sizes or tags"));
             }
             if n != 1 {
-                return Err(NetError::invalid_argument(format!("irecv with n = {n}: this plugin advertises maxRecvs = 1")));
+                return Err(NetError::invalid_argument(format!(
+                    "irecv with n = {n}: this plugin advertises maxRecvs = 1"
+                )));
             }
             // SAFETY: n == 1, so each array has one element (NCCL contract).
             let (ptr, size, tag) = unsafe { (*data, *sizes, *tags) };
-            let len = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("irecv: negative size {size}")))?;
+            let len = usize::try_from(size)
+                .map_err(|_| NetError::invalid_argument(format!("irecv: negative size {size}")))?;
             if ptr.is_null() && len > 0 {
                 return Err(null("irecv: data[0]"));
             }
             // SAFETY: NCCL keeps the receive buffer valid until test() says done.
             let buf = unsafe { UserBuf::new(ptr as *mut u8, len) };
             // SAFETY: mhandles has n entries when non-null.
-            let mh = if mhandles.is_null() { None } else { unsafe { mem_handle(*mhandles) } };
+            let mh = if mhandles.is_null() {
+                None
+            } else {
+                unsafe { mem_handle(*mhandles) }
+            };
             // SAFETY: recv_comm came from our accept.
             let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
             if let Some(slot) = r.comm.irecv(&[(buf, tag)], &[mh])? {
-                write_request(request, &mut r.cells[slot as usize] as *mut ReqCell as *mut c_void);
+                write_request(
+                    request,
+                    &mut r.cells[slot as usize] as *mut ReqCell as *mut c_void,
+                );
             }
             Ok(())
         },
@@ -417,7 +505,11 @@ unsafe extern "C" fn iflush(
     )
 }
 
-unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> ncclResult_t {
+unsafe extern "C" fn test(
+    request: *mut c_void,
+    done: *mut c_int,
+    sizes: *mut c_int,
+) -> ncclResult_t {
     guard(
         "test",
         || {
@@ -433,10 +525,14 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
             let cell = unsafe { &*(request as *const ReqCell) };
             let got = if cell.is_send {
                 // SAFETY: send cells are owned by an FfiSend.
-                unsafe { &mut *(cell.owner as *mut FfiSend) }.comm.test(cell.slot)?
+                unsafe { &mut *(cell.owner as *mut FfiSend) }
+                    .comm
+                    .test(cell.slot)?
             } else {
                 // SAFETY: receive cells are owned by an FfiRecv.
-                unsafe { &mut *(cell.owner as *mut FfiRecv) }.comm.test(cell.slot)?
+                unsafe { &mut *(cell.owner as *mut FfiRecv) }
+                    .comm
+                    .test(cell.slot)?
             };
             if let Some(size) = got {
                 // SAFETY: non-null outputs from NCCL; sizes may be NULL.
@@ -454,47 +550,75 @@ unsafe extern "C" fn test(request: *mut c_void, done: *mut c_int, sizes: *mut c_
 }
 
 unsafe extern "C" fn close_send(send_comm: *mut c_void) -> ncclResult_t {
-    guard("closeSend", || {
-        if !send_comm.is_null() {
-            // SAFETY: from our connect, closed once.
-            drop(unsafe { Box::from_raw(send_comm as *mut FfiSend) });
-        }
-        Ok(())
-    }, || {})
+    guard(
+        "closeSend",
+        || {
+            if !send_comm.is_null() {
+                // SAFETY: from our connect, closed once.
+                drop(unsafe { Box::from_raw(send_comm as *mut FfiSend) });
+            }
+            Ok(())
+        },
+        || {},
+    )
 }
 
 unsafe extern "C" fn close_recv(recv_comm: *mut c_void) -> ncclResult_t {
-    guard("closeRecv", || {
-        if !recv_comm.is_null() {
-            // SAFETY: from our accept, closed once.
-            drop(unsafe { Box::from_raw(recv_comm as *mut FfiRecv) });
-        }
-        Ok(())
-    }, || {})
+    guard(
+        "closeRecv",
+        || {
+            if !recv_comm.is_null() {
+                // SAFETY: from our accept, closed once.
+                drop(unsafe { Box::from_raw(recv_comm as *mut FfiRecv) });
+            }
+            Ok(())
+        },
+        || {},
+    )
 }
 
 unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> ncclResult_t {
-    guard("closeListen", || {
-        if !listen_comm.is_null() {
-            // SAFETY: from our listen, closed once.
-            drop(unsafe { Box::from_raw(listen_comm as *mut ListenComm) });
-        }
-        Ok(())
-    }, || {})
+    guard(
+        "closeListen",
+        || {
+            if !listen_comm.is_null() {
+                // SAFETY: from our listen, closed once.
+                drop(unsafe { Box::from_raw(listen_comm as *mut ListenComm) });
+            }
+            Ok(())
+        },
+        || {},
+    )
 }
 
-unsafe extern "C" fn get_device_mr(_comm: *mut c_void, _mhandle: *mut c_void, dptr: *mut *mut c_void) -> ncclResult_t {
+unsafe extern "C" fn get_device_mr(
+    _comm: *mut c_void,
+    _mhandle: *mut c_void,
+    dptr: *mut *mut c_void,
+) -> ncclResult_t {
     guard(
         "getDeviceMr",
-        || Err(NetError::internal("getDeviceMr: DQPLB never offloads to the device (netDeviceType HOST)")),
+        || {
+            Err(NetError::internal(
+                "getDeviceMr: DQPLB never offloads to the device (netDeviceType HOST)",
+            ))
+        },
         || write_request(dptr, std::ptr::null_mut()),
     )
 }
 
-unsafe extern "C" fn irecv_consumed(_recv_comm: *mut c_void, _n: c_int, _request: *mut c_void) -> ncclResult_t {
+unsafe extern "C" fn irecv_consumed(
+    _recv_comm: *mut c_void,
+    _n: c_int,
+    _request: *mut c_void,
+) -> ncclResult_t {
     guard(
         "irecvConsumed",
-        || Err(NetError::internal("irecvConsumed: DQPLB never offloads to the device (netDeviceType HOST)")),
+        || {
+            Err(NetError::internal(
+                "irecvConsumed: DQPLB never offloads to the device (netDeviceType HOST)",
+            ))
+        },
         || {},
     )
 }

@@ -28,7 +28,8 @@ pub struct MemHandle {
 
 impl MemHandle {
     fn covers(&self, buf: &UserBuf) -> bool {
-        buf.is_empty() || (buf.addr() >= self.addr && buf.addr() + buf.len() <= self.addr + self.len)
+        buf.is_empty()
+            || (buf.addr() >= self.addr && buf.addr() + buf.len() <= self.addr + self.len)
     }
 }
 
@@ -63,12 +64,21 @@ impl SendComm {
     pub fn max_requests(&self) -> usize {
         self.tcp.max_requests()
     }
-    pub fn isend(&mut self, buf: UserBuf, tag: i32, mh: Option<&MemHandle>) -> NetResult<Option<u32>> {
+    pub fn isend(
+        &mut self,
+        buf: UserBuf,
+        tag: i32,
+        mh: Option<&MemHandle>,
+    ) -> NetResult<Option<u32>> {
         check_mr(&buf, mh, "isend")?;
         self.tcp.isend(buf, tag)
     }
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.tcp.test(slot)
+    }
+    /// Per-QP engine statistics (segments, bytes, outstanding, completion latency in ns).
+    pub fn qp_stats(&self) -> &[crate::engine::QpStats] {
+        self.tcp.qp_stats()
     }
     pub fn data_stream_addrs(&self) -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
         self.tcp.data_stream_addrs()
@@ -91,7 +101,11 @@ impl RecvComm {
         self.tcp.max_requests()
     }
     /// NCCL's grouped receive; this plugin advertises maxRecvs = 1.
-    pub fn irecv(&mut self, bufs: &[(UserBuf, i32)], mhs: &[Option<&MemHandle>]) -> NetResult<Option<u32>> {
+    pub fn irecv(
+        &mut self,
+        bufs: &[(UserBuf, i32)],
+        mhs: &[Option<&MemHandle>],
+    ) -> NetResult<Option<u32>> {
         let [(buf, tag)] = bufs else {
             return Err(NetError::invalid_argument(format!(
                 "irecv with {} buffers: this plugin advertises maxRecvs = 1",

@@ -48,14 +48,17 @@ pub fn intern(s: &str) -> &'static CStr {
     if let Some(found) = t.iter().find(|c| c.to_bytes() == clean.as_bytes()) {
         return found;
     }
-    let leaked: &'static CStr = Box::leak(CString::new(clean).unwrap_or_default().into_boxed_c_str());
+    let leaked: &'static CStr =
+        Box::leak(CString::new(clean).unwrap_or_default().into_boxed_c_str());
     t.push(leaked);
     leaked
 }
 
 /// FNV-1a of the name: a stable guid for devices without hardware identity.
 fn name_guid(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn pci_path_of_netdev(name: &str) -> Option<&'static CStr> {

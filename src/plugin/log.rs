@@ -2,11 +2,12 @@
 //! the standalone stderr subscriber (no ANSI) used by the CLI and tests; both honour NCCL_DEBUG.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::filter::LevelFilter;
+pub use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 /// NCCL log levels (ncclDebugLogLevel).
@@ -25,6 +26,27 @@ pub const SUBSYS_NET: u64 = 16;
 pub type Sink = Arc<dyn Fn(NcclLevel, u64, &str) + Send + Sync>;
 
 static SINK: RwLock<Option<Sink>> = RwLock::new(None);
+/// Most verbose tracing level forwarded to NCCL: 0 off, 1 warn, 2 info, 3 trace.
+static LEVEL: AtomicU8 = AtomicU8::new(1);
+
+fn level_rank(l: &Level) -> u8 {
+    match *l {
+        Level::ERROR | Level::WARN => 1,
+        Level::INFO => 2,
+        Level::DEBUG | Level::TRACE => 3,
+    }
+}
+
+/// Changes what reaches NCCL's logger (e.g. after the site config's `log.level` was read).
+pub fn set_level(level: LevelFilter) {
+    let rank = match level {
+        LevelFilter::OFF => 0,
+        LevelFilter::ERROR | LevelFilter::WARN => 1,
+        LevelFilter::INFO => 2,
+        _ => 3,
+    };
+    LEVEL.store(rank, Ordering::Relaxed);
+}
 
 /// Installs (or replaces, after a re-init) NCCL's logger.
 pub fn set_sink(sink: Option<Sink>) {
@@ -91,10 +113,17 @@ pub struct NcclLayer;
 
 impl<S: Subscriber> Layer<S> for NcclLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if level_rank(event.metadata().level()) > LEVEL.load(Ordering::Relaxed) {
+            return;
+        }
         let Ok(guard) = SINK.read() else { return };
         if let Some(sink) = guard.as_ref() {
             let meta = event.metadata();
-            sink(nccl_level(meta.level()), subsys(meta.target()), &format_event(event));
+            sink(
+                nccl_level(meta.level()),
+                subsys(meta.target()),
+                &format_event(event),
+            );
         }
     }
 }
@@ -103,9 +132,10 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
 /// If the host process already has a global subscriber, our events go to it instead.
 pub fn install_nccl_bridge(sink: Option<Sink>, level: LevelFilter) {
     set_sink(sink);
+    set_level(level);
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let sub = tracing_subscriber::registry().with(NcclLayer.with_filter(level));
+        let sub = tracing_subscriber::registry().with(NcclLayer);
         let _ = tracing::subscriber::set_global_default(sub);
     });
 }
@@ -146,14 +176,19 @@ mod tests {
         let s2 = seen.clone();
         let sink: Sink = Arc::new(move |l, f, m| s2.lock().unwrap().push((l, f, m.to_string())));
         set_sink(Some(sink));
+        set_level(LevelFilter::INFO);
         let sub = tracing_subscriber::registry().with(NcclLayer);
         tracing::subscriber::with_default(sub, || {
             tracing::warn!(target: "dqplb::init", peer = 3, "bad thing");
             tracing::info!(target: "dqplb::net", "hello");
+            tracing::trace!(target: "dqplb::net", "too verbose for INFO");
         });
         set_sink(None);
         let got = seen.lock().unwrap().clone();
-        let ours: Vec<_> = got.iter().filter(|(_, _, m)| m.contains("bad thing") || m.contains("hello")).collect();
+        let ours: Vec<_> = got
+            .iter()
+            .filter(|(_, _, m)| m.contains("bad thing") || m.contains("hello"))
+            .collect();
         assert_eq!(ours.len(), 2, "{got:?}");
         assert_eq!(ours[0].0, NcclLevel::Warn);
         assert_eq!(ours[0].1, SUBSYS_INIT | SUBSYS_NET);

@@ -15,7 +15,9 @@ pub use devices::Properties;
 
 use crate::config::{self, ConnClass, SiteConfig};
 use crate::engine::PolicyKind;
-use crate::transport::tcp::{ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES};
+use crate::transport::tcp::{
+    ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES,
+};
 use crate::transport::{NetError, NetResult};
 
 pub const NAME: &str = "DQPLB";
@@ -30,21 +32,46 @@ static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
 pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let level = log::level_from_nccl_debug(std::env::var("NCCL_DEBUG").ok().as_deref());
     log::install_nccl_bridge(sink, level);
-    let loaded = config::load_from_process_env().map_err(|e| {
-        let e = NetError::invalid_argument(format!("site configuration: {e}"));
-        tracing::warn!(target: "dqplb::init", "{}", e.msg);
-        e
-    })?;
+    let loaded = config::load_from_process_env()
+        .map_err(|e| NetError::invalid_argument(format!("site configuration: {e}")))?;
+    if let Some(l) = loaded.config.log.level {
+        log::set_level(match l {
+            config::LogLevel::Warn => log::LevelFilter::WARN,
+            config::LogLevel::Info => log::LevelFilter::INFO,
+            config::LogLevel::Trace => log::LevelFilter::TRACE,
+        });
+    }
+    dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id).map_err(|e| {
-        tracing::warn!(target: "dqplb::init", "no usable device: {}", e.msg);
-        e
-    })?;
-    let names: Vec<String> = devices.iter().map(|d| d.props.name.to_string_lossy().into_owned()).collect();
+    let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
+    let names: Vec<String> = devices
+        .iter()
+        .map(|d| d.props.name.to_string_lossy().into_owned())
+        .collect();
     tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), TCP devices: {}",
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     state::set(loaded, devices);
     Ok(())
+}
+
+/// DCQCN pre-flight over the RDMA devices NCCL_IB_HCA selects: logs per device, fails init
+/// (ncclSystemError) only with `dcqcn.strict`. No RDMA devices (or no sysfs) is logged, not fatal.
+fn dcqcn_preflight(cfg: &SiteConfig) -> NetResult<()> {
+    use crate::dcqcn::reader::{list_devices, Roots};
+    let roots = Roots::from_section(&cfg.dcqcn);
+    let all = match list_devices(&roots) {
+        Ok(all) => all,
+        Err(e) => {
+            tracing::info!(target: "dqplb::dcqcn", "dcqcn: no RDMA devices to check ({e})");
+            return Ok(());
+        }
+    };
+    let hca = std::env::var("NCCL_IB_HCA").ok();
+    let devices = crate::dcqcn::select::select_devices(all, hca.as_deref(), &cfg.fabric)
+        .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?;
+    crate::dcqcn::preflight::preflight(&cfg.dcqcn, &devices, &roots)
+        .map(|_| ())
+        .map_err(|e| NetError::system(e.to_string()))
 }
 
 pub fn device_count() -> NetResult<i32> {
@@ -73,15 +100,27 @@ pub fn policy_kind(p: config::PolicyName) -> PolicyKind {
 }
 
 /// Engine parameters for a connection from `local` to `remote` fabricIds, from the class plan.
-pub fn conn_params(cfg: &SiteConfig, local: u32, remote: u32) -> NetResult<(ConnClass, ConnParams)> {
+pub fn conn_params(
+    cfg: &SiteConfig,
+    local: u32,
+    remote: u32,
+) -> NetResult<(ConnClass, ConnParams)> {
     let rails = cfg.fabric.max_rails;
-    let class = config::classify(&config::FabricId::from_id(local, rails), &config::FabricId::from_id(remote, rails));
+    let class = config::classify(
+        &config::FabricId::from_id(local, rails),
+        &config::FabricId::from_id(remote, rails),
+    );
     let plan = cfg.plan(class);
     let params = ConnParams {
-        qps: u16::try_from(plan.qps).map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
+        qps: u16::try_from(plan.qps)
+            .map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
         outstanding: plan.outstanding,
-        segment_bytes: u32::try_from(plan.segment_bytes)
-            .map_err(|_| NetError::invalid_argument(format!("segment of {} bytes is too large", plan.segment_bytes)))?,
+        segment_bytes: u32::try_from(plan.segment_bytes).map_err(|_| {
+            NetError::invalid_argument(format!(
+                "segment of {} bytes is too large",
+                plan.segment_bytes
+            ))
+        })?,
         max_messages: cfg.engine.max_messages,
         policy: policy_kind(cfg.engine.policy),
         fabric_id: local,
@@ -122,7 +161,11 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
         let h = ListenHandle::decode(handle)?;
         let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
         let devices::DeviceKind::Tcp { ip } = d.kind;
-        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() { Some(ip) } else { None };
+        let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
+            Some(ip)
+        } else {
+            None
+        };
         let c = TcpConnector::start(&h, params, local_ip, &tcp_options(&g.config))?;
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
@@ -163,7 +206,9 @@ static DEBUG_PANIC_SET: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 
 /// Reads NCCL_DQPLB_DEBUG_PANIC (an entry-point name that will panic, to test the ffi guard).
 pub fn read_debug_knobs() {
-    let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC").ok().filter(|s| !s.is_empty());
+    let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC")
+        .ok()
+        .filter(|s| !s.is_empty());
     DEBUG_PANIC_SET.store(v.is_some(), Ordering::Relaxed);
     if let Ok(mut g) = DEBUG_PANIC.lock() {
         *g = v;

@@ -17,7 +17,11 @@ pub struct Global {
 static GLOBAL: RwLock<Option<Arc<Global>>> = RwLock::new(None);
 
 pub fn set(loaded: LoadedConfig, devices: Vec<Device>) {
-    let g = Arc::new(Global { config: loaded.config, config_source: loaded.source, devices });
+    let g = Arc::new(Global {
+        config: loaded.config,
+        config_source: loaded.source,
+        devices,
+    });
     match GLOBAL.write() {
         Ok(mut w) => *w = Some(g),
         Err(p) => *p.into_inner() = Some(g),
@@ -30,13 +34,20 @@ pub fn get() -> NetResult<Arc<Global>> {
         Ok(r) => r,
         Err(p) => p.into_inner(),
     };
-    r.clone().ok_or_else(|| NetError::invalid_usage("DQPLB plugin used before init()"))
+    r.clone()
+        .ok_or_else(|| NetError::invalid_usage("DQPLB plugin used before init()"))
 }
 
 impl Global {
     pub fn device(&self, dev: i32) -> NetResult<&Device> {
-        usize::try_from(dev).ok().and_then(|d| self.devices.get(d)).ok_or_else(|| {
-            NetError::invalid_argument(format!("device {dev} does not exist (this plugin has {} devices)", self.devices.len()))
-        })
+        usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.devices.get(d))
+            .ok_or_else(|| {
+                NetError::invalid_argument(format!(
+                    "device {dev} does not exist (this plugin has {} devices)",
+                    self.devices.len()
+                ))
+            })
     }
 }

@@ -23,7 +23,10 @@ pub type NetResult<T> = Result<T, NetError>;
 
 impl NetError {
     pub fn new(code: ErrorCode, msg: impl Into<String>) -> Self {
-        NetError { code, msg: msg.into() }
+        NetError {
+            code,
+            msg: msg.into(),
+        }
     }
     pub fn system(msg: impl Into<String>) -> Self {
         Self::new(ErrorCode::SystemError, msg)

@@ -24,7 +24,10 @@ impl UserBuf {
 
     /// A buffer over a Rust slice (tests, perf): valid while the slice is.
     pub fn from_slice(s: &mut [u8]) -> UserBuf {
-        UserBuf { ptr: s.as_mut_ptr(), len: s.len() }
+        UserBuf {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
     }
 
     pub fn len(&self) -> usize {

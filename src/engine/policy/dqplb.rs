@@ -24,20 +24,8 @@ impl Dqplb {
 impl Policy for Dqplb {
     #[inline]
     fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
-        if room == 0 {
-            return None;
-        }
         // QPs after the last one used first, then wrap around to the lowest with room.
-        let after = if self.last >= 127 {
-            0
-        } else {
-            room & (Room::MAX << (self.last + 1))
-        };
-        let qp = if after != 0 {
-            after.trailing_zeros()
-        } else {
-            room.trailing_zeros()
-        } as usize;
+        let qp = room.next_from(self.last + 1)?;
         self.last = qp;
         Some((qp, fixed_piece(msg, self.segment_bytes)))
     }
@@ -59,15 +47,24 @@ mod tests {
     #[test]
     fn rotates_and_skips_full_qps() {
         let mut p = Dqplb::new(4, 256);
-        let all = 0b1111;
+        let all = Room::from_bits(0b1111);
         assert_eq!(p.choose(&cur(1000, 0), all), Some((0, 256)));
         assert_eq!(p.choose(&cur(1000, 256), all), Some((1, 256)));
         // QP 2 full: skip to 3, then wrap to 0.
-        assert_eq!(p.choose(&cur(1000, 512), 0b1011), Some((3, 256)));
-        assert_eq!(p.choose(&cur(1000, 768), 0b1011), Some((0, 232)));
-        assert_eq!(p.choose(&cur(0, 0), 0), None);
+        assert_eq!(
+            p.choose(&cur(1000, 512), Room::from_bits(0b1011)),
+            Some((3, 256))
+        );
+        assert_eq!(
+            p.choose(&cur(1000, 768), Room::from_bits(0b1011)),
+            Some((0, 232))
+        );
+        assert_eq!(p.choose(&cur(0, 0), Room::default()), None);
         let mut wide = Dqplb::new(128, 128);
-        assert_eq!(wide.choose(&cur(0, 0), 1 << 127), Some((127, 0)));
-        assert_eq!(wide.choose(&cur(5, 0), Room::MAX), Some((0, 5)));
+        assert_eq!(
+            wide.choose(&cur(0, 0), Room::from_bits(1 << 127)),
+            Some((127, 0))
+        );
+        assert_eq!(wide.choose(&cur(5, 0), Room::all(128)), Some((0, 5)));
     }
 }

@@ -26,8 +26,75 @@ pub struct Cursor {
     pub serial: u64,
 }
 
-/// Bit `q` set: QP `q` has fewer than `max_outstanding` segments in flight.
-pub type Room = u128;
+/// Set of QPs with fewer than `max_outstanding` segments in flight (QPs 0 ..= 127), as two
+/// 64-bit words so every operation is a couple of instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Room([u64; 2]);
+
+impl Room {
+    /// Bit `q` of `bits` set: QP `q` has room.
+    pub fn from_bits(bits: u128) -> Room {
+        Room([bits as u64, (bits >> 64) as u64])
+    }
+
+    /// QPs `0 .. qps` all have room (`qps` <= 128).
+    pub fn all(qps: usize) -> Room {
+        let bits = if qps >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << qps) - 1
+        };
+        Room::from_bits(bits)
+    }
+
+    /// The set as a 128-bit mask.
+    pub fn bits(self) -> u128 {
+        u128::from(self.0[0]) | (u128::from(self.0[1]) << 64)
+    }
+
+    /// QP `q` has room.
+    #[inline]
+    pub fn has(self, q: usize) -> bool {
+        (self.0[(q >> 6) & 1] >> (q & 63)) & 1 != 0
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, q: usize) {
+        self.0[(q >> 6) & 1] |= 1 << (q & 63);
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self, q: usize) {
+        self.0[(q >> 6) & 1] &= !(1 << (q & 63));
+    }
+
+    /// The first QP with room at or after `start` (0 ..= 128), else the lowest with room.
+    #[inline]
+    pub fn next_from(self, start: usize) -> Option<usize> {
+        let [lo, hi] = self.0;
+        if start < 64 {
+            let m = lo & (u64::MAX << start);
+            if m != 0 {
+                return Some(m.trailing_zeros() as usize);
+            }
+            if hi != 0 {
+                return Some(64 + hi.trailing_zeros() as usize);
+            }
+        } else if start < 128 {
+            let m = hi & (u64::MAX << (start - 64));
+            if m != 0 {
+                return Some(64 + m.trailing_zeros() as usize);
+            }
+        }
+        if lo != 0 {
+            Some(lo.trailing_zeros() as usize)
+        } else if hi != 0 {
+            Some(64 + hi.trailing_zeros() as usize)
+        } else {
+            None
+        }
+    }
+}
 
 /// Picks (QP, segment length) for the next segment, or `None` to stall until a completion.
 pub trait Policy {
@@ -103,3 +170,32 @@ pub(crate) fn align_up(x: u64) -> u64 {
 
 /// Longest segment any policy may produce.
 pub(crate) const MAX_PIECE: u64 = MAX_SEGMENT_BYTES as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_set_clear_and_search() {
+        let mut r = Room::all(128);
+        assert_eq!(r.bits(), u128::MAX);
+        r.clear(0);
+        r.clear(127);
+        r.clear(64);
+        assert!(!r.has(0) && !r.has(64) && !r.has(127) && r.has(1) && r.has(65));
+        assert_eq!(r.next_from(0), Some(1));
+        assert_eq!(r.next_from(64), Some(65));
+        assert_eq!(r.next_from(127), Some(1));
+        assert_eq!(r.next_from(128), Some(1));
+        let only_high = Room::from_bits(1 << 100);
+        assert_eq!(only_high.next_from(3), Some(100));
+        assert_eq!(only_high.next_from(101), Some(100));
+        let only_low = Room::from_bits(1 << 5);
+        assert_eq!(only_low.next_from(70), Some(5));
+        assert_eq!(Room::default().next_from(0), None);
+        assert_eq!(Room::all(5).bits(), 0b11111);
+        let mut s = Room::default();
+        s.set(77);
+        assert_eq!(s.bits(), 1 << 77);
+    }
+}

@@ -24,7 +24,7 @@ impl Policy for RoundRobinMessage {
     #[inline]
     fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
         let qp = (msg.serial % self.qps) as usize;
-        if room & (1 << qp) == 0 {
+        if !room.has(qp) {
             return None;
         }
         Some((qp, fixed_piece(msg, self.segment_bytes)))
@@ -44,8 +44,8 @@ mod tests {
             index: 0,
             serial,
         };
-        assert_eq!(p.choose(&c(4, 0), 0b111), Some((1, 128)));
-        assert_eq!(p.choose(&c(4, 128), 0b111), Some((1, 72)));
-        assert_eq!(p.choose(&c(5, 0), 0b011), None);
+        assert_eq!(p.choose(&c(4, 0), Room::from_bits(0b111)), Some((1, 128)));
+        assert_eq!(p.choose(&c(4, 128), Room::from_bits(0b111)), Some((1, 72)));
+        assert_eq!(p.choose(&c(5, 0), Room::from_bits(0b011)), None);
     }
 }

@@ -19,7 +19,7 @@ impl SingleQp {
 impl Policy for SingleQp {
     #[inline]
     fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
-        if room & 1 == 0 {
+        if !room.has(0) {
             return None;
         }
         Some((0, fixed_piece(msg, self.segment_bytes)))
@@ -39,7 +39,7 @@ mod tests {
             index: 1,
             serial: 9,
         };
-        assert_eq!(p.choose(&c, 0b11), Some((0, 1)));
-        assert_eq!(p.choose(&c, 0b10), None);
+        assert_eq!(p.choose(&c, Room::from_bits(0b11)), Some((0, 1)));
+        assert_eq!(p.choose(&c, Room::from_bits(0b10)), None);
     }
 }

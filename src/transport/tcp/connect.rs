@@ -29,19 +29,28 @@ pub struct TcpConnector {
     streams: Vec<Stage>,
 }
 
-fn start_stream(peer: SocketAddr, local: Option<SocketAddr>, opts: &TcpOptions) -> NetResult<Socket> {
+fn start_stream(
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    opts: &TcpOptions,
+) -> NetResult<Socket> {
     let ctx = |what: &str| format!("connect to {peer}: {what}");
     let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| NetError::io(&ctx("socket"), &e))?;
-    sock.set_nonblocking(true).map_err(|e| NetError::io(&ctx("non-blocking"), &e))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| NetError::io(&ctx("non-blocking"), &e))?;
     if let Some(local) = local {
-        sock.set_reuse_address(true).map_err(|e| NetError::io(&ctx("SO_REUSEADDR"), &e))?;
-        sock.bind(&SockAddr::from(local)).map_err(|e| NetError::io(&ctx(&format!("bind {local}")), &e))?;
+        sock.set_reuse_address(true)
+            .map_err(|e| NetError::io(&ctx("SO_REUSEADDR"), &e))?;
+        sock.bind(&SockAddr::from(local))
+            .map_err(|e| NetError::io(&ctx(&format!("bind {local}")), &e))?;
     }
     opts.apply_socket(&sock)?;
     match sock.connect(&SockAddr::from(peer)) {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS)
+                || e.kind() == std::io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(NetError::io(&ctx("connect"), &e)),
     }
     Ok(sock)
@@ -49,7 +58,11 @@ fn start_stream(peer: SocketAddr, local: Option<SocketAddr>, opts: &TcpOptions) 
 
 /// Whether a non-blocking connect finished: Ok(true) connected, Ok(false) still in progress.
 fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
-    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd, zero timeout: never blocks.
     let r = unsafe { libc::poll(&mut pfd, 1, 0) };
     if r < 0 {
@@ -71,7 +84,12 @@ fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
 impl TcpConnector {
     /// Starts connecting `params.qps + 1` streams to the listener in `handle`. With a source port
     /// base, stream i binds local port base+i (predictable ports for per-path shaping).
-    pub fn start(handle: &ListenHandle, params: ConnParams, local_ip: Option<IpAddr>, opts: &TcpOptions) -> NetResult<TcpConnector> {
+    pub fn start(
+        handle: &ListenHandle,
+        params: ConnParams,
+        local_ip: Option<IpAddr>,
+        opts: &TcpOptions,
+    ) -> NetResult<TcpConnector> {
         let id = super::handle::random_secret()?;
         let mut conn_id = [0u8; 8];
         conn_id.copy_from_slice(&id[..8]);
@@ -79,9 +97,15 @@ impl TcpConnector {
         for i in 0..=params.qps {
             let local = match opts.src_port_base {
                 Some(base) => {
-                    let any = if handle.addr.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) };
+                    let any = if handle.addr.is_ipv4() {
+                        IpAddr::from([0u8; 4])
+                    } else {
+                        IpAddr::from([0u16; 8])
+                    };
                     let port = base.checked_add(i).ok_or_else(|| {
-                        NetError::invalid_argument(format!("source port base {base} + stream {i} exceeds 65535"))
+                        NetError::invalid_argument(format!(
+                            "source port base {base} + stream {i} exceeds 65535"
+                        ))
                     })?;
                     Some(SocketAddr::new(local_ip.unwrap_or(any), port))
                 }
@@ -101,12 +125,17 @@ impl TcpConnector {
     /// Advances every stream; the send comm once all are connected and greeted.
     pub fn progress(&mut self) -> NetResult<Option<TcpSendComm>> {
         for (i, st) in self.streams.iter_mut().enumerate() {
-            let name = StreamName { peer: self.peer, index: i as u16 };
+            let name = StreamName {
+                peer: self.peer,
+                index: i as u16,
+            };
             if let Stage::Connecting(sock) = st {
                 if !connect_done(sock, self.peer)? {
                     continue;
                 }
-                let Stage::Connecting(sock) = std::mem::replace(st, Stage::Taken) else { continue };
+                let Stage::Connecting(sock) = std::mem::replace(st, Stage::Taken) else {
+                    continue;
+                };
                 let hello = Hello {
                     version: PROTOCOL_VERSION,
                     stream: i as u16,
@@ -125,7 +154,9 @@ impl TcpConnector {
                     *sent += n;
                 }
                 if *sent == HELLO_BYTES {
-                    let Stage::Hello(sock, ..) = std::mem::replace(st, Stage::Taken) else { continue };
+                    let Stage::Hello(sock, ..) = std::mem::replace(st, Stage::Taken) else {
+                        continue;
+                    };
                     *st = Stage::Ready(sock);
                 }
             }
@@ -133,12 +164,16 @@ impl TcpConnector {
         if !self.streams.iter().all(|s| matches!(s, Stage::Ready(_))) {
             return Ok(None);
         }
-        let mut socks = std::mem::take(&mut self.streams).into_iter().filter_map(|s| match s {
-            Stage::Ready(sock) => Some(sock),
-            _ => None,
-        });
+        let mut socks = std::mem::take(&mut self.streams)
+            .into_iter()
+            .filter_map(|s| match s {
+                Stage::Ready(sock) => Some(sock),
+                _ => None,
+            });
         let Some(ctrl) = socks.next() else {
-            return Err(NetError::internal("connector finished without a control stream"));
+            return Err(NetError::internal(
+                "connector finished without a control stream",
+            ));
         };
         let data: Vec<TcpStream> = socks.collect();
         let comm = TcpSendComm::new(ctrl, data, self.params)?;

@@ -95,7 +95,11 @@ mod tests {
     #[test]
     fn round_trip_v4_and_v6() {
         for addr in ["127.0.0.1:4242", "[::1]:9"] {
-            let h = ListenHandle { addr: addr.parse().unwrap(), fabric_id: 17, secret: [7; 16] };
+            let h = ListenHandle {
+                addr: addr.parse().unwrap(),
+                fabric_id: 17,
+                secret: [7; 16],
+            };
             let mut b = [0xAAu8; HANDLE_BYTES];
             h.encode(&mut b);
             assert_eq!(b[STAGE_OFFSET], 0xAA, "connect-state bytes are left alone");
@@ -108,12 +112,22 @@ mod tests {
         let mut b = [0u8; HANDLE_BYTES];
         let e = ListenHandle::decode(&b).unwrap_err();
         assert!(e.msg.contains("magic"), "{e}");
-        let h = ListenHandle { addr: "127.0.0.1:1".parse().unwrap(), fabric_id: 0, secret: [0; 16] };
+        let h = ListenHandle {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            fabric_id: 0,
+            secret: [0; 16],
+        };
         h.encode(&mut b);
         b[4] = 9;
-        assert!(ListenHandle::decode(&b).unwrap_err().msg.contains("version 9"));
+        assert!(ListenHandle::decode(&b)
+            .unwrap_err()
+            .msg
+            .contains("version 9"));
         h.encode(&mut b);
         b[6] = 3;
-        assert!(ListenHandle::decode(&b).unwrap_err().msg.contains("family 3"));
+        assert!(ListenHandle::decode(&b)
+            .unwrap_err()
+            .msg
+            .contains("family 3"));
     }
 }

@@ -38,14 +38,21 @@ impl IfFilter {
                 "NCCL_SOCKET_IFNAME='{spec}': empty interface name in the list (expected e.g. 'eth0,ib' or '^docker' or '=lo')"
             )));
         }
-        Ok(IfFilter { exclude, exact, names })
+        Ok(IfFilter {
+            exclude,
+            exact,
+            names,
+        })
     }
 
     pub fn matches(&self, ifname: &str) -> bool {
-        let hit = self
-            .names
-            .iter()
-            .any(|n| if self.exact { ifname == n } else { ifname.starts_with(n.as_str()) });
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                ifname == n
+            } else {
+                ifname.starts_with(n.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -92,14 +99,20 @@ pub fn system_interfaces() -> NetResult<Vec<(String, IpAddr, bool)>> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         let lo = ifa.ifa_flags & (libc::IFF_LOOPBACK as u32) != 0;
         // SAFETY: ifa_addr is non-null; its family says which sockaddr it is.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
         if family == libc::AF_INET {
             // SAFETY: AF_INET addresses are sockaddr_in.
             let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            v4.push((name, IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()), lo));
+            v4.push((
+                name,
+                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()),
+                lo,
+            ));
         } else if family == libc::AF_INET6 {
             // SAFETY: AF_INET6 addresses are sockaddr_in6.
             let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
@@ -138,7 +151,11 @@ pub fn find(filter_spec: Option<&str>) -> NetResult<Vec<Iface>> {
     }
     Ok(chosen
         .into_iter()
-        .map(|(name, addr)| Iface { speed_mbps: link_speed_mbps(&name), name, addr })
+        .map(|(name, addr)| Iface {
+            speed_mbps: link_speed_mbps(&name),
+            name,
+            addr,
+        })
         .collect())
 }
 
@@ -171,10 +188,19 @@ mod tests {
     fn nccl_socket_ifname_semantics() {
         let f = |s: &str| IfFilter::parse(s).unwrap();
         assert_eq!(names(select(&table(), Some(&f("eth")))), ["eth0", "eth1"]);
-        assert_eq!(names(select(&table(), Some(&f("=eth")))), Vec::<String>::new());
-        assert_eq!(names(select(&table(), Some(&f("=eth1,lo")))), ["lo", "eth1"]);
+        assert_eq!(
+            names(select(&table(), Some(&f("=eth")))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names(select(&table(), Some(&f("=eth1,lo")))),
+            ["lo", "eth1"]
+        );
         assert_eq!(names(select(&table(), Some(&f("^eth,docker")))), ["lo"]);
-        assert!(IfFilter::parse("eth0,,lo").unwrap_err().msg.contains("empty interface name"));
+        assert!(IfFilter::parse("eth0,,lo")
+            .unwrap_err()
+            .msg
+            .contains("empty interface name"));
     }
 
     #[test]

@@ -18,7 +18,13 @@ impl std::fmt::Display for StreamName {
         if self.index == 0 {
             write!(f, "control stream with {}", self.peer)
         } else {
-            write!(f, "data stream {} (QP {}) with {}", self.index, self.index - 1, self.peer)
+            write!(
+                f,
+                "data stream {} (QP {}) with {}",
+                self.index,
+                self.index - 1,
+                self.peer
+            )
         }
     }
 }
@@ -30,7 +36,11 @@ pub fn read_some(sock: &mut TcpStream, buf: &mut [u8], name: &StreamName) -> Net
     }
     loop {
         match sock.read(buf) {
-            Ok(0) => return Err(NetError::remote(format!("{name}: peer closed the connection"))),
+            Ok(0) => {
+                return Err(NetError::remote(format!(
+                    "{name}: peer closed the connection"
+                )))
+            }
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
@@ -40,7 +50,11 @@ pub fn read_some(sock: &mut TcpStream, buf: &mut [u8], name: &StreamName) -> Net
 }
 
 /// Writes what the socket takes; Ok(0) means "would block".
-pub fn write_some(sock: &mut TcpStream, bufs: &[IoSlice<'_>], name: &StreamName) -> NetResult<usize> {
+pub fn write_some(
+    sock: &mut TcpStream,
+    bufs: &[IoSlice<'_>],
+    name: &StreamName,
+) -> NetResult<usize> {
     loop {
         match sock.write_vectored(bufs) {
             Ok(n) => return Ok(n),
@@ -52,7 +66,12 @@ pub fn write_some(sock: &mut TcpStream, bufs: &[IoSlice<'_>], name: &StreamName)
 }
 
 /// Fills `buf[*got..]` from the socket; true once full.
-pub fn fill(sock: &mut TcpStream, buf: &mut [u8], got: &mut usize, name: &StreamName) -> NetResult<bool> {
+pub fn fill(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    got: &mut usize,
+    name: &StreamName,
+) -> NetResult<bool> {
     while *got < buf.len() {
         let n = read_some(sock, &mut buf[*got..], name)?;
         if n == 0 {
@@ -64,7 +83,12 @@ pub fn fill(sock: &mut TcpStream, buf: &mut [u8], got: &mut usize, name: &Stream
 }
 
 /// Writes `out[*pos..]`; resets both to empty once everything went out. True when drained.
-pub fn drain(sock: &mut TcpStream, out: &mut Vec<u8>, pos: &mut usize, name: &StreamName) -> NetResult<bool> {
+pub fn drain(
+    sock: &mut TcpStream,
+    out: &mut Vec<u8>,
+    pos: &mut usize,
+    name: &StreamName,
+) -> NetResult<bool> {
     while *pos < out.len() {
         let n = write_some(sock, &[IoSlice::new(&out[*pos..])], name)?;
         if n == 0 {

@@ -41,9 +41,21 @@ impl TcpListenComm {
         listener
             .set_nonblocking(true)
             .map_err(|e| NetError::io(&format!("listen on {ip}: set non-blocking"), &e))?;
-        let addr = listener.local_addr().map_err(|e| NetError::io("listener address", &e))?;
-        let handle = ListenHandle { addr, fabric_id, secret: random_secret()? };
-        Ok(TcpListenComm { listener, handle, opts, pending: Vec::new(), groups: Vec::new() })
+        let addr = listener
+            .local_addr()
+            .map_err(|e| NetError::io("listener address", &e))?;
+        let handle = ListenHandle {
+            addr,
+            fabric_id,
+            secret: random_secret()?,
+        };
+        Ok(TcpListenComm {
+            listener,
+            handle,
+            opts,
+            pending: Vec::new(),
+            groups: Vec::new(),
+        })
     }
 
     pub fn handle(&self) -> &ListenHandle {
@@ -54,12 +66,17 @@ impl TcpListenComm {
     pub fn accept(&mut self) -> NetResult<Option<TcpRecvComm>> {
         self.accept_new()?;
         self.read_hellos();
-        let ready = self.groups.iter().position(|g| g.streams.iter().all(Option::is_some));
+        let ready = self
+            .groups
+            .iter()
+            .position(|g| g.streams.iter().all(Option::is_some));
         let Some(i) = ready else { return Ok(None) };
         let g = self.groups.swap_remove(i);
         let mut streams = g.streams.into_iter().flatten();
         let Some(ctrl) = streams.next() else {
-            return Err(NetError::internal("accepted connection without a control stream"));
+            return Err(NetError::internal(
+                "accepted connection without a control stream",
+            ));
         };
         TcpRecvComm::new(ctrl, streams.collect(), g.params).map(Some)
     }
@@ -72,7 +89,12 @@ impl TcpListenComm {
                         tracing::warn!(target: "dqplb::net", "dropping connection from {peer}: {}", e.msg);
                         continue;
                     }
-                    self.pending.push(Pending { sock, peer, buf: [0; HELLO_BYTES], got: 0 });
+                    self.pending.push(Pending {
+                        sock,
+                        peer,
+                        buf: [0; HELLO_BYTES],
+                        got: 0,
+                    });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -88,7 +110,10 @@ impl TcpListenComm {
         let mut i = 0;
         while i < self.pending.len() {
             let p = &mut self.pending[i];
-            let name = StreamName { peer: p.peer, index: 0 };
+            let name = StreamName {
+                peer: p.peer,
+                index: 0,
+            };
             match fill(&mut p.sock, &mut p.buf, &mut p.got, &name) {
                 Ok(false) => i += 1,
                 Ok(true) => {
@@ -106,7 +131,8 @@ impl TcpListenComm {
     }
 
     fn admit(&mut self, p: Pending) -> NetResult<()> {
-        let h = Hello::decode(&p.buf).map_err(|e| NetError::remote(format!("from {}: {}", p.peer, e.msg)))?;
+        let h = Hello::decode(&p.buf)
+            .map_err(|e| NetError::remote(format!("from {}: {}", p.peer, e.msg)))?;
         if h.version != PROTOCOL_VERSION {
             return Err(NetError::remote(format!(
                 "from {}: protocol version {} (this plugin speaks {PROTOCOL_VERSION})",
@@ -114,25 +140,44 @@ impl TcpListenComm {
             )));
         }
         if h.secret != self.handle.secret {
-            return Err(NetError::remote(format!("from {}: wrong connection secret", p.peer)));
+            return Err(NetError::remote(format!(
+                "from {}: wrong connection secret",
+                p.peer
+            )));
         }
-        h.params.validate().map_err(|e| NetError::remote(format!("from {}: {}", p.peer, e.msg)))?;
+        h.params
+            .validate()
+            .map_err(|e| NetError::remote(format!("from {}: {}", p.peer, e.msg)))?;
         let n = h.params.qps as usize + 1;
         if h.stream as usize >= n {
-            return Err(NetError::remote(format!("from {}: stream index {} of a {n}-stream connection", p.peer, h.stream)));
+            return Err(NetError::remote(format!(
+                "from {}: stream index {} of a {n}-stream connection",
+                p.peer, h.stream
+            )));
         }
         let gi = match self.groups.iter().position(|g| g.conn_id == h.conn_id) {
             Some(gi) => gi,
             None => {
-                self.groups.push(Group { conn_id: h.conn_id, params: h.params, streams: (0..n).map(|_| None).collect() });
+                self.groups.push(Group {
+                    conn_id: h.conn_id,
+                    params: h.params,
+                    streams: (0..n).map(|_| None).collect(),
+                });
                 self.groups.len() - 1
             }
         };
         let g = &mut self.groups[gi];
         if g.params != h.params || g.streams[h.stream as usize].is_some() {
-            let why = if g.params != h.params { "parameters differ between streams" } else { "duplicate stream" };
+            let why = if g.params != h.params {
+                "parameters differ between streams"
+            } else {
+                "duplicate stream"
+            };
             self.groups.swap_remove(gi);
-            return Err(NetError::remote(format!("from {}: connection {:#x}: {why}; connection dropped", p.peer, h.conn_id)));
+            return Err(NetError::remote(format!(
+                "from {}: connection {:#x}: {why}; connection dropped",
+                p.peer, h.conn_id
+            )));
         }
         g.streams[h.stream as usize] = Some(p.sock);
         Ok(())

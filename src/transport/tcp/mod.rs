@@ -33,23 +33,28 @@ pub struct TcpOptions {
 
 impl TcpOptions {
     pub fn apply_socket(&self, s: &Socket) -> NetResult<()> {
-        let ctx = |what: &str, e: std::io::Error| NetError::io(&format!("socket option {what}"), &e);
+        let ctx =
+            |what: &str, e: std::io::Error| NetError::io(&format!("socket option {what}"), &e);
         if self.nodelay {
             s.set_nodelay(true).map_err(|e| ctx("TCP_NODELAY", e))?;
         }
         if self.socket_buffer_bytes > 0 {
-            s.set_send_buffer_size(self.socket_buffer_bytes).map_err(|e| ctx("SO_SNDBUF", e))?;
-            s.set_recv_buffer_size(self.socket_buffer_bytes).map_err(|e| ctx("SO_RCVBUF", e))?;
+            s.set_send_buffer_size(self.socket_buffer_bytes)
+                .map_err(|e| ctx("SO_SNDBUF", e))?;
+            s.set_recv_buffer_size(self.socket_buffer_bytes)
+                .map_err(|e| ctx("SO_RCVBUF", e))?;
         }
         // A peer that vanishes without a reset (power loss) still surfaces within a minute.
         let ka = TcpKeepalive::new().with_time(std::time::Duration::from_secs(30));
-        s.set_tcp_keepalive(&ka).map_err(|e| ctx("SO_KEEPALIVE", e))?;
+        s.set_tcp_keepalive(&ka)
+            .map_err(|e| ctx("SO_KEEPALIVE", e))?;
         Ok(())
     }
 
     /// Applies the options to an accepted stream and makes it non-blocking.
     pub fn apply(&self, s: &std::net::TcpStream) -> NetResult<()> {
-        s.set_nonblocking(true).map_err(|e| NetError::io("set non-blocking", &e))?;
+        s.set_nonblocking(true)
+            .map_err(|e| NetError::io("set non-blocking", &e))?;
         self.apply_socket(&socket2::SockRef::from(s))
     }
 }

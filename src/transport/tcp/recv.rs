@@ -4,7 +4,9 @@
 use std::net::TcpStream;
 
 use super::io::{drain, fill, read_some, StreamName};
-use super::wire::{encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES};
+use super::wire::{
+    encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+};
 use crate::engine::Receiver;
 use crate::transport::{NetError, NetResult, UserBuf};
 
@@ -45,7 +47,11 @@ pub struct TcpRecvComm {
 }
 
 impl TcpRecvComm {
-    pub(super) fn new(ctrl: TcpStream, data: Vec<TcpStream>, params: ConnParams) -> NetResult<TcpRecvComm> {
+    pub(super) fn new(
+        ctrl: TcpStream,
+        data: Vec<TcpStream>,
+        params: ConnParams,
+    ) -> NetResult<TcpRecvComm> {
         let peer = ctrl
             .peer_addr()
             .map_err(|e| NetError::io("accepted control stream has no peer address", &e))?;
@@ -59,7 +65,10 @@ impl TcpRecvComm {
             .enumerate()
             .map(|(i, sock)| DataRx {
                 sock,
-                name: StreamName { peer, index: i as u16 + 1 },
+                name: StreamName {
+                    peer,
+                    index: i as u16 + 1,
+                },
                 hdr: [0; SEG_HEADER_BYTES],
                 state: RxState::Header { got: 0 },
                 acks: Vec::with_capacity(cap),
@@ -91,13 +100,22 @@ impl TcpRecvComm {
     /// Posts one receive buffer and announces it to the sender; None when all slots are busy.
     pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
-        let Some(slot) = self.free.pop() else { return Ok(None) };
+        let Some(slot) = self.free.pop() else {
+            return Ok(None);
+        };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
             self.free.push(slot);
-            return Err(self.fail(NetError::internal(format!("engine refused a receive from {}: {e}", self.ctrl_name.peer))));
+            return Err(self.fail(NetError::internal(format!(
+                "engine refused a receive from {}: {e}",
+                self.ctrl_name.peer
+            ))));
         }
         self.slots[slot as usize] = Slot::Posted { buf };
-        let a = Announce { slot, tag, capacity: buf.len() as u64 };
+        let a = Announce {
+            slot,
+            tag,
+            capacity: buf.len() as u64,
+        };
         self.ctrl_out.extend_from_slice(&a.encode());
         self.progress()?;
         Ok(Some(slot))
@@ -114,7 +132,9 @@ impl TcpRecvComm {
                 Ok(Some(size))
             }
             Some(Slot::Posted { .. }) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!("test on receive request {slot} that is not in flight"))),
+            _ => Err(NetError::invalid_usage(format!(
+                "test on receive request {slot} that is not in flight"
+            ))),
         }
     }
 
@@ -135,12 +155,20 @@ impl TcpRecvComm {
     }
 
     fn step(&mut self) -> NetResult<()> {
-        drain(&mut self.ctrl, &mut self.ctrl_out, &mut self.ctrl_pos, &self.ctrl_name)?;
+        drain(
+            &mut self.ctrl,
+            &mut self.ctrl_out,
+            &mut self.ctrl_pos,
+            &self.ctrl_name,
+        )?;
         if self.ctrl_out.is_empty() {
             // The sender never writes on the control stream: only EOF or garbage can show up.
             let mut probe = [0u8; 1];
             if read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? != 0 {
-                return Err(NetError::remote(format!("{}: unexpected bytes from the sender", self.ctrl_name)));
+                return Err(NetError::remote(format!(
+                    "{}: unexpected bytes from the sender",
+                    self.ctrl_name
+                )));
             }
         }
         for qp in 0..self.data.len() {
@@ -150,7 +178,9 @@ impl TcpRecvComm {
         }
         while let Some((token, size)) = self.engine.poll_done() {
             if let Some(Slot::Posted { .. }) = self.slots.get(token as usize) {
-                self.slots[token as usize] = Slot::Done { size: size as usize };
+                self.slots[token as usize] = Slot::Done {
+                    size: size as usize,
+                };
             }
         }
         Ok(())
@@ -167,9 +197,12 @@ impl TcpRecvComm {
                     if !full {
                         return Ok(());
                     }
-                    let seg = SegHeader::decode(&d.hdr).map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                    let seg = SegHeader::decode(&d.hdr)
+                        .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
                     let fits = match self.slots.get(seg.slot as usize) {
-                        Some(Slot::Posted { buf }) => buf.slice(seg.offset as usize, seg.len as usize).is_some(),
+                        Some(Slot::Posted { buf }) => {
+                            buf.slice(seg.offset as usize, seg.len as usize).is_some()
+                        }
                         _ => false,
                     };
                     if !fits {
@@ -182,12 +215,21 @@ impl TcpRecvComm {
                 }
                 RxState::Payload { seg, mut got } => {
                     if got < seg.len as usize {
-                        let Some(Slot::Posted { buf }) = self.slots.get(seg.slot as usize).copied() else {
-                            return Err(NetError::internal(format!("{}: receive slot {} vanished", d.name, seg.slot)));
+                        let Some(Slot::Posted { buf }) = self.slots.get(seg.slot as usize).copied()
+                        else {
+                            return Err(NetError::internal(format!(
+                                "{}: receive slot {} vanished",
+                                d.name, seg.slot
+                            )));
                         };
                         let dst = buf
                             .slice_mut(seg.offset as usize + got, seg.len as usize - got)
-                            .ok_or_else(|| NetError::internal(format!("{}: payload outside its buffer", d.name)))?;
+                            .ok_or_else(|| {
+                                NetError::internal(format!(
+                                    "{}: payload outside its buffer",
+                                    d.name
+                                ))
+                            })?;
                         let n = read_some(&mut d.sock, dst, &d.name)?;
                         got += n;
                         d.state = RxState::Payload { seg, got };
@@ -198,9 +240,9 @@ impl TcpRecvComm {
                             continue;
                         }
                     }
-                    self.engine
-                        .arrived(seg.imm, seg.len)
-                        .map_err(|e| NetError::remote(format!("{}: protocol error: {e}", d.name)))?;
+                    self.engine.arrived(seg.imm, seg.len).map_err(|e| {
+                        NetError::remote(format!("{}: protocol error: {e}", d.name))
+                    })?;
                     d.acks.extend_from_slice(&encode_ack(seg.imm));
                     d.state = RxState::Header { got: 0 };
                 }

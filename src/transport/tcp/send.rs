@@ -7,7 +7,9 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 use super::io::{fill, read_some, write_some, StreamName};
-use super::wire::{decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES};
+use super::wire::{
+    decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+};
 use crate::engine::{EngineParams, QpStats, Sender};
 use crate::transport::{NetError, NetResult, UserBuf};
 
@@ -32,8 +34,14 @@ struct DataTx {
 #[derive(Clone, Copy)]
 enum Slot {
     Free,
-    Active { buf: UserBuf, size: usize, remote_slot: u32 },
-    Done { size: usize },
+    Active {
+        buf: UserBuf,
+        size: usize,
+        remote_slot: u32,
+    },
+    Done {
+        size: usize,
+    },
 }
 
 pub struct TcpSendComm {
@@ -52,7 +60,11 @@ pub struct TcpSendComm {
 }
 
 impl TcpSendComm {
-    pub(super) fn new(ctrl: TcpStream, data: Vec<TcpStream>, params: ConnParams) -> NetResult<TcpSendComm> {
+    pub(super) fn new(
+        ctrl: TcpStream,
+        data: Vec<TcpStream>,
+        params: ConnParams,
+    ) -> NetResult<TcpSendComm> {
         let peer = ctrl
             .peer_addr()
             .map_err(|e| NetError::io("connected control stream has no peer address", &e))?;
@@ -70,7 +82,10 @@ impl TcpSendComm {
             .enumerate()
             .map(|(i, sock)| DataTx {
                 sock,
-                name: StreamName { peer, index: i as u16 + 1 },
+                name: StreamName {
+                    peer,
+                    index: i as u16 + 1,
+                },
                 queue: VecDeque::with_capacity(cap),
                 ack: [0; ACK_BYTES],
                 ack_got: 0,
@@ -120,8 +135,12 @@ impl TcpSendComm {
         if self.announces.is_empty() {
             return Ok(None);
         }
-        let Some(slot) = self.free.pop() else { return Ok(None) };
-        let Some(ann) = self.announces.pop_front() else { return Ok(None) };
+        let Some(slot) = self.free.pop() else {
+            return Ok(None);
+        };
+        let Some(ann) = self.announces.pop_front() else {
+            return Ok(None);
+        };
         if buf.len() as u64 > ann.capacity {
             self.free.push(slot);
             return Err(NetError::invalid_usage(format!(
@@ -139,9 +158,16 @@ impl TcpSendComm {
                 self.ctrl_name.peer, ann.tag
             )));
         }
-        self.slots[slot as usize] = Slot::Active { buf, size: buf.len(), remote_slot: ann.slot };
+        self.slots[slot as usize] = Slot::Active {
+            buf,
+            size: buf.len(),
+            remote_slot: ann.slot,
+        };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            return Err(self.fail(NetError::internal(format!("engine refused a send to {}: {e}", self.ctrl_name.peer))));
+            return Err(self.fail(NetError::internal(format!(
+                "engine refused a send to {}: {e}",
+                self.ctrl_name.peer
+            ))));
         }
         self.progress()?;
         Ok(Some(slot))
@@ -158,7 +184,9 @@ impl TcpSendComm {
                 Ok(Some(size))
             }
             Some(Slot::Active { .. }) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!("test on send request {slot} that is not in flight"))),
+            _ => Err(NetError::invalid_usage(format!(
+                "test on send request {slot} that is not in flight"
+            ))),
         }
     }
 
@@ -203,11 +231,17 @@ impl TcpSendComm {
 
     fn read_announces(&mut self) -> NetResult<()> {
         loop {
-            if !fill(&mut self.ctrl, &mut self.ctrl_in, &mut self.ctrl_got, &self.ctrl_name)? {
+            if !fill(
+                &mut self.ctrl,
+                &mut self.ctrl_in,
+                &mut self.ctrl_got,
+                &self.ctrl_name,
+            )? {
                 return Ok(());
             }
             self.ctrl_got = 0;
-            let a = Announce::decode(&self.ctrl_in).map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
+            let a = Announce::decode(&self.ctrl_in)
+                .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
             if self.announces.len() >= self.slots.len() {
                 return Err(NetError::remote(format!(
                     "{}: peer announced more than {} receive buffers",
@@ -229,18 +263,25 @@ impl TcpSendComm {
                     break;
                 }
                 d.ack_got = 0;
-                decode_ack(&d.ack).map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                decode_ack(&d.ack)
+                    .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
                 d.acks_pending -= 1;
-                self.engine
-                    .completed(qp, now)
-                    .map_err(|e| NetError::remote(format!("{}: acknowledgement without a segment in flight: {e}", d.name)))?;
+                self.engine.completed(qp, now).map_err(|e| {
+                    NetError::remote(format!(
+                        "{}: acknowledgement without a segment in flight: {e}",
+                        d.name
+                    ))
+                })?;
                 any = true;
             }
             if d.acks_pending == 0 {
                 // Anything arriving on an idle stream is a protocol error or EOF: look for it.
                 let mut probe = [0u8; 1];
                 if read_some(&mut d.sock, &mut probe, &d.name)? != 0 {
-                    return Err(NetError::remote(format!("{}: unexpected bytes with no segment in flight", d.name)));
+                    return Err(NetError::remote(format!(
+                        "{}: unexpected bytes with no segment in flight",
+                        d.name
+                    )));
                 }
             }
         }
@@ -251,12 +292,30 @@ impl TcpSendComm {
         let mut any = false;
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(Slot::Active { buf, remote_slot, .. }) = self.slots.get(t.token as usize).copied() else {
-                return Err(NetError::internal(format!("engine scheduled a segment of unknown request {}", t.token)));
+            let Some(Slot::Active {
+                buf, remote_slot, ..
+            }) = self.slots.get(t.token as usize).copied()
+            else {
+                return Err(NetError::internal(format!(
+                    "engine scheduled a segment of unknown request {}",
+                    t.token
+                )));
             };
-            let hdr = SegHeader { imm: t.imm, slot: remote_slot, offset: t.offset, len: t.len }.encode();
+            let hdr = SegHeader {
+                imm: t.imm,
+                slot: remote_slot,
+                offset: t.offset,
+                len: t.len,
+            }
+            .encode();
             let d = &mut self.data[t.qp];
-            d.queue.push_back(TxSeg { hdr, buf, off: t.offset as usize, len: t.len as usize, written: 0 });
+            d.queue.push_back(TxSeg {
+                hdr,
+                buf,
+                off: t.offset as usize,
+                len: t.len as usize,
+                written: 0,
+            });
             d.acks_pending += 1;
             any = true;
         }
@@ -268,10 +327,9 @@ impl TcpSendComm {
         for d in &mut self.data {
             while let Some(seg) = d.queue.front_mut() {
                 let total = SEG_HEADER_BYTES + seg.len;
-                let payload = seg
-                    .buf
-                    .slice(seg.off, seg.len)
-                    .ok_or_else(|| NetError::internal(format!("{}: segment outside its send buffer", d.name)))?;
+                let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
+                    NetError::internal(format!("{}: segment outside its send buffer", d.name))
+                })?;
                 let n = if seg.written < SEG_HEADER_BYTES {
                     let bufs = [IoSlice::new(&seg.hdr[seg.written..]), IoSlice::new(payload)];
                     write_some(&mut d.sock, &bufs, &d.name)?

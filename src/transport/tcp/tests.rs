@@ -6,11 +6,21 @@ use crate::engine::PolicyKind;
 use crate::transport::{ErrorCode, UserBuf};
 
 fn params(policy: PolicyKind, qps: u16) -> ConnParams {
-    ConnParams { qps, outstanding: 4, segment_bytes: 4096, max_messages: 32, policy, fabric_id: 0 }
+    ConnParams {
+        qps,
+        outstanding: 4,
+        segment_bytes: 4096,
+        max_messages: 32,
+        policy,
+        fabric_id: 0,
+    }
 }
 
 fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
-    let opts = TcpOptions { nodelay: true, ..Default::default() };
+    let opts = TcpOptions {
+        nodelay: true,
+        ..Default::default()
+    };
     let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts.clone()).unwrap();
     let mut c = TcpConnector::start(l.handle(), p, None, &opts).unwrap();
     let (mut s, mut r) = (None, None);
@@ -21,8 +31,9 @@ fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
         if r.is_none() {
             r = l.accept().unwrap();
         }
-        if s.is_some() && r.is_some() {
-            return (s.unwrap(), r.unwrap());
+        match (s, r) {
+            (Some(s), Some(r)) => return (s, r),
+            (a, b) => (s, r) = (a, b),
         }
         std::thread::yield_now();
     }
@@ -30,12 +41,22 @@ fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i >> 8) as u8)).collect()
+    (0..n)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed ^ (i >> 8) as u8)
+        })
+        .collect()
 }
 
 /// Sends every size (receive buffers `extra` bytes larger) with up to 8 requests in flight.
 fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: usize) {
-    let mut src: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, i as u8)).collect();
+    let mut src: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, i as u8))
+        .collect();
     let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xEE; n + extra]).collect();
     let (mut posted_r, mut posted_s) = (0, 0);
     let mut rreq: Vec<Option<u32>> = vec![None; sizes.len()];
@@ -44,7 +65,10 @@ fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: us
     let mut spins = 0u64;
     while done_r < sizes.len() || done_s < sizes.len() {
         spins += 1;
-        assert!(spins < 50_000_000, "transfer stalled: sent {done_s}, received {done_r}");
+        assert!(
+            spins < 50_000_000,
+            "transfer stalled: sent {done_s}, received {done_r}"
+        );
         if posted_r < sizes.len() && posted_r - done_r < 8 {
             let b = UserBuf::from_slice(&mut dst[posted_r]);
             if let Some(q) = r.irecv(b, 7).unwrap() {
@@ -73,16 +97,40 @@ fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: us
         }
     }
     for (i, n) in sizes.iter().enumerate() {
-        assert!(dst[i][..*n] == src[i][..], "message {i} ({n} bytes) differs");
-        assert!(dst[i][*n..].iter().all(|b| *b == 0xEE), "bytes past message {i} were touched");
+        assert!(
+            dst[i][..*n] == src[i][..],
+            "message {i} ({n} bytes) differs"
+        );
+        assert!(
+            dst[i][*n..].iter().all(|b| *b == 0xEE),
+            "bytes past message {i} were touched"
+        );
     }
 }
 
-const SIZES: &[usize] = &[0, 1, 3, 7, 127, 128, 129, 4095, 4096, 65537, 1 << 20 | 1, 300_000];
+const SIZES: &[usize] = &[
+    0,
+    1,
+    3,
+    7,
+    127,
+    128,
+    129,
+    4095,
+    4096,
+    65537,
+    1 << 20 | 1,
+    300_000,
+];
 
 #[test]
 fn every_policy_moves_bytes_exactly() {
-    for policy in [PolicyKind::Dqplb, PolicyKind::StaticSplit, PolicyKind::RoundRobinMessage, PolicyKind::SingleQp] {
+    for policy in [
+        PolicyKind::Dqplb,
+        PolicyKind::StaticSplit,
+        PolicyKind::RoundRobinMessage,
+        PolicyKind::SingleQp,
+    ] {
         let (mut s, mut r) = pair(params(policy, 4));
         transfer(&mut s, &mut r, SIZES, 0);
         transfer(&mut s, &mut r, SIZES, 1000);
@@ -103,7 +151,9 @@ fn send_larger_than_posted_receive_is_invalid_usage() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
     let mut small = vec![0u8; 10];
     let mut big = vec![1u8; 11];
-    r.irecv(UserBuf::from_slice(&mut small), 1).unwrap().unwrap();
+    r.irecv(UserBuf::from_slice(&mut small), 1)
+        .unwrap()
+        .unwrap();
     let mut err = None;
     for _ in 0..1_000_000 {
         match s.isend(UserBuf::from_slice(&mut big), 1) {
@@ -119,7 +169,10 @@ fn send_larger_than_posted_receive_is_invalid_usage() {
     }
     let e = err.expect("isend never saw the announcement");
     assert_eq!(e.code, ErrorCode::InvalidUsage);
-    assert!(e.msg.contains("11 bytes") && e.msg.contains("10 bytes"), "{e}");
+    assert!(
+        e.msg.contains("11 bytes") && e.msg.contains("10 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -141,7 +194,10 @@ fn closed_peer_fails_pending_receive_with_remote_error() {
     }
     let e = got.expect("receiver never noticed the closed peer");
     assert_eq!(e.code, ErrorCode::RemoteError);
-    assert!(e.msg.contains("127.0.0.1") && (e.msg.contains("closed") || e.msg.contains("reset")), "{e}");
+    assert!(
+        e.msg.contains("127.0.0.1") && (e.msg.contains("closed") || e.msg.contains("reset")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -154,7 +210,8 @@ fn wrong_secret_is_dropped_and_listener_keeps_serving() {
     let mut evil = TcpConnector::start(&bad, params(PolicyKind::Dqplb, 1), None, &opts).unwrap();
     let mut junk = std::net::TcpStream::connect(l.handle().addr).unwrap();
     junk.write_all(&[0x42; 100]).unwrap();
-    let mut good = TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 1), None, &opts).unwrap();
+    let mut good =
+        TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 1), None, &opts).unwrap();
     let (mut s, mut r, mut evil_done) = (None, None, false);
     for _ in 0..200_000 {
         if !evil_done {
@@ -173,6 +230,9 @@ fn wrong_secret_is_dropped_and_listener_keeps_serving() {
     let (mut s, mut r) = (s.expect("good connect"), r.expect("good accept"));
     transfer(&mut s, &mut r, &[5000], 0);
     for _ in 0..1000 {
-        assert!(l.accept().unwrap().is_none(), "a connection with the wrong secret was accepted");
+        assert!(
+            l.accept().unwrap().is_none(),
+            "a connection with the wrong secret was accepted"
+        );
     }
 }

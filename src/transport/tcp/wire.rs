@@ -28,18 +28,34 @@ pub struct ConnParams {
 impl ConnParams {
     /// Bounds a receiver accepts from the network; everything else is a protocol error.
     pub fn validate(&self) -> NetResult<()> {
-        let bad = |what: String| Err(NetError::remote(format!("peer sent bad connection parameters: {what}")));
+        let bad = |what: String| {
+            Err(NetError::remote(format!(
+                "peer sent bad connection parameters: {what}"
+            )))
+        };
         if self.qps == 0 || self.qps > 128 {
             return bad(format!("qps {} (accepted 1..=128)", self.qps));
         }
         if self.outstanding == 0 || self.outstanding > 256 {
-            return bad(format!("outstanding {} (accepted 1..=256)", self.outstanding));
+            return bad(format!(
+                "outstanding {} (accepted 1..=256)",
+                self.outstanding
+            ));
         }
-        if self.segment_bytes < 128 || self.segment_bytes % 128 != 0 || self.segment_bytes > (1 << 30) {
-            return bad(format!("segment {} bytes (accepted multiples of 128 up to 1 GiB)", self.segment_bytes));
+        if self.segment_bytes < 128
+            || !self.segment_bytes.is_multiple_of(128)
+            || self.segment_bytes > (1 << 30)
+        {
+            return bad(format!(
+                "segment {} bytes (accepted multiples of 128 up to 1 GiB)",
+                self.segment_bytes
+            ));
         }
         if self.max_messages < 1 || self.max_messages > 4096 {
-            return bad(format!("max messages {} (accepted 1..=4096)", self.max_messages));
+            return bad(format!(
+                "max messages {} (accepted 1..=4096)",
+                self.max_messages
+            ));
         }
         Ok(())
     }
@@ -60,7 +76,11 @@ fn policy_from(code: u8) -> NetResult<PolicyKind> {
         1 => PolicyKind::StaticSplit,
         2 => PolicyKind::RoundRobinMessage,
         3 => PolicyKind::SingleQp,
-        c => return Err(NetError::remote(format!("peer sent unknown policy code {c} (accepted 0..=3)"))),
+        c => {
+            return Err(NetError::remote(format!(
+                "peer sent unknown policy code {c} (accepted 0..=3)"
+            )))
+        }
     })
 }
 
@@ -154,7 +174,11 @@ impl Announce {
                 "control stream frame kind {kind:#x}, expected {ANNOUNCE_KIND:#x}: stream out of sync"
             )));
         }
-        Ok(Announce { slot: u32_at(b, 4), tag: u32_at(b, 8) as i32, capacity: u64_at(b, 16) })
+        Ok(Announce {
+            slot: u32_at(b, 4),
+            tag: u32_at(b, 8) as i32,
+            capacity: u64_at(b, 16),
+        })
     }
 }
 
@@ -184,7 +208,12 @@ impl SegHeader {
                 u32_at(b, 20)
             )));
         }
-        Ok(SegHeader { imm: u32_at(b, 0), slot: u32_at(b, 4), offset: u64_at(b, 8), len: u32_at(b, 16) })
+        Ok(SegHeader {
+            imm: u32_at(b, 0),
+            slot: u32_at(b, 4),
+            offset: u64_at(b, 8),
+            len: u32_at(b, 16),
+        })
     }
 }
 
@@ -223,22 +252,56 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let h = Hello { version: 1, stream: 3, conn_id: 0xdead_beef_0102, secret: [5; 16], params: params() };
+        let h = Hello {
+            version: 1,
+            stream: 3,
+            conn_id: 0xdead_beef_0102,
+            secret: [5; 16],
+            params: params(),
+        };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
-        let a = Announce { slot: 31, tag: -2, capacity: 1 << 33 };
+        let a = Announce {
+            slot: 31,
+            tag: -2,
+            capacity: 1 << 33,
+        };
         assert_eq!(Announce::decode(&a.encode()).unwrap(), a);
-        let s = SegHeader { imm: 0x8000_0001, slot: 7, offset: 1 << 20, len: 4096 };
+        let s = SegHeader {
+            imm: 0x8000_0001,
+            slot: 7,
+            offset: 1 << 20,
+            len: 4096,
+        };
         assert_eq!(SegHeader::decode(&s.encode()).unwrap(), s);
         assert_eq!(decode_ack(&encode_ack(0x00ff_ffff)).unwrap(), 0x00ff_ffff);
     }
 
     #[test]
     fn garbage_is_rejected_with_reason() {
-        assert!(Hello::decode(&[0x47; HELLO_BYTES]).unwrap_err().msg.contains("hello magic"));
-        assert!(Announce::decode(&[1; ANNOUNCE_BYTES]).unwrap_err().msg.contains("out of sync"));
-        assert!(SegHeader::decode(&[0; SEG_HEADER_BYTES]).unwrap_err().msg.contains("out of sync"));
-        assert!(decode_ack(&[0; ACK_BYTES]).unwrap_err().msg.contains("out of sync"));
-        let mut h = Hello { version: 1, stream: 0, conn_id: 1, secret: [0; 16], params: params() }.encode();
+        assert!(Hello::decode(&[0x47; HELLO_BYTES])
+            .unwrap_err()
+            .msg
+            .contains("hello magic"));
+        assert!(Announce::decode(&[1; ANNOUNCE_BYTES])
+            .unwrap_err()
+            .msg
+            .contains("out of sync"));
+        assert!(SegHeader::decode(&[0; SEG_HEADER_BYTES])
+            .unwrap_err()
+            .msg
+            .contains("out of sync"));
+        assert!(decode_ack(&[0; ACK_BYTES])
+            .unwrap_err()
+            .msg
+            .contains("out of sync"));
+        let mut h = Hello {
+            version: 1,
+            stream: 0,
+            conn_id: 1,
+            secret: [0; 16],
+            params: params(),
+        }
+        .encode();
         h[28] = 9;
         assert!(Hello::decode(&h).unwrap_err().msg.contains("policy code 9"));
     }
@@ -246,9 +309,28 @@ mod tests {
     #[test]
     fn params_bounds() {
         assert!(params().validate().is_ok());
-        assert!(ConnParams { qps: 0, ..params() }.validate().unwrap_err().msg.contains("qps 0"));
-        assert!(ConnParams { outstanding: 257, ..params() }.validate().is_err());
-        assert!(ConnParams { segment_bytes: 100, ..params() }.validate().is_err());
-        assert!(ConnParams { max_messages: 0, ..params() }.validate().is_err());
+        assert!(ConnParams { qps: 0, ..params() }
+            .validate()
+            .unwrap_err()
+            .msg
+            .contains("qps 0"));
+        assert!(ConnParams {
+            outstanding: 257,
+            ..params()
+        }
+        .validate()
+        .is_err());
+        assert!(ConnParams {
+            segment_bytes: 100,
+            ..params()
+        }
+        .validate()
+        .is_err());
+        assert!(ConnParams {
+            max_messages: 0,
+            ..params()
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -1,0 +1,153 @@
+//! Unit-level checks of the NCCL_IB_HCA parser through its public API: exact error messages per
+//! bad field, error kinds, prefix/exact matching, ports and exclusion.
+
+use nccl_net_dqplb::config::hca::{FabricId, HcaError, HcaErrorKind, HcaList, Selected};
+use nccl_net_dqplb::config::HcaThirdField;
+
+use HcaThirdField::{FabricId as Fid, RailPlane};
+
+fn parse(s: &str) -> Result<HcaList, HcaError> {
+    HcaList::parse(s, Fid, 8)
+}
+
+fn msg(s: &str, mode: HcaThirdField) -> String {
+    match HcaList::parse(s, mode, 8) {
+        Ok(l) => format!("unexpectedly parsed: {l:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn parses_fabric_ids() {
+    let l = parse("=mlx5_0:1:0,mlx5_1:1:9").expect("valid");
+    assert!(l.exact && !l.exclude);
+    assert_eq!(l.entries.len(), 2);
+    assert_eq!(l.entries[1].name, "mlx5_1");
+    assert_eq!(l.entries[1].port, Some(1));
+    assert_eq!(
+        l.entries[1].fabric,
+        Some(FabricId {
+            id: 9,
+            dc: 1,
+            rail: 1,
+            plane: None
+        })
+    );
+    assert_eq!(l.to_string(), "=mlx5_0:1:0,mlx5_1:1:9");
+}
+
+#[test]
+fn parses_rail_plane() {
+    let l = HcaList::parse("mlx5_0:1:3:1,mlx5_1:2:7", RailPlane, 8).expect("valid");
+    assert_eq!(
+        l.entries[0].fabric,
+        Some(FabricId {
+            id: 3,
+            dc: 0,
+            rail: 3,
+            plane: Some(1)
+        })
+    );
+    assert_eq!(
+        l.entries[1].fabric,
+        Some(FabricId {
+            id: 7,
+            dc: 0,
+            rail: 7,
+            plane: None
+        })
+    );
+}
+
+#[test]
+fn error_messages_name_entry_and_field() {
+    assert_eq!(
+        msg("mlx5_0:x", Fid),
+        "NCCL_IB_HCA entry 'mlx5_0:x': port 'x' is not a number (expected 1..=255)"
+    );
+    assert_eq!(
+        msg("mlx5_0:0", Fid),
+        "NCCL_IB_HCA entry 'mlx5_0:0': port '0' is out of range (expected 1..=255)"
+    );
+    assert_eq!(
+        msg("mlx5_0:1:abc", Fid),
+        "NCCL_IB_HCA entry 'mlx5_0:1:abc': fabric id 'abc' is not a number (expected 0..=65535)"
+    );
+    assert_eq!(
+        msg("mlx5_0:1:65536", Fid),
+        "NCCL_IB_HCA entry 'mlx5_0:1:65536': fabric id '65536' is out of range \
+         (expected 0..=65535)"
+    );
+    assert_eq!(
+        msg("mlx5_0:1:8", RailPlane),
+        "NCCL_IB_HCA entry 'mlx5_0:1:8': rail '8' is out of range (expected 0..=7)"
+    );
+    assert!(msg("mlx5_0:1:2:1", Fid).contains("fourth field '1' is only read with"));
+    assert!(msg("a:1:2:3:4", RailPlane).contains("5 fields; expected dev[:port"));
+    assert_eq!(msg("", Fid), "NCCL_IB_HCA: no devices listed in ''");
+    assert_eq!(msg("^=", Fid), "NCCL_IB_HCA: no devices listed in '^='");
+    assert_eq!(
+        msg("mlx5_0,", Fid),
+        "NCCL_IB_HCA: entry 2 of 'mlx5_0,' is empty (stray comma?)"
+    );
+    assert!(msg(":1", Fid).contains("device name is empty"));
+    assert!(msg("mlx5_0::1", Fid).contains("port is empty"));
+    assert!(msg("mlx5_0,^mlx5_1", Fid).contains("'^' is only accepted once"));
+    assert!(msg("mlx5 0", Fid).contains("device name contains ' '"));
+    assert_eq!(
+        msg("mlx5_0:1,mlx5_0:1:3", Fid),
+        "NCCL_IB_HCA entry 'mlx5_0:1:3': duplicate of entry 1 (same device and port)"
+    );
+    assert!(msg("^mlx5_0:1:3", Fid).contains("exclude"));
+}
+
+#[test]
+fn error_kinds() {
+    let kind = |s: &str| HcaList::parse(s, Fid, 8).map_err(|e| e.kind).err();
+    assert_eq!(
+        kind("mlx5_0:1:2:1"),
+        Some(HcaErrorKind::PlaneInFabricIdMode)
+    );
+    assert_eq!(kind("a:1:2:3:4"), Some(HcaErrorKind::TooManyFields));
+    assert_eq!(kind("a,a"), Some(HcaErrorKind::Duplicate));
+    assert_eq!(kind("a:99999999999"), Some(HcaErrorKind::BadPort));
+    let many: Vec<String> = (0..33).map(|i| format!("mlx5_{i}")).collect();
+    assert_eq!(kind(&many.join(",")), Some(HcaErrorKind::TooManyEntries));
+    assert!(HcaList::parse(&many[..32].join(","), Fid, 8).is_ok());
+    assert_eq!(
+        HcaList::parse("a", Fid, 0).map_err(|e| e.kind).err(),
+        Some(HcaErrorKind::BadMaxRails)
+    );
+}
+
+#[test]
+fn prefix_exact_and_ports() {
+    let prefix = parse("mlx5").expect("valid");
+    assert!(prefix.selects_device("mlx5_0"));
+    assert!(prefix.select("mlx5_11", 2).is_some());
+    assert!(!prefix.selects_device("bnxt_re0"));
+    let exact = parse("=mlx5_1:1:3").expect("valid");
+    assert!(exact.select("mlx5_11", 1).is_none());
+    assert!(exact.select("mlx5_1", 2).is_none());
+    let sel = exact.select("mlx5_1", 1).expect("selected");
+    assert_eq!(sel.entry, Some(0));
+    assert_eq!(sel.fabric.map(|f| (f.dc, f.rail)), Some((0, 3)));
+}
+
+#[test]
+fn exclusion() {
+    let l = parse("^mlx5_0:1,mlx5_2").expect("valid");
+    assert!(l.select("mlx5_0", 1).is_none());
+    assert_eq!(
+        l.select("mlx5_0", 2),
+        Some(Selected {
+            port: 2,
+            entry: None,
+            fabric: None
+        })
+    );
+    assert!(l.selects_device("mlx5_0"));
+    assert!(!l.selects_device("mlx5_2"));
+    assert!(l.select("mlx5_20", 1).is_none(), "prefix exclusion");
+    assert!(l.select("mlx5_1", 1).is_some());
+}

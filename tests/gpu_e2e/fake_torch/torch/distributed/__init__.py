@@ -1,0 +1,142 @@
+"""Stand-in torch.distributed for the offline end-to-end test: ranks exchange buffers through JSON
+files in $FAKE_TORCH_DIR and print NCCL_DEBUG-style lines naming the network NCCL would use.
+
+$FAKE_TORCH_NET overrides that network (to fake a fallback); $FAKE_TORCH_CORRUPT="op:bytes" makes
+rank 1 receive one wrong element for that op and size.
+"""
+
+import json
+import os
+import time
+
+import torch
+
+_state = {"rank": None, "world": None, "seq": 0, "dir": None}
+_ELSIZE = {"float32": 4, "bfloat16": 2}
+
+
+def is_available():
+    return True
+
+
+def is_nccl_available():
+    return True
+
+
+def _info(msg):
+    pid = os.getpid()
+    print("fakehost:%d:%d [0] NCCL INFO %s" % (pid, pid, msg), flush=True)
+
+
+def init_process_group(backend, init_method=None, rank=0, world_size=1, timeout=None):
+    # One exchange folder per rendezvous port: the plugin and Socket runs do not mix.
+    folder = os.path.join(os.environ["FAKE_TORCH_DIR"], (init_method or "local").rsplit(":", 1)[-1])
+    os.makedirs(folder, exist_ok=True)
+    _state.update(rank=rank, world=world_size, seq=0, dir=folder)
+    _info("NCCL version 2.21.5+cuda12.4")
+    plugin = os.environ.get("NCCL_NET_PLUGIN")
+    if plugin:
+        _info("NET/Plugin: Plugin name set by env to %s" % plugin)
+    net = os.environ.get("FAKE_TORCH_NET") or os.environ.get("NCCL_NET", "Socket")
+    _info("Using network %s" % net)
+    peer = (rank + 1) % world_size
+    _info("Channel 00/0 : %d[0] -> %d[0] [receive] via NET/%s/0" % (peer, rank, net))
+    _info("Channel 00/0 : %d[0] -> %d[0] [send] via NET/%s/0" % (rank, peer, net))
+
+
+def _path(tag, src):
+    return os.path.join(_state["dir"], "%07d.%s.%d.json" % (_state["seq"], tag, src))
+
+
+def _put(tag, values):
+    tmp = _path(tag, _state["rank"]) + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(values, fh)
+    os.replace(tmp, _path(tag, _state["rank"]))
+
+
+def _get(tag, src):
+    path, deadline = _path(tag, src), time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError("fake dist: rank %d waited 60 s for %s" % (_state["rank"], path))
+        time.sleep(0.0005)
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _exchange(values):
+    _put("coll", values)
+    got = [_get("coll", r) for r in range(_state["world"])]
+    _state["seq"] += 1
+    return got
+
+
+def _maybe_corrupt(op, out):
+    spec = os.environ.get("FAKE_TORCH_CORRUPT", "")
+    if spec and _state["rank"] == 1:
+        name, _, nbytes = spec.partition(":")
+        total = len(out.data) * _ELSIZE[out.dtype.name] * (2 if op == "reduce_scatter" else 1)
+        if name == op and int(nbytes) == total:
+            out.data[0] += 1
+
+
+def _sum(cols, dtype):
+    return torch.convert([sum(c) for c in zip(*cols)], dtype)
+
+
+def all_reduce(t):
+    t.data = _sum(_exchange(t.data), t.dtype)
+    _maybe_corrupt("all_reduce", t)
+
+
+def all_gather_into_tensor(out, inp):
+    got = _exchange(inp.data)
+    out.data = [v for part in got for v in part]
+    _maybe_corrupt("all_gather", out)
+
+
+def reduce_scatter_tensor(out, inp):
+    s = _sum(_exchange(inp.data), inp.dtype)
+    n = len(out.data)
+    out.data = s[_state["rank"] * n:(_state["rank"] + 1) * n]
+    _maybe_corrupt("reduce_scatter", out)
+
+
+def isend(t, dst):
+    raise NotImplementedError("only through batch_isend_irecv")
+
+
+def irecv(t, src):
+    raise NotImplementedError("only through batch_isend_irecv")
+
+
+class P2POp:
+    def __init__(self, op, tensor, peer):
+        self.op, self.tensor, self.peer = op, tensor, peer
+
+
+class _Done:
+    def wait(self):
+        return True
+
+
+def batch_isend_irecv(ops):
+    me = _state["rank"]
+    for o in ops:
+        if o.op is isend:
+            _put("p2p-to%d" % o.peer, o.tensor.data)
+    for o in ops:
+        if o.op is irecv:
+            o.tensor.data = list(_get("p2p-to%d" % me, o.peer))
+            _maybe_corrupt("sendrecv", o.tensor)
+    _state["seq"] += 1
+    return [_Done() for _ in ops]
+
+
+def barrier(device_ids=None):
+    _exchange([])
+
+
+def destroy_process_group():
+    _state["rank"] = None

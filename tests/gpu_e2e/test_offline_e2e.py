@@ -1,0 +1,100 @@
+"""The whole scripts/gpu-e2e.sh run offline: a stand-in torch (tests/gpu_e2e/fake_torch), a stand-in
+nvidia-smi, and a small shared library exporting ncclNetPlugin_v8 named DQPLB. Checks the exit
+status, the summary files, and that a wrong element or a fallback to Socket fails the run."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from helpers import HERE, REPO, SCRIPT
+
+PLUGIN_C = r"""
+typedef struct { const char* name; void* fns[18]; } net_v8;
+const net_v8 ncclNetPlugin_v8 = { "DQPLB", {0} };
+"""
+
+
+@unittest.skipUnless(shutil.which("cc"), "no C compiler for the stand-in plugin")
+class OfflineEndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="gpu-e2e-offline-")
+        src = os.path.join(cls.tmp, "p.c")
+        with open(src, "w") as fh:
+            fh.write(PLUGIN_C)
+        cls.plugin = os.path.join(cls.tmp, "libnccl-net-dqplb.so")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", cls.plugin, src], check=True)
+        cls.bin = os.path.join(cls.tmp, "bin")
+        os.makedirs(cls.bin)
+        smi = os.path.join(cls.bin, "nvidia-smi")
+        with open(smi, "w") as fh:
+            fh.write("#!/bin/sh\necho 'GPU 0: Fake H200 (UUID: GPU-00000000-fake)'\n")
+        os.chmod(smi, 0o755)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def run_script(self, name, *extra, **env_extra):
+        out = os.path.join(self.tmp, name)
+        xchg = os.path.join(self.tmp, name + "-xchg")
+        os.makedirs(xchg)
+        env = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"],
+                   PYTHONPATH=os.path.join(HERE, "fake_torch"), FAKE_TORCH_DIR=xchg, PYTHONDONTWRITEBYTECODE="1")
+        env.update(env_extra)
+        p = subprocess.run(["bash", SCRIPT, "--plugin", self.plugin, "--out", out, "--max-bytes", "4K", "--quick",
+                            "--skip-nccl-tests", *extra], capture_output=True, text=True, env=env, cwd=REPO,
+                           timeout=600)
+        verdict = None
+        if os.path.exists(os.path.join(out, "verdict.json")):
+            with open(os.path.join(out, "verdict.json")) as fh:
+                verdict = json.load(fh)
+        return p, out, verdict
+
+    def test_pass(self):
+        p, out, v = self.run_script("pass")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertTrue(v["passed"])
+        self.assertEqual(v["warnings"], [])  # sizes < 64 MiB: no ratio is judged
+        self.assertEqual(v["failures"], [])
+        with open(os.path.join(out, "summary.csv")) as fh:
+            rows = list(csv.DictReader(fh))
+        self.assertEqual(len(rows), 2 * 4 * 10)  # dtypes x ops x sizes 8 B .. 4 KiB
+        self.assertEqual({r["plugin_ok"] for r in rows} | {r["socket_ok"] for r in rows}, {"True"})
+        self.assertTrue(all(float(r["ratio"]) > 0 for r in rows))
+        with open(os.path.join(out, "stages.tsv")) as fh:
+            stages = [ln.split("\t")[:2] for ln in fh.read().splitlines()]
+        self.assertEqual(stages, [["plugin", "OK"], ["socket", "OK"], ["nccl-tests", "SKIPPED"]])
+        self.assertEqual(v["plugin"]["log_verdicts"]["rank1"]["verdict"], "USED")
+        self.assertEqual(v["socket"]["log_verdicts"]["rank0"]["verdict"], "USED")
+        with open(os.path.join(out, "plugin", "rank0.log")) as fh:
+            self.assertIn("Plugin name set by env to " + self.plugin, fh.read())
+        for f in ("summary.md", "env.json", "check-env.txt", "plugin/rank1.jsonl", "socket/run.json"):
+            self.assertTrue(os.path.exists(os.path.join(out, f)), f)
+
+    def test_wrong_element_fails(self):
+        p, out, v = self.run_script("wrong", "--skip-socket", FAKE_TORCH_CORRUPT="all_gather:1024")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertEqual(v["failures"], ["plugin: WRONG RESULT all_gather bfloat16 1 KiB",
+                                         "plugin: WRONG RESULT all_gather float32 1 KiB"])
+        self.assertIn("FAIL: plugin: WRONG RESULT all_gather float32 1 KiB", p.stdout)
+        with open(os.path.join(out, "plugin", "rank1.jsonl")) as fh:
+            bad = [json.loads(x) for x in fh if '"ok": false' in x]
+        self.assertEqual([(r["op"], r["bytes"], r["mismatches_first"], r["mismatches_last"]) for r in bad],
+                         [("all_gather", 1024, 1, 1), ("all_gather", 1024, 1, 1)])
+
+    def test_fallback_fails(self):
+        p, _, v = self.run_script("fallback", "--skip-socket", FAKE_TORCH_NET="Socket")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(v["failures"], [
+            "plugin rank 0 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
+            "plugin rank 1 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
+        ])
+
+
+if __name__ == "__main__":
+    unittest.main()
