@@ -72,13 +72,18 @@ fn every_policy_moves_checked_data() {
         let out = sweep(&["--policy", policy, "--qps", "2", "--segment", "4K"]);
         let head = out.lines().next().unwrap_or("");
         assert!(head.contains(&format!("policy {policy}")), "{head}");
+        // single-qp uses one data QP whatever --qps says
+        let qps = if policy == "single-qp" { 1 } else { 2 };
         assert!(
-            head.contains("2 data QPs") && head.contains("segment 4096 B"),
+            head.contains(&format!("{qps} data QPs")) && head.contains("segment 4096 B"),
             "{head}"
         );
+        let plugin = out.lines().nth(1).unwrap_or("");
         assert!(
-            out.contains("# plugin: ") && out.contains("policy"),
-            "the plugin's connect line is missing: {out}"
+            plugin.starts_with("# plugin: dev 0 connecting to 127.0.0.1")
+                && plugin.contains(&format!("{qps} data QPs"))
+                && plugin.contains(&format!("policy {policy}")),
+            "the plugin's connect line is missing or disagrees: {out}"
         );
     }
 }

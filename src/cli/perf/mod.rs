@@ -121,7 +121,8 @@ struct ChildLines {
 /// unset): of those it keeps only the plugin's connection line, stored in `conn`.
 fn filter_stderr(err: std::process::ChildStderr, quiet_info: bool, conn: &Mutex<Option<String>>) {
     for l in BufReader::new(err).lines().map_while(Result::ok) {
-        if let Some(at) = l.find("DQPLB dev ").filter(|_| l.contains("data QPs")) {
+        let is_conn = l.contains("connecting to") && l.contains("data QPs");
+        if let Some(at) = l.find("dev ").filter(|_| is_conn) {
             if let Ok(mut g) = conn.lock() {
                 g.get_or_insert_with(|| l[at..].to_string());
             }
