@@ -122,6 +122,9 @@ pub fn sweep(
             } else if last.elapsed() > STALL {
                 let side = if sender { "sender" } else { "receiver" };
                 return Err(NetErr(format!("{side}: no progress for {STALL:?} at size {size}, message {completed} of {total}")));
+            } else {
+                // Idle poll: let the peer process run (NCCL's proxy thread yields the same way).
+                std::thread::yield_now();
             }
         }
         let row = Row {

@@ -29,7 +29,7 @@ fn wait(req: Ptr, what: &str) -> NetRes<usize> {
         if start.elapsed() > STALL {
             return Err(NetErr(format!("{what}: not done after {STALL:?}")));
         }
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }
 
@@ -75,22 +75,31 @@ pub fn plugin_pingpong(p: &PluginPair, pinger: bool, warmup: u64, iters: u64) ->
     let rmh = net::reg_mr(p.rc, &mut rbuf)?;
     let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
     let mut samples = Vec::with_capacity(iters as usize);
+    // As NCCL does, keep the next receive posted before it is needed, so a round trip is one
+    // message each way (the receiver's buffer announcement travels while the reply is awaited).
+    // SAFETY (all calls below): both 8-byte buffers are registered and live until deregMr; a
+    // buffer is reused only after the request using it completed.
+    let mut r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
     for k in 0..warmup + iters {
         let t = Instant::now();
-        // SAFETY: both 8-byte buffers are registered and live until after deregMr below.
         if pinger {
-            let r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
             let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
-            wait(s, "ping send")?;
             wait(r, "pong receive")?;
+            let rtt = t.elapsed();
+            if k + 1 < warmup + iters {
+                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+            }
+            wait(s, "ping send")?;
+            if k >= warmup {
+                samples.push(rtt.as_nanos() as f64 / 1e3);
+            }
         } else {
-            let r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
             wait(r, "ping receive")?;
+            if k + 1 < warmup + iters {
+                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+            }
             let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
             wait(s, "pong send")?;
-        }
-        if pinger && k >= warmup {
-            samples.push(t.elapsed().as_nanos() as f64 / 1e3);
         }
     }
     net::dereg_mr(p.sc, smh)?;
