@@ -190,12 +190,7 @@ unsafe extern "C" fn listen(
     handle: *mut c_void,
     listen_comm: *mut *mut c_void,
 ) -> ncclResult_t {
-    let out = |p: *mut c_void| {
-        if !listen_comm.is_null() {
-            // SAFETY: non-null output pointer from NCCL.
-            unsafe { *listen_comm = p };
-        }
-    };
+    let out = |p: *mut c_void| put(listen_comm, p);
     guard(
         "listen",
         || {
@@ -213,11 +208,9 @@ unsafe extern "C" fn listen(
     )
 }
 
+/// We never offload to the device, so the device handle output is always NULL.
 fn clear_dev_handle(p: *mut *mut ncclNetDeviceHandle_v8_t) {
-    if !p.is_null() {
-        // SAFETY: non-null output pointer from NCCL; we never offload, so it is always NULL.
-        unsafe { *p = std::ptr::null_mut() };
-    }
+    put(p, std::ptr::null_mut());
 }
 
 unsafe extern "C" fn connect(
@@ -226,12 +219,7 @@ unsafe extern "C" fn connect(
     send_comm: *mut *mut c_void,
     dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
 ) -> ncclResult_t {
-    let out = |p: *mut c_void| {
-        if !send_comm.is_null() {
-            // SAFETY: non-null output pointer from NCCL.
-            unsafe { *send_comm = p };
-        }
-    };
+    let out = |p: *mut c_void| put(send_comm, p);
     guard(
         "connect",
         || {
@@ -269,12 +257,7 @@ unsafe extern "C" fn accept(
     recv_comm: *mut *mut c_void,
     dev_comm: *mut *mut ncclNetDeviceHandle_v8_t,
 ) -> ncclResult_t {
-    let out = |p: *mut c_void| {
-        if !recv_comm.is_null() {
-            // SAFETY: non-null output pointer from NCCL.
-            unsafe { *recv_comm = p };
-        }
-    };
+    let out = |p: *mut c_void| put(recv_comm, p);
     guard(
         "accept",
         || {
@@ -314,12 +297,7 @@ unsafe extern "C" fn reg_mr(
     kind: c_int,
     mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    let out = |p: *mut c_void| {
-        if !mhandle.is_null() {
-            // SAFETY: non-null output pointer from NCCL.
-            unsafe { *mhandle = p };
-        }
-    };
+    let out = |p: *mut c_void| put(mhandle, p);
     guard(
         "regMr",
         || {
@@ -382,10 +360,10 @@ unsafe fn mem_handle<'a>(mh: *mut c_void) -> Option<&'a MemHandle> {
     (!mh.is_null()).then(|| unsafe { &*(mh as *const MemHandle) })
 }
 
-fn write_request(request: *mut *mut c_void, p: *mut c_void) {
-    if !request.is_null() {
+fn put<T>(out: *mut *mut T, value: *mut T) {
+    if !out.is_null() {
         // SAFETY: non-null output pointer from NCCL.
-        unsafe { *request = p };
+        unsafe { *out = value };
     }
 }
 
@@ -401,7 +379,7 @@ unsafe extern "C" fn isend(
         "isend",
         || {
             maybe_panic("isend");
-            write_request(request, std::ptr::null_mut());
+            put(request, std::ptr::null_mut());
             if send_comm.is_null() || request.is_null() {
                 return Err(null("isend: sendComm or request"));
             }
@@ -416,14 +394,14 @@ unsafe extern "C" fn isend(
             // SAFETY: see mem_handle.
             let mh = unsafe { mem_handle(mhandle) };
             if let Some(slot) = s.comm.isend(buf, tag, mh)? {
-                write_request(
+                put(
                     request,
                     &mut s.cells[slot as usize] as *mut ReqCell as *mut c_void,
                 );
             }
             Ok(())
         },
-        || write_request(request, std::ptr::null_mut()),
+        || put(request, std::ptr::null_mut()),
     )
 }
 
@@ -440,7 +418,7 @@ unsafe extern "C" fn irecv(
         "irecv",
         || {
             maybe_panic("irecv");
-            write_request(request, std::ptr::null_mut());
+            put(request, std::ptr::null_mut());
             if recv_comm.is_null()
                 || request.is_null()
                 || data.is_null()
@@ -472,14 +450,14 @@ unsafe extern "C" fn irecv(
             // SAFETY: recv_comm came from our accept.
             let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
             if let Some(slot) = r.comm.irecv(&[(buf, tag)], &[mh])? {
-                write_request(
+                put(
                     request,
                     &mut r.cells[slot as usize] as *mut ReqCell as *mut c_void,
                 );
             }
             Ok(())
         },
-        || write_request(request, std::ptr::null_mut()),
+        || put(request, std::ptr::null_mut()),
     )
 }
 
@@ -495,13 +473,13 @@ unsafe extern "C" fn iflush(
         "iflush",
         || {
             // Host memory needs no flush: a NULL request tells NCCL there is nothing to wait for.
-            write_request(request, std::ptr::null_mut());
+            put(request, std::ptr::null_mut());
             if recv_comm.is_null() || request.is_null() {
                 return Err(null("iflush: recvComm or request"));
             }
             Ok(())
         },
-        || write_request(request, std::ptr::null_mut()),
+        || put(request, std::ptr::null_mut()),
     )
 }
 
@@ -549,46 +527,32 @@ unsafe extern "C" fn test(
     )
 }
 
-unsafe extern "C" fn close_send(send_comm: *mut c_void) -> ncclResult_t {
+/// Frees a comm box NCCL hands back to a close entry point (NULL is a no-op).
+fn close_box<T>(entry: &str, comm: *mut c_void) -> ncclResult_t {
     guard(
-        "closeSend",
+        entry,
         || {
-            if !send_comm.is_null() {
-                // SAFETY: from our connect, closed once.
-                drop(unsafe { Box::from_raw(send_comm as *mut FfiSend) });
+            if !comm.is_null() {
+                // SAFETY: `comm` came from the matching listen/connect/accept as a Box<T>, and NCCL
+                // closes each comm once.
+                drop(unsafe { Box::from_raw(comm as *mut T) });
             }
             Ok(())
         },
         || {},
     )
+}
+
+unsafe extern "C" fn close_send(send_comm: *mut c_void) -> ncclResult_t {
+    close_box::<FfiSend>("closeSend", send_comm)
 }
 
 unsafe extern "C" fn close_recv(recv_comm: *mut c_void) -> ncclResult_t {
-    guard(
-        "closeRecv",
-        || {
-            if !recv_comm.is_null() {
-                // SAFETY: from our accept, closed once.
-                drop(unsafe { Box::from_raw(recv_comm as *mut FfiRecv) });
-            }
-            Ok(())
-        },
-        || {},
-    )
+    close_box::<FfiRecv>("closeRecv", recv_comm)
 }
 
 unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> ncclResult_t {
-    guard(
-        "closeListen",
-        || {
-            if !listen_comm.is_null() {
-                // SAFETY: from our listen, closed once.
-                drop(unsafe { Box::from_raw(listen_comm as *mut ListenComm) });
-            }
-            Ok(())
-        },
-        || {},
-    )
+    close_box::<ListenComm>("closeListen", listen_comm)
 }
 
 unsafe extern "C" fn get_device_mr(
@@ -603,7 +567,7 @@ unsafe extern "C" fn get_device_mr(
                 "getDeviceMr: DQPLB never offloads to the device (netDeviceType HOST)",
             ))
         },
-        || write_request(dptr, std::ptr::null_mut()),
+        || put(dptr, std::ptr::null_mut()),
     )
 }
 

@@ -8,6 +8,7 @@ use super::wire::{
     encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use crate::engine::Receiver;
+use crate::transport::slots::{Slots, Sticky};
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// Where a data stream is in its byte sequence.
@@ -26,13 +27,6 @@ struct DataRx {
     acks_pos: usize,
 }
 
-#[derive(Clone, Copy)]
-enum Slot {
-    Free,
-    Posted { buf: UserBuf },
-    Done { size: usize },
-}
-
 pub struct TcpRecvComm {
     ctrl: TcpStream,
     ctrl_name: StreamName,
@@ -40,9 +34,8 @@ pub struct TcpRecvComm {
     ctrl_pos: usize,
     data: Vec<DataRx>,
     engine: Receiver,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    failed: Option<NetError>,
+    slots: Slots<UserBuf>,
+    failed: Sticky,
     params: ConnParams,
 }
 
@@ -82,9 +75,8 @@ impl TcpRecvComm {
             ctrl_pos: 0,
             data,
             engine,
-            slots: vec![Slot::Free; n],
-            free: (0..n as u32).rev().collect(),
-            failed: None,
+            slots: Slots::new(n),
+            failed: Sticky::default(),
             params,
         })
     }
@@ -100,17 +92,18 @@ impl TcpRecvComm {
     /// Posts one receive buffer and announces it to the sender; None when all slots are busy.
     pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
-        let Some(slot) = self.free.pop() else {
+        let Some(slot) = self.slots.alloc(buf) else {
             return Ok(None);
         };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            self.free.push(slot);
-            return Err(self.fail(NetError::internal(format!(
+            self.slots.cancel(slot);
+            let e = NetError::internal(format!(
                 "engine refused a receive from {}: {e}",
                 self.ctrl_name.peer
-            ))));
+            ));
+            let who = self.who();
+            return Err(self.failed.fail(&who, e));
         }
-        self.slots[slot as usize] = Slot::Posted { buf };
         let a = Announce {
             slot,
             tag,
@@ -124,34 +117,19 @@ impl TcpRecvComm {
     /// Some(received size) once the message for `slot` arrived completely and in order.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.progress()?;
-        match self.slots.get(slot as usize) {
-            Some(Slot::Done { size }) => {
-                let size = *size;
-                self.slots[slot as usize] = Slot::Free;
-                self.free.push(slot);
-                Ok(Some(size))
-            }
-            Some(Slot::Posted { .. }) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!(
-                "test on receive request {slot} that is not in flight"
-            ))),
-        }
+        self.slots.test(slot, "receive")
     }
 
-    fn fail(&mut self, e: NetError) -> NetError {
-        tracing::warn!(target: "dqplb::net", "receive comm from {} failed: {}", self.ctrl_name.peer, e.msg);
-        self.failed = Some(e.clone());
-        e
+    fn who(&self) -> String {
+        format!("receive comm from {}", self.ctrl_name.peer)
     }
 
     pub fn progress(&mut self) -> NetResult<()> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        match self.step() {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
+        self.failed.check()?;
+        self.step().map_err(|e| {
+            let who = format!("receive comm from {}", self.ctrl_name.peer);
+            self.failed.fail(&who, e)
+        })
     }
 
     fn step(&mut self) -> NetResult<()> {
@@ -177,11 +155,7 @@ impl TcpRecvComm {
             drain(&mut d.sock, &mut d.acks, &mut d.acks_pos, &d.name)?;
         }
         while let Some((token, size)) = self.engine.poll_done() {
-            if let Some(Slot::Posted { .. }) = self.slots.get(token as usize) {
-                self.slots[token as usize] = Slot::Done {
-                    size: size as usize,
-                };
-            }
+            self.slots.finish(token, size as usize);
         }
         Ok(())
     }
@@ -199,12 +173,10 @@ impl TcpRecvComm {
                     }
                     let seg = SegHeader::decode(&d.hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    let fits = match self.slots.get(seg.slot as usize) {
-                        Some(Slot::Posted { buf }) => {
-                            buf.slice(seg.offset as usize, seg.len as usize).is_some()
-                        }
-                        _ => false,
-                    };
+                    let fits = self
+                        .slots
+                        .active(seg.slot)
+                        .is_some_and(|b| b.slice(seg.offset as usize, seg.len as usize).is_some());
                     if !fits {
                         return Err(NetError::remote(format!(
                             "{}: segment imm {:#x} for receive slot {} at offset {} length {} does not fit any posted buffer",
@@ -215,8 +187,7 @@ impl TcpRecvComm {
                 }
                 RxState::Payload { seg, mut got } => {
                     if got < seg.len as usize {
-                        let Some(Slot::Posted { buf }) = self.slots.get(seg.slot as usize).copied()
-                        else {
+                        let Some(buf) = self.slots.active(seg.slot) else {
                             return Err(NetError::internal(format!(
                                 "{}: receive slot {} vanished",
                                 d.name, seg.slot

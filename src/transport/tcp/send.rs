@@ -11,6 +11,7 @@ use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use crate::engine::{EngineParams, QpStats, Sender};
+use crate::transport::slots::{Slots, Sticky};
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// One segment on its way out of a data stream.
@@ -31,17 +32,11 @@ struct DataTx {
     acks_pending: usize,
 }
 
+/// An in-flight send: its buffer and the receive slot the peer announced for it.
 #[derive(Clone, Copy)]
-enum Slot {
-    Free,
-    Active {
-        buf: UserBuf,
-        size: usize,
-        remote_slot: u32,
-    },
-    Done {
-        size: usize,
-    },
+struct Active {
+    buf: UserBuf,
+    remote_slot: u32,
 }
 
 pub struct TcpSendComm {
@@ -52,9 +47,8 @@ pub struct TcpSendComm {
     announces: VecDeque<Announce>,
     data: Vec<DataTx>,
     engine: Sender,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    failed: Option<NetError>,
+    slots: Slots<Active>,
+    failed: Sticky,
     epoch: Instant,
     params: ConnParams,
 }
@@ -101,9 +95,8 @@ impl TcpSendComm {
             announces: VecDeque::with_capacity(n),
             data,
             engine,
-            slots: vec![Slot::Free; n],
-            free: (0..n as u32).rev().collect(),
-            failed: None,
+            slots: Slots::new(n),
+            failed: Sticky::default(),
             epoch: Instant::now(),
             params,
         })
@@ -132,17 +125,10 @@ impl TcpSendComm {
     /// Starts sending `buf` once the receiver has announced a buffer; None means "try again".
     pub fn isend(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
-        if self.announces.is_empty() {
-            return Ok(None);
-        }
-        let Some(slot) = self.free.pop() else {
-            return Ok(None);
-        };
-        let Some(ann) = self.announces.pop_front() else {
+        let Some(&ann) = self.announces.front() else {
             return Ok(None);
         };
         if buf.len() as u64 > ann.capacity {
-            self.free.push(slot);
             return Err(NetError::invalid_usage(format!(
                 "isend of {} bytes to {} exceeds the receive buffer of {} bytes the peer posted (tag {}): NCCL requires receive >= send",
                 buf.len(),
@@ -152,22 +138,25 @@ impl TcpSendComm {
             )));
         }
         if ann.tag != tag {
-            self.free.push(slot);
             return Err(NetError::invalid_usage(format!(
                 "isend tag {tag} to {} does not match the tag {} of the receive the peer posted next",
                 self.ctrl_name.peer, ann.tag
             )));
         }
-        self.slots[slot as usize] = Slot::Active {
+        let Some(slot) = self.slots.alloc(Active {
             buf,
-            size: buf.len(),
             remote_slot: ann.slot,
+        }) else {
+            return Ok(None);
         };
+        self.announces.pop_front();
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            return Err(self.fail(NetError::internal(format!(
+            let e = NetError::internal(format!(
                 "engine refused a send to {}: {e}",
                 self.ctrl_name.peer
-            ))));
+            ));
+            let who = self.who();
+            return Err(self.failed.fail(&who, e));
         }
         self.progress()?;
         Ok(Some(slot))
@@ -176,24 +165,11 @@ impl TcpSendComm {
     /// Completion of request `slot`: Some(size) once every segment was acknowledged.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.progress()?;
-        match self.slots.get(slot as usize) {
-            Some(Slot::Done { size }) => {
-                let size = *size;
-                self.slots[slot as usize] = Slot::Free;
-                self.free.push(slot);
-                Ok(Some(size))
-            }
-            Some(Slot::Active { .. }) => Ok(None),
-            _ => Err(NetError::invalid_usage(format!(
-                "test on send request {slot} that is not in flight"
-            ))),
-        }
+        self.slots.test(slot, "send")
     }
 
-    fn fail(&mut self, e: NetError) -> NetError {
-        tracing::warn!(target: "dqplb::net", "send comm to {} failed: {}", self.ctrl_name.peer, e.msg);
-        self.failed = Some(e.clone());
-        e
+    fn who(&self) -> String {
+        format!("send comm to {}", self.ctrl_name.peer)
     }
 
     fn now(&self) -> u64 {
@@ -202,13 +178,11 @@ impl TcpSendComm {
 
     /// Moves everything that can move without blocking.
     pub fn progress(&mut self) -> NetResult<()> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        match self.step() {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
+        self.failed.check()?;
+        self.step().map_err(|e| {
+            let who = format!("send comm to {}", self.ctrl_name.peer);
+            self.failed.fail(&who, e)
+        })
     }
 
     fn step(&mut self) -> NetResult<()> {
@@ -218,8 +192,8 @@ impl TcpSendComm {
             let queued = self.schedule()?;
             let wrote = self.write_segments()?;
             while let Some(token) = self.engine.poll_done() {
-                if let Some(Slot::Active { size, .. }) = self.slots.get(token as usize).copied() {
-                    self.slots[token as usize] = Slot::Done { size };
+                if let Some(a) = self.slots.active(token) {
+                    self.slots.finish(token, a.buf.len());
                 }
             }
             if !acked && !queued && !wrote {
@@ -292,10 +266,7 @@ impl TcpSendComm {
         let mut any = false;
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(Slot::Active {
-                buf, remote_slot, ..
-            }) = self.slots.get(t.token as usize).copied()
-            else {
+            let Some(Active { buf, remote_slot }) = self.slots.active(t.token) else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
                     t.token
