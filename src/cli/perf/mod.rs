@@ -162,7 +162,9 @@ fn run_pair(
         let out = c.stdout.take().ok_or("child stdout")?;
         let err = c.stderr.take().ok_or("child stderr")?;
         let (quiet_info, conn) = (quiet_info, conn.clone());
-        err_threads.push(std::thread::spawn(move || filter_stderr(err, quiet_info, &conn)));
+        err_threads.push(std::thread::spawn(move || {
+            filter_stderr(err, quiet_info, &conn)
+        }));
         stdins.push(c.stdin.take());
         let tx = tx.clone();
         std::thread::spawn(move || {
