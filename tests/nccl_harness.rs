@@ -141,6 +141,23 @@ fn self_connect_in_one_thread() {
     }
 }
 
+/// Four communicators in one process at once, each on its own thread (NCCL runs one proxy thread
+/// per communicator): setup and transfers must not interfere.
+#[test]
+fn four_threads_with_their_own_comms() {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("dqplb");
+    let mut p = Peer::spawn("self-threads", 0, &envs, tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "multi-thread child failed: {lines:?}");
+    let want = harness::pattern::plan(0, 24, false).len();
+    for t in 0..4 {
+        let line = format!("THREAD {t} moved {want} messages");
+        assert!(lines.contains(&line), "missing {line:?}: {lines:?}");
+    }
+}
+
 /// kill -9 the sender in the middle of a stream of 64 MiB messages: the receiver's test() must
 /// return ncclRemoteError or ncclSystemError, not hang.
 #[test]
@@ -231,5 +248,33 @@ fn garbage_connections_do_not_block_the_real_one() {
         1,
         "{:?}",
         log.receiver
+    );
+}
+
+/// A receive buffer smaller than the message is an error (the reverse of the allowed case): the
+/// receiver's test() must fail rather than succeed, hang or write past its buffer.
+#[test]
+fn receive_smaller_than_send_is_an_error_not_an_overflow() {
+    let log = spawn::run_roles(
+        ("short-receiver", "long-sender"),
+        &policy_env("dqplb"),
+        LIMIT,
+        |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = log
+        .receiver
+        .iter()
+        .find(|l| l.starts_with("OVERSIZE"))
+        .unwrap_or_else(|| panic!("{:?}", log.receiver));
+    assert!(!r.ends_with("rc=0"), "{r}");
+    let s = log
+        .sender
+        .iter()
+        .find(|l| l.starts_with("SENDER"))
+        .unwrap_or_else(|| panic!("{:?}", log.sender));
+    assert!(
+        !s.starts_with("SENDER done"),
+        "the sender reported its oversized send delivered: {s}"
     );
 }

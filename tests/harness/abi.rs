@@ -97,6 +97,10 @@ pub struct NetV8 {
     pub irecv_consumed: Option<unsafe extern "C" fn(Ptr, c_int, Ptr) -> c_int>,
 }
 
+// SAFETY: the vtable is immutable plugin data (a static string and function pointers); NCCL
+// calls it from several threads at once, and so do the multi-communicator tests.
+unsafe impl Sync for NetV8 {}
+
 /// Parsed fields of the plugin's 128-byte listen handle (layout in the plugin's contract).
 #[derive(Debug, Clone)]
 pub struct HandleInfo {

@@ -130,6 +130,9 @@ pub fn run_from_env() -> Result<(), String> {
         "receiver" => receiver(&cfg, &logger),
         "sender" => sender(&cfg, &logger),
         "self" => self_connect(&cfg, &logger),
+        "self-threads" => self_threads(&cfg, &logger),
+        "short-receiver" => short_receiver(&logger),
+        "long-sender" => long_sender(&logger),
         "stream-receiver" => stream_receiver(&logger),
         "stream-sender" => stream_sender(&logger),
         r => Err(format!("unknown role {r:?}")),
@@ -289,90 +292,113 @@ fn sender(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
 fn self_connect(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
     for cycle in 0..cfg.cycles {
         let (plugin, net) = open(logger)?;
-        let (mut handle, lc) = net.listen(0).map_err(err)?;
-        let (mut sc, mut rc) = (None::<Ptr>, None::<Ptr>);
-        let start = Instant::now();
-        while sc.is_none() || rc.is_none() {
-            if sc.is_none() {
-                sc = net.connect_once(0, &mut handle).map_err(err)?;
-            }
-            if rc.is_none() {
-                rc = net.accept_once(lc).map_err(err)?;
-            }
-            if start.elapsed() > SETUP_LIMIT {
-                return Err(format!(
-                    "self-connect: connect {} / accept {} after {SETUP_LIMIT:?}",
-                    sc.is_some(),
-                    rc.is_some()
-                ));
-            }
-        }
-        let (sc, rc) = (
-            sc.unwrap_or(std::ptr::null_mut()),
-            rc.unwrap_or(std::ptr::null_mut()),
-        );
         let seed = cfg.seed + 100 + cycle as u64;
-        let plan = pattern::plan(seed, cfg.random, cfg.big);
-        let (offs, total) = layout(&plan);
-        let mut src = vec![0u8; total];
-        for (i, m) in plan.iter().enumerate() {
-            pattern::fill(&mut src[offs[i]..offs[i] + m.size], seed, i as u64);
-        }
-        let mut dst = vec![CANARY; total];
-        let smh = net.reg_mr(sc, &mut src).map_err(err)?;
-        let rmh = net.reg_mr(rc, &mut dst).map_err(err)?;
-        let (sbase, rbase) = (src.as_mut_ptr(), dst.as_mut_ptr());
-        let (mut sp, mut rp) = (Pump::new(plan.len()), Pump::new(plan.len()));
-        let mut dog = Watchdog::new(STALL_LIMIT);
-        while !(sp.finished() && rp.finished()) {
-            // SAFETY (both closures): disjoint regions of registered buffers, as in the 2-process roles.
-            let a = sp
-                .step(
-                    &net,
-                    |i| unsafe { net.isend(sc, sbase.add(offs[i]), plan[i].size, TAG, smh) },
-                    |_, _| Ok(()),
-                )
-                .map_err(err)?;
-            let b = rp
-                .step(
-                    &net,
-                    |i| unsafe { net.irecv(rc, rbase.add(offs[i]), plan[i].capacity, TAG, rmh) },
-                    |i, size| {
-                        if size != plan[i].size {
-                            return Err(CallError {
-                                what: format!(
-                                    "message {i}: got {size} bytes, sent {}",
-                                    plan[i].size
-                                ),
-                                rc: 0,
-                            });
-                        }
-                        let got = unsafe {
-                            std::slice::from_raw_parts(rbase.add(offs[i]), plan[i].capacity)
-                        };
-                        pattern::verify(got, size, seed, i as u64)
-                            .map_err(|what| CallError { what, rc: 0 })
-                    },
-                )
-                .map_err(err)?;
-            dog.tick(a || b, || {
-                format!("self-connect send {} / recv {}", sp.oldest(), rp.oldest())
-            })
-            .map_err(err)?;
-        }
-        net.dereg_mr(sc, smh).map_err(err)?;
-        net.dereg_mr(rc, rmh).map_err(err)?;
-        net.close_send(sc).map_err(err)?;
-        net.close_recv(rc).map_err(err)?;
-        net.close_listen(lc).map_err(err)?;
-        drop((src, dst));
+        let n = self_transfer(&net, seed, cfg.random, cfg.big)?;
         plugin.lib.close()?;
-        say(&format!(
-            "CYCLE {cycle} self-connect moved {} messages",
-            plan.len()
-        ));
+        say(&format!("CYCLE {cycle} self-connect moved {n} messages"));
     }
     Ok(())
+}
+
+/// Several communicators at once, as NCCL runs one proxy thread per communicator: `threads`
+/// threads each set up their own self-connection on the shared plugin and move a plan.
+fn self_threads(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
+    let threads = env_num("DQPLB_HARNESS_THREADS", 4)?;
+    let (plugin, net) = open(logger)?;
+    let results: Vec<Result<usize, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let net = &net;
+                s.spawn(move || self_transfer(net, cfg.seed + 1000 + t, cfg.random, false))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    for (t, r) in results.iter().enumerate() {
+        let n = r.as_ref().map_err(|e| format!("thread {t}: {e}"))?;
+        say(&format!("THREAD {t} moved {n} messages"));
+    }
+    plugin.lib.close()
+}
+
+/// listen, connect/accept alternately on this thread, transfer the plan both ways, close.
+fn self_transfer(net: &Net, seed: u64, random: usize, big: bool) -> Result<usize, String> {
+    let (mut handle, lc) = net.listen(0).map_err(err)?;
+    let (mut sc, mut rc) = (None::<Ptr>, None::<Ptr>);
+    let start = Instant::now();
+    while sc.is_none() || rc.is_none() {
+        if sc.is_none() {
+            sc = net.connect_once(0, &mut handle).map_err(err)?;
+        }
+        if rc.is_none() {
+            rc = net.accept_once(lc).map_err(err)?;
+        }
+        if start.elapsed() > SETUP_LIMIT {
+            return Err(format!(
+                "self-connect: connect {} / accept {} after {SETUP_LIMIT:?}",
+                sc.is_some(),
+                rc.is_some()
+            ));
+        }
+    }
+    let (sc, rc) = (
+        sc.unwrap_or(std::ptr::null_mut()),
+        rc.unwrap_or(std::ptr::null_mut()),
+    );
+    let plan = pattern::plan(seed, random, big);
+    let (offs, total) = layout(&plan);
+    let mut src = vec![0u8; total];
+    for (i, m) in plan.iter().enumerate() {
+        pattern::fill(&mut src[offs[i]..offs[i] + m.size], seed, i as u64);
+    }
+    let mut dst = vec![CANARY; total];
+    let smh = net.reg_mr(sc, &mut src).map_err(err)?;
+    let rmh = net.reg_mr(rc, &mut dst).map_err(err)?;
+    let (sbase, rbase) = (src.as_mut_ptr(), dst.as_mut_ptr());
+    let (mut sp, mut rp) = (Pump::new(plan.len()), Pump::new(plan.len()));
+    let mut dog = Watchdog::new(STALL_LIMIT);
+    while !(sp.finished() && rp.finished()) {
+        // SAFETY (both closures): disjoint regions of registered buffers, as in the 2-process roles.
+        let a = sp
+            .step(
+                &net,
+                |i| unsafe { net.isend(sc, sbase.add(offs[i]), plan[i].size, TAG, smh) },
+                |_, _| Ok(()),
+            )
+            .map_err(err)?;
+        let b = rp
+            .step(
+                &net,
+                |i| unsafe { net.irecv(rc, rbase.add(offs[i]), plan[i].capacity, TAG, rmh) },
+                |i, size| {
+                    if size != plan[i].size {
+                        return Err(CallError {
+                            what: format!("message {i}: got {size} bytes, sent {}", plan[i].size),
+                            rc: 0,
+                        });
+                    }
+                    let got =
+                        unsafe { std::slice::from_raw_parts(rbase.add(offs[i]), plan[i].capacity) };
+                    pattern::verify(got, size, seed, i as u64)
+                        .map_err(|what| CallError { what, rc: 0 })
+                },
+            )
+            .map_err(err)?;
+        dog.tick(a || b, || {
+            format!("self-connect send {} / recv {}", sp.oldest(), rp.oldest())
+        })
+        .map_err(err)?;
+    }
+    net.dereg_mr(sc, smh).map_err(err)?;
+    net.dereg_mr(rc, rmh).map_err(err)?;
+    net.close_send(sc).map_err(err)?;
+    net.close_recv(rc).map_err(err)?;
+    net.close_listen(lc).map_err(err)?;
+    drop((src, dst));
+    Ok(plan.len())
 }
 
 const STREAM_MSG: usize = 64 << 20;
@@ -470,4 +496,89 @@ fn stream_sender(logger: &CLogger) -> Result<(), String> {
             .map_err(err)?;
         dog.tick(p, || "streaming".into()).map_err(err)?;
     }
+}
+
+const LONG: usize = 4096;
+const SHORT: usize = 1024;
+
+/// Posts a 1 KiB receive for a 4 KiB send (the ABI makes that an error): test() must fail,
+/// never report success, and nothing may be written past the 1 KiB buffer.
+fn short_receiver(logger: &CLogger) -> Result<(), String> {
+    let (_plugin, net) = open(logger)?;
+    let (handle, lc) = net.listen(0).map_err(err)?;
+    say(&format!("HANDLE {}", abi::to_hex(&handle)));
+    let rc = net.accept(lc, SETUP_LIMIT).map_err(err)?;
+    let mut arena = vec![CANARY; 2 * LONG];
+    let mh = net.reg_mr(rc, &mut arena).map_err(err)?;
+    let base = arena.as_mut_ptr();
+    let start = Instant::now();
+    // SAFETY: the first SHORT bytes of the registered arena are the receive buffer.
+    let req = loop {
+        match unsafe { net.irecv(rc, base, SHORT, TAG, mh) } {
+            Ok(Some(r)) => break r,
+            Ok(None) if start.elapsed() < STALL_LIMIT => continue,
+            Ok(None) => return Err("irecv kept returning a NULL request".into()),
+            Err(e) => {
+                say(&format!("OVERSIZE irecv rc={}", e.rc));
+                return check_canary(&arena);
+            }
+        }
+    };
+    let outcome = loop {
+        match net.test(req) {
+            Ok(Some(n)) => return Err(format!("test reported success ({n} bytes) for a {LONG}-byte send into a {SHORT}-byte buffer")),
+            Ok(None) if start.elapsed() < Duration::from_secs(20) => std::thread::yield_now(),
+            Ok(None) => return Err("the oversized receive neither failed nor completed in 20 s".into()),
+            Err(e) => break e.rc,
+        }
+    };
+    check_canary(&arena)?;
+    say(&format!("OVERSIZE test rc={outcome}"));
+    let _ = net.close_recv(rc);
+    let _ = net.close_listen(lc);
+    Ok(())
+}
+
+fn check_canary(arena: &[u8]) -> Result<(), String> {
+    match arena[SHORT..].iter().position(|&b| b != CANARY) {
+        Some(p) => Err(format!(
+            "the plugin wrote past the {SHORT}-byte receive buffer (byte {})",
+            SHORT + p
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Sends 4 KiB into the short receive; reports how its own request ended.
+fn long_sender(logger: &CLogger) -> Result<(), String> {
+    let (_plugin, net) = open(logger)?;
+    let mut handle = read_handle()?;
+    let sc = net.connect(0, &mut handle, SETUP_LIMIT).map_err(err)?;
+    let mut buf = vec![0x77u8; LONG];
+    let mh = net.reg_mr(sc, &mut buf).map_err(err)?;
+    let start = Instant::now();
+    let report = loop {
+        // SAFETY: buf is registered and outlives the request.
+        match unsafe { net.isend(sc, buf.as_mut_ptr(), LONG, TAG, mh) } {
+            Ok(Some(r)) => {
+                let ended = loop {
+                    match net.test(r) {
+                        Ok(Some(n)) => break format!("done {n}"),
+                        Ok(None) if start.elapsed() < Duration::from_secs(20) => {
+                            std::thread::yield_now()
+                        }
+                        Ok(None) => break "pending".to_string(),
+                        Err(e) => break format!("rc={}", e.rc),
+                    }
+                };
+                break ended;
+            }
+            Ok(None) if start.elapsed() < Duration::from_secs(20) => continue,
+            Ok(None) => break "never accepted".to_string(),
+            Err(e) => break format!("isend rc={}", e.rc),
+        }
+    };
+    say(&format!("SENDER {report}"));
+    let _ = net.close_send(sc);
+    Ok(())
 }

@@ -103,11 +103,21 @@ pub struct PairLog {
 pub fn run_pair(
     envs: &[(&str, String)],
     limit: Duration,
+    on_handle: impl FnMut(&[u8; HANDLE_BYTES]),
+) -> Result<PairLog, String> {
+    run_roles(("receiver", "sender"), envs, limit, on_handle)
+}
+
+/// `run_pair` with other roles: `roles.0` listens and prints HANDLE, `roles.1` connects.
+pub fn run_roles(
+    roles: (&str, &str),
+    envs: &[(&str, String)],
+    limit: Duration,
     mut on_handle: impl FnMut(&[u8; HANDLE_BYTES]),
 ) -> Result<PairLog, String> {
     let (tx, rx): (Sender<Event>, Receiver<Event>) = channel();
-    let mut recv = Peer::spawn("receiver", 0, envs, tx.clone());
-    let mut send = Peer::spawn("sender", 1, envs, tx);
+    let mut recv = Peer::spawn(roles.0, 0, envs, tx.clone());
+    let mut send = Peer::spawn(roles.1, 1, envs, tx);
     let mut log = PairLog {
         receiver: vec![],
         sender: vec![],
