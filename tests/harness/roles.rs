@@ -364,14 +364,14 @@ fn self_transfer(net: &Net, seed: u64, random: usize, big: bool) -> Result<usize
         // SAFETY (both closures): disjoint regions of registered buffers, as in the 2-process roles.
         let a = sp
             .step(
-                &net,
+                net,
                 |i| unsafe { net.isend(sc, sbase.add(offs[i]), plan[i].size, TAG, smh) },
                 |_, _| Ok(()),
             )
             .map_err(err)?;
         let b = rp
             .step(
-                &net,
+                net,
                 |i| unsafe { net.irecv(rc, rbase.add(offs[i]), plan[i].capacity, TAG, rmh) },
                 |i, size| {
                     if size != plan[i].size {
