@@ -26,6 +26,16 @@ fn harness_child_role() {
     }
 }
 
+/// The cdylib the other tests dlopen is where they look for it, and exports the v8 symbol.
+#[test]
+fn plugin_library_is_built_and_exports_the_v8_vtable() {
+    let path = harness::dl::plugin_path();
+    let p = harness::dl::Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.name(), "DQPLB");
+    assert!(p.net.init.is_some() && p.net.test.is_some() && p.net.irecv_consumed.is_some());
+    p.lib.close().unwrap_or_else(|e| panic!("{e}"));
+}
+
 fn policy_env(policy: &str) -> Vec<(&'static str, String)> {
     vec![("NCCL_DQPLB_POLICY", policy.to_string())]
 }

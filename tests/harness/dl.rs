@@ -87,6 +87,13 @@ pub struct Plugin {
 
 impl Plugin {
     pub fn load(path: &Path) -> Result<Plugin, String> {
+        if !path.exists() {
+            return Err(format!(
+                "plugin library {} not found: `cargo test` builds it with the package \
+                 (crate-type cdylib); or point DQPLB_PLUGIN_SO at a built .so",
+                path.display()
+            ));
+        }
         let lib = Library::open(path)?;
         let sym = lib.symbol("ncclNetPlugin_v8")?;
         // SAFETY: the symbol is the plugin's `ncclNet_v8_t` static; it outlives the handle
