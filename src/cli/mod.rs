@@ -2,6 +2,7 @@
 //! are added by their own modules). Each subcommand takes its arguments and returns an exit code.
 
 pub mod check;
+pub mod paths;
 pub mod perf;
 pub mod plan;
 
@@ -16,6 +17,8 @@ commands:
           1 mismatch, 2 bad usage (dqplb check --help)
   perf    point-to-point bandwidth / latency between two local processes through the
           plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
+  paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
+          scripts/paths-bench.sh, which builds the network namespace; needs root)
 
 options:
   -h, --help    show this help
@@ -38,6 +41,7 @@ pub fn main(args: Vec<String>) -> i32 {
         "plan" => plan::run(rest),
         "check" => check::run(rest),
         "perf" => perf::run(rest),
+        "paths-bench" => paths::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");
             2

@@ -123,13 +123,8 @@ mod tests {
     fn sticky_keeps_the_first_error() {
         let mut st = Sticky::default();
         assert!(st.check().is_ok());
-        let e = st
-            .guard(&|| "comm".into(), || Err(NetError::remote("gone")))
-            .unwrap_err();
+        let e = st.fail("comm", NetError::remote("gone"));
         assert_eq!(e.msg, "gone");
-        assert_eq!(
-            st.guard(&|| "comm".into(), || Ok(())).unwrap_err().msg,
-            "gone"
-        );
+        assert_eq!(st.check().unwrap_err().msg, "gone");
     }
 }

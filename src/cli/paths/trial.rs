@@ -1,0 +1,321 @@
+//! One bench trial: a sender and a receiver thread stream large messages over a fresh TCP
+//! connection for a fixed time while the sender samples per-QP completed bytes every few ms.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine::{PolicyKind, QpStats};
+use crate::transport::tcp::{
+    ConnParams, TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm,
+};
+use crate::transport::UserBuf;
+
+/// What one trial runs.
+#[derive(Debug, Clone)]
+pub struct TrialSpec {
+    pub policy: PolicyKind,
+    pub qps: u16,
+    pub outstanding: u32,
+    pub segment_bytes: u32,
+    pub message_bytes: usize,
+    pub inflight_messages: usize,
+    pub duration: Duration,
+    pub sample_every: Duration,
+    /// Sleep when a loop pass moved nothing (keeps two busy threads off a 2-core machine).
+    pub idle_sleep: Duration,
+    pub port_base: u16,
+    pub socket_buffer_bytes: usize,
+}
+
+/// Counters at one instant, `t_ns` after the start of streaming.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub t_ns: u64,
+    /// Bytes of messages whose send completed (every segment acknowledged).
+    pub msg_bytes: u64,
+    /// Per QP: payload bytes whose segments were acknowledged.
+    pub qp_bytes: Vec<u64>,
+}
+
+/// Samples of a trial plus when each scheduled action actually ran.
+#[derive(Debug, Clone)]
+pub struct TrialOutput {
+    pub samples: Vec<Sample>,
+    /// (ns after start when the action began, ns it took).
+    pub actions: Vec<(u64, u64)>,
+    pub peak_outstanding: Vec<u32>,
+    /// Scheduling hiccups: loop passes of the sender / receiver thread that started more than
+    /// `GAP_NS` after the previous one (the threads only sleep 50 us, so these are CPU stalls).
+    pub gaps: [LoopGaps; 2],
+}
+
+/// A pass of a bench loop later than this after the previous one counts as a stall.
+pub const GAP_NS: u64 = 5_000_000;
+
+/// Stalls of one bench thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopGaps {
+    pub count: u32,
+    pub max_ns: u64,
+    pub total_ns: u64,
+}
+
+impl LoopGaps {
+    fn note(&mut self, prev: &mut Instant, now: Instant) {
+        let d = now.duration_since(*prev).as_nanos() as u64;
+        *prev = now;
+        if d > GAP_NS {
+            self.count += 1;
+            self.total_ns += d;
+            self.max_ns = self.max_ns.max(d);
+        }
+    }
+}
+
+/// Acknowledged bytes of a QP: posted bytes scaled by completed/posted segments (exact when all
+/// segments of the QP have one size, which the scenarios guarantee by dividing message sizes).
+pub fn completed_bytes(s: &QpStats) -> u64 {
+    if s.segments == 0 {
+        return 0;
+    }
+    (u128::from(s.bytes) * u128::from(s.completed) / u128::from(s.segments)) as u64
+}
+
+fn connect(spec: &TrialSpec) -> Result<(TcpSendComm, TcpRecvComm), String> {
+    let opts = TcpOptions {
+        socket_buffer_bytes: spec.socket_buffer_bytes,
+        nodelay: true,
+        src_port_base: Some(spec.port_base),
+    };
+    let ip: IpAddr = IpAddr::from([127, 0, 0, 1]);
+    let mut l = TcpListenComm::bind(ip, 0, opts.clone()).map_err(|e| format!("listen: {e}"))?;
+    let params = ConnParams {
+        qps: spec.qps,
+        outstanding: spec.outstanding,
+        segment_bytes: spec.segment_bytes,
+        max_messages: spec.inflight_messages.max(32) as u32,
+        policy: spec.policy,
+        fabric_id: 0,
+    };
+    let mut c = TcpConnector::start(l.handle(), params, Some(ip), &opts)
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut s, mut r) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.is_none() || r.is_none() {
+        if Instant::now() > deadline {
+            return Err("connection did not come up within 10 s".into());
+        }
+        if s.is_none() {
+            s = c.progress().map_err(|e| format!("connect: {e}"))?;
+        }
+        if r.is_none() {
+            r = l.accept().map_err(|e| format!("accept: {e}"))?;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    match (s, r) {
+        (Some(s), Some(r)) => Ok((s, r)),
+        _ => Err("connection setup finished without both ends".into()),
+    }
+}
+
+/// Checks that data stream i really uses source port base+1+i (what the tc filters match).
+fn check_ports(s: &TcpSendComm, base: u16) -> Result<(), String> {
+    for (i, (local, _)) in s.data_stream_addrs().iter().enumerate() {
+        let want = u32::from(base) + 1 + i as u32;
+        if u32::from(local.port()) != want {
+            return Err(format!(
+                "data stream {i} has source port {}, the shaper matches {want}",
+                local.port()
+            ));
+        }
+    }
+    Ok(())
+}
+
+type SendResult = (Vec<Sample>, Vec<u32>, LoopGaps);
+
+fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<SendResult, String> {
+    let k = spec.inflight_messages;
+    let mut bufs: Vec<Vec<u8>> = (0..k).map(|i| vec![i as u8; spec.message_bytes]).collect();
+    let mut reqs: VecDeque<u32> = VecDeque::with_capacity(k);
+    let mut next = 0usize;
+    let mut done: u64 = 0;
+    let n_samples = (spec.duration.as_nanos() / spec.sample_every.as_nanos().max(1)) as usize + 2;
+    let mut samples = Vec::with_capacity(n_samples);
+    let end = epoch + spec.duration;
+    let mut next_sample = epoch;
+    let mut last_completed = 0u64;
+    let (mut gaps, mut prev) = (LoopGaps::default(), Instant::now());
+    loop {
+        let now = Instant::now();
+        gaps.note(&mut prev, now);
+        if now >= next_sample || now >= end {
+            samples.push(Sample {
+                t_ns: now.duration_since(epoch).as_nanos() as u64,
+                msg_bytes: done,
+                qp_bytes: s.qp_stats().iter().map(completed_bytes).collect(),
+            });
+            next_sample += spec.sample_every;
+        }
+        if now >= end {
+            break;
+        }
+        let mut moved = false;
+        while reqs.len() < k {
+            let b = UserBuf::from_slice(&mut bufs[next % k]);
+            match s.isend(b, 0).map_err(|e| format!("isend: {e}"))? {
+                Some(r) => {
+                    reqs.push_back(r);
+                    next += 1;
+                    moved = true;
+                }
+                None => break,
+            }
+        }
+        while let Some(&r) = reqs.front() {
+            match s.test(r).map_err(|e| format!("send test: {e}"))? {
+                Some(n) => {
+                    done += n as u64;
+                    reqs.pop_front();
+                    moved = true;
+                }
+                None => break,
+            }
+        }
+        let completed: u64 = s.qp_stats().iter().map(|q| q.completed).sum();
+        if completed != last_completed {
+            last_completed = completed;
+            moved = true;
+        }
+        if !moved {
+            std::thread::sleep(spec.idle_sleep);
+        }
+    }
+    Ok((
+        samples,
+        s.qp_stats().iter().map(|q| q.peak_outstanding).collect(),
+        gaps,
+    ))
+}
+
+fn recv_loop(
+    mut r: TcpRecvComm,
+    spec: &TrialSpec,
+    stop: &AtomicBool,
+) -> (LoopGaps, Result<(), String>) {
+    let mut gaps = LoopGaps::default();
+    let res = recv_passes(&mut r, spec, stop, &mut gaps);
+    (gaps, res)
+}
+
+fn recv_passes(
+    r: &mut TcpRecvComm,
+    spec: &TrialSpec,
+    stop: &AtomicBool,
+    gaps: &mut LoopGaps,
+) -> Result<(), String> {
+    let k = spec.inflight_messages;
+    let mut bufs: Vec<Vec<u8>> = (0..k).map(|_| vec![0u8; spec.message_bytes]).collect();
+    let mut reqs: VecDeque<u32> = VecDeque::with_capacity(k);
+    let mut next = 0usize;
+    let mut prev = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        gaps.note(&mut prev, Instant::now());
+        let mut moved = false;
+        while reqs.len() < k {
+            let b = UserBuf::from_slice(&mut bufs[next % k]);
+            match r.irecv(b, 0).map_err(|e| format!("irecv: {e}"))? {
+                Some(q) => {
+                    reqs.push_back(q);
+                    next += 1;
+                    moved = true;
+                }
+                None => break,
+            }
+        }
+        while let Some(&q) = reqs.front() {
+            match r.test(q).map_err(|e| format!("receive test: {e}"))? {
+                Some(_) => {
+                    reqs.pop_front();
+                    moved = true;
+                }
+                None => break,
+            }
+        }
+        if !moved {
+            r.progress().map_err(|e| format!("receive progress: {e}"))?;
+            std::thread::sleep(spec.idle_sleep);
+        }
+    }
+    Ok(())
+}
+
+/// Runs one trial; `action(i)` runs scheduled action i at `at_ms[i]` on the calling thread.
+pub fn run(
+    spec: &TrialSpec,
+    at_ms: &[u64],
+    action: &mut dyn FnMut(usize) -> Result<(), String>,
+) -> Result<TrialOutput, String> {
+    let (s, r) = connect(spec)?;
+    check_ports(&s, spec.port_base)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
+    let rx = {
+        let (spec, stop) = (spec.clone(), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("paths-recv".into())
+            .spawn(move || recv_loop(r, &spec, &stop))
+            .map_err(|e| format!("spawn receiver: {e}"))?
+    };
+    let tx = {
+        let spec = spec.clone();
+        std::thread::Builder::new()
+            .name("paths-send".into())
+            .spawn(move || send_loop(s, &spec, epoch))
+            .map_err(|e| format!("spawn sender: {e}"))?
+    };
+    let mut actions = Vec::with_capacity(at_ms.len());
+    let mut action_err = None;
+    for (i, t) in at_ms.iter().enumerate() {
+        let due = epoch + Duration::from_millis(*t);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let t0 = Instant::now();
+        if let Err(e) = action(i) {
+            action_err = Some(e);
+            break;
+        }
+        actions.push((
+            t0.duration_since(epoch).as_nanos() as u64,
+            t0.elapsed().as_nanos() as u64,
+        ));
+    }
+    let sent = tx
+        .join()
+        .map_err(|_| "sender thread panicked".to_string())?;
+    stop.store(true, Ordering::Relaxed);
+    let (rx_gaps, received) = rx
+        .join()
+        .map_err(|_| "receiver thread panicked".to_string())?;
+    let (samples, peak_outstanding, tx_gaps) = sent?;
+    if let Err(e) = received {
+        // The sender closing first surfaces as "peer closed" after stop; anything else is real.
+        if !e.contains("closed") && !e.contains("reset") {
+            return Err(e);
+        }
+    }
+    if let Some(e) = action_err {
+        return Err(e);
+    }
+    Ok(TrialOutput {
+        samples,
+        actions,
+        peak_outstanding,
+        gaps: [tx_gaps, rx_gaps],
+    })
+}
