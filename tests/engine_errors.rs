@@ -37,10 +37,10 @@ fn bad_sender_params_name_the_field() {
     );
     assert_eq!(
         bad_param(EngineParams {
-            max_outstanding: 4097,
+            max_outstanding: 2049,
             ..ok
         }),
-        ("max_outstanding", 4097)
+        ("max_outstanding", 2049)
     );
     assert_eq!(
         bad_param(EngineParams {
@@ -70,10 +70,10 @@ fn bad_sender_params_name_the_field() {
         }),
         ("max_messages", (1 << 20) + 1)
     );
-    // The largest sender: reorder span 8 * 128 * 4096 = 2^22, below 2^23.
+    // The largest sender: reorder span 16 * 128 * 2048 = 2^22, below 2^23.
     let largest = EngineParams {
         qps: 128,
-        max_outstanding: 4096,
+        max_outstanding: 2048,
         ..ok
     };
     assert_eq!(Sender::new(&largest).unwrap().reorder_span(), 1 << 22);
@@ -108,8 +108,8 @@ fn bad_receiver_params() {
             other => panic!("{w} {m}: {other:?}"),
         }
     }
-    // 8 * window must stay below 2^23: window (1 << 20) is refused above, 65536 is fine.
-    assert_eq!(Receiver::new(1 << 16, 1).unwrap().reorder_span(), 1 << 19);
+    // 16 * window must stay below 2^23: window (1 << 20) is refused above, 65536 is fine.
+    assert_eq!(Receiver::new(1 << 16, 1).unwrap().reorder_span(), 1 << 20);
     assert!(matches!(
         Receiver::with_initial_seq(16, 4, 1 << 24),
         Err(EngineError::BadParam {
@@ -224,26 +224,26 @@ fn duplicates_pending_and_consumed() {
 fn out_of_window() {
     let mut rx = Receiver::new(4, 2).unwrap();
     rx.post(1, 1 << 20).unwrap();
-    assert_eq!(rx.reorder_span(), 32);
-    rx.arrived(imm::encode(31, false), 128).unwrap();
-    let e = rx.arrived(imm::encode(32, false), 128).unwrap_err();
+    assert_eq!(rx.reorder_span(), 64);
+    rx.arrived(imm::encode(63, false), 128).unwrap();
+    let e = rx.arrived(imm::encode(64, false), 128).unwrap_err();
     assert_eq!(
         e,
         ProtocolError::OutOfWindow {
-            seq: 32,
+            seq: 64,
             expected: 0,
-            span: 32
+            span: 64
         }
     );
     let text = e.to_string();
     assert!(
-        text.contains("32") && text.contains("[0, 0 + 32)"),
+        text.contains("64") && text.contains("[0, 0 + 64)"),
         "{text}"
     );
     // Far behind (more than a span) is out of window too, not a duplicate.
     assert!(matches!(
-        rx.arrived(imm::encode(SEQ_MASK - 40, false), 128),
-        Err(ProtocolError::OutOfWindow { seq, .. }) if seq == SEQ_MASK - 40
+        rx.arrived(imm::encode(SEQ_MASK - 80, false), 128),
+        Err(ProtocolError::OutOfWindow { seq, .. }) if seq == SEQ_MASK - 80
     ));
 }
 

@@ -193,11 +193,9 @@ impl Sim {
                 let chunk = size.div_ceil(self.c.qps as u64).div_ceil(128) * 128;
                 (self.cut_idx as usize, piece(chunk))
             }
-            PolicyKind::RoundRobinMessage => (
-                self.cut_msg % self.c.qps,
-                piece(u64::from(self.c.segment_bytes)),
-            ),
-            PolicyKind::SingleQp => (0, piece(u64::from(self.c.segment_bytes))),
+            // NCCL's baselines: one segment (work request) per message.
+            PolicyKind::RoundRobinMessage => (self.cut_msg % self.c.qps, piece(u64::MAX)),
+            PolicyKind::SingleQp => (0, piece(u64::MAX)),
         }
     }
 

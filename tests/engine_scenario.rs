@@ -119,11 +119,13 @@ fn static_split_gives_equal_shares_and_waits_for_the_slow_qp() {
 
 #[test]
 fn round_robin_message_and_single_qp_complete_in_order() {
+    // One segment (work request) per message, as NCCL posts it.
     let r = simulate(PolicyKind::RoundRobinMessage);
     for s in &r.stats {
-        assert_eq!(s.segments, u64::from(MESSAGES) / 4 * 16);
+        assert_eq!(s.segments, u64::from(MESSAGES) / 4);
+        assert_eq!(s.bytes, u64::from(MESSAGES) / 4 * MSG);
     }
     let s = simulate(PolicyKind::SingleQp);
-    assert_eq!(s.stats[0].segments, u64::from(MESSAGES) * 16);
+    assert_eq!(s.stats[0].segments, u64::from(MESSAGES));
     assert!(s.stats[1..].iter().all(|q| q.segments == 0));
 }

@@ -9,7 +9,7 @@ use std::str::FromStr;
 /// Most data QPs per connection (NCCLX's cap); the sender keeps a 128-bit "has room" mask.
 pub const MAX_QPS: usize = 128;
 /// Most segments in flight per QP.
-pub const MAX_OUTSTANDING: u32 = 4096;
+pub const MAX_OUTSTANDING: u32 = 2048;
 /// Most messages (or posted receives) one side holds at once.
 pub const MAX_MESSAGES: usize = 1 << 20;
 /// Every segment boundary except a message's end is a multiple of this (LL/LL128 safety).
@@ -18,7 +18,7 @@ pub const SEGMENT_ALIGN: u32 = 128;
 pub const MAX_SEGMENT_BYTES: u32 = u32::MAX / SEGMENT_ALIGN * SEGMENT_ALIGN;
 /// The sequence span (oldest incomplete to newest sent) may reach `REORDER_SLACK * window`;
 /// a QP up to about this many times slower than the others never throttles the sender.
-pub const REORDER_SLACK: u32 = 8;
+pub const REORDER_SLACK: u32 = 16;
 /// Exclusive bound on the reorder span: half the sequence space keeps wrap-around unambiguous.
 pub(crate) const MAX_SPAN: u64 = 1 << (SEQ_BITS - 1);
 
@@ -113,7 +113,7 @@ impl EngineParams {
             return bad(
                 "max_outstanding",
                 u64::from(self.max_outstanding),
-                "must be 1 ..= 4096",
+                "must be 1 ..= 2048",
             );
         }
         if self.segment_bytes == 0 || !self.segment_bytes.is_multiple_of(SEGMENT_ALIGN) {
@@ -145,7 +145,7 @@ pub(crate) fn check_window(window: u64) -> Result<(), EngineError> {
         return Err(EngineError::BadParam {
             param: "window",
             value: window,
-            reason: "must be >= 1 and 8 * window must stay below 2^23 (window < 1048576)",
+            reason: "must be >= 1 and REORDER_SLACK (16) * window must stay below 2^23 (window < 524288)",
         });
     }
     Ok(())

@@ -133,10 +133,12 @@ impl AnyPolicy {
         match p.policy {
             PolicyKind::Dqplb => AnyPolicy::Dqplb(Dqplb::new(p.qps, p.segment_bytes)),
             PolicyKind::StaticSplit => AnyPolicy::StaticSplit(StaticSplit::new(p.qps)),
+            // NCCL posts each isend as one work request: these baselines send whole messages as
+            // one segment, so consecutive messages run on their QPs concurrently.
             PolicyKind::RoundRobinMessage => {
-                AnyPolicy::RoundRobinMessage(RoundRobinMessage::new(p.qps, p.segment_bytes))
+                AnyPolicy::RoundRobinMessage(RoundRobinMessage::new(p.qps, MAX_SEGMENT_BYTES))
             }
-            PolicyKind::SingleQp => AnyPolicy::SingleQp(SingleQp::new(p.segment_bytes)),
+            PolicyKind::SingleQp => AnyPolicy::SingleQp(SingleQp::new(MAX_SEGMENT_BYTES)),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Round-robin per message (NCCL's default): a whole message goes on one QP, the QP rotating with
-//! each message, cut into `segment_bytes` pieces; a full QP blocks the sender.
+//! each message; the engine uses one segment per message (one work request, as NCCL posts it).
 
 use super::{fixed_piece, Cursor, Policy, Room};
 

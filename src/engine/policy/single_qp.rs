@@ -1,5 +1,5 @@
-//! Single QP: every segment on QP 0, cut into `segment_bytes` pieces; the baseline that shows
-//! what multi-QP policies gain.
+//! Single QP: every message on QP 0 (the engine uses one segment per message, one work request
+//! as NCCL posts it); the baseline that shows what multi-QP policies gain.
 
 use super::{fixed_piece, Cursor, Policy, Room};
 
