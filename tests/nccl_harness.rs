@@ -42,8 +42,12 @@ fn policy_env(policy: &str) -> Vec<(&'static str, String)> {
 
 /// Three dlopen/init/transfer/close/dlclose cycles of the full size plan for one policy.
 fn transfer_all_sizes(policy: &str) {
-    let log = spawn::run_pair(&policy_env(policy), LIMIT, |_| {})
-        .unwrap_or_else(|e| panic!("policy {policy}: {e}"));
+    let mut envs = policy_env(policy);
+    if policy == "round-robin-message" {
+        envs.push(("DQPLB_HARNESS_NULLS", "1".into()));
+    }
+    let log =
+        spawn::run_pair(&envs, LIMIT, |_| {}).unwrap_or_else(|e| panic!("policy {policy}: {e}"));
     for (side, lines) in [("receiver", &log.receiver), ("sender", &log.sender)] {
         let cycles = lines.iter().filter(|l| l.starts_with("CYCLE ")).count();
         assert_eq!(
@@ -79,6 +83,8 @@ fn transfer_policy_static_split() {
     transfer_all_sizes("static-split");
 }
 
+/// Also passes NULL device-handle pointers to connect/accept and NULL sizes to every other
+/// send-side test(), both allowed by the ABI.
 #[test]
 fn transfer_policy_round_robin_message() {
     transfer_all_sizes("round-robin-message");
@@ -136,6 +142,10 @@ fn self_connect_in_one_thread() {
         let (tx, rx) = channel::<Event>();
         let mut envs = policy_env(policy);
         envs.push(("DQPLB_HARNESS_CYCLES", "2".into()));
+        // single-qp also passes NULL device handles and NULL test sizes (allowed by the ABI)
+        if policy == "single-qp" {
+            envs.push(("DQPLB_HARNESS_NULLS", "1".into()));
+        }
         let mut p = Peer::spawn("self", 0, &envs, tx);
         let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{policy}: {e}"));
         let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
@@ -168,14 +178,16 @@ fn four_threads_with_their_own_comms() {
     }
 }
 
-/// kill -9 the sender in the middle of a stream of 64 MiB messages: the receiver's test() must
-/// return ncclRemoteError or ncclSystemError, not hang.
-#[test]
-fn peer_kill_gives_receiver_an_error() {
+/// kill -9 one side in the middle of a stream of 64 MiB messages: the survivor's test() must
+/// return ncclRemoteError or ncclSystemError within seconds, not hang.
+fn peer_kill(victim: usize) {
     let (tx, rx) = channel::<Event>();
     let envs = policy_env("dqplb");
-    let mut recv = Peer::spawn("stream-receiver", 0, &envs, tx.clone());
-    let mut send = Peer::spawn("stream-sender", 1, &envs, tx);
+    let mut peers = [
+        Peer::spawn("stream-receiver", 0, &envs, tx.clone()),
+        Peer::spawn("stream-sender", 1, &envs, tx),
+    ];
+    let survivor = 1 - victim;
     let deadline = Instant::now() + Duration::from_secs(120);
     let next = |what: &str| -> (usize, String) {
         loop {
@@ -184,8 +196,8 @@ fn peer_kill_gives_receiver_an_error() {
                 .unwrap_or_else(|| panic!("timed out waiting for {what}"));
             match rx.recv_timeout(left) {
                 Ok((who, Some(l))) => return (who, l),
-                // the killed sender's stdout closing is expected; the receiver's is not
-                Ok((1, None)) => continue,
+                // the killed child's stdout closing is expected; the survivor's is not
+                Ok((who, None)) if who == victim => continue,
                 Ok((who, None)) => panic!("child {who} exited while waiting for {what}"),
                 Err(e) => panic!("waiting for {what}: {e}"),
             }
@@ -195,23 +207,25 @@ fn peer_kill_gives_receiver_an_error() {
     let hex = first
         .strip_prefix("HANDLE ")
         .unwrap_or_else(|| panic!("expected HANDLE, got {first}"));
-    send.send_line(&format!("HANDLE {hex}"))
+    peers[1]
+        .send_line(&format!("HANDLE {hex}"))
         .expect("relay handle");
-    // wait until one full message arrived intact, so the stream is well under way
+    // wait until a full message went through intact (GOT on the receiver, SENT on the sender)
+    let progress = if survivor == 0 { "GOT " } else { "SENT " };
     loop {
-        let (who, l) = next("first GOT");
-        if who == 0 && l.starts_with("GOT ") {
+        let (who, l) = next("first completed message");
+        assert!(!l.starts_with("FAIL"), "child {who}: {l}");
+        if who == survivor && l.starts_with(progress) {
             break;
         }
-        assert!(!l.starts_with("FAIL"), "child {who}: {l}");
     }
-    send.kill();
+    peers[victim].kill();
     let killed = Instant::now();
-    let _ = send.wait(Duration::from_secs(10));
+    let _ = peers[victim].wait(Duration::from_secs(10));
     let report = loop {
-        let (who, l) = next("receiver error after kill");
+        let (who, l) = next("the survivor's error after the kill");
         assert!(!l.starts_with("FAIL") && l != "HANG", "child {who}: {l}");
-        if who == 0 && l.starts_with("ERROR ") {
+        if who == survivor && l.starts_with("ERROR ") {
             break l;
         }
     };
@@ -223,17 +237,29 @@ fn peer_kill_gives_receiver_an_error() {
         .unwrap_or(-1);
     assert!(
         rc == harness::abi::SYSTEM_ERROR || rc == harness::abi::REMOTE_ERROR,
-        "receiver error code {rc} is neither ncclSystemError nor ncclRemoteError: {report}"
+        "error code {rc} is neither ncclSystemError nor ncclRemoteError: {report}"
     );
     assert!(
         took < Duration::from_secs(10),
-        "receiver took {took:?} to notice the dead peer"
+        "took {took:?} to notice the dead peer"
     );
-    let status = recv.wait(Duration::from_secs(30)).expect("receiver exit");
+    let status = peers[survivor]
+        .wait(Duration::from_secs(30))
+        .expect("survivor exit");
     assert!(
         status.success(),
-        "receiver failed after the error: {status}"
+        "survivor failed after the error: {status}"
     );
+}
+
+#[test]
+fn killing_the_sender_gives_the_receiver_an_error() {
+    peer_kill(1);
+}
+
+#[test]
+fn killing_the_receiver_gives_the_sender_an_error() {
+    peer_kill(0);
 }
 
 /// Junk on the listen port, a wrong secret, idle half-open sockets: the real peer still connects

@@ -53,11 +53,25 @@ macro_rules! entry {
 /// The plugin's vtable plus the device chosen after `init_and_check`.
 pub struct Net {
     pub net: &'static NetV8,
+    /// Pass NULL for connect/accept's device-handle argument (NCCL may).
+    pub null_dev_handles: bool,
 }
 
 impl Net {
     pub fn new(p: &Plugin) -> Net {
-        Net { net: p.net }
+        let nulls = std::env::var("DQPLB_HARNESS_NULLS").is_ok_and(|v| v == "1");
+        Net {
+            net: p.net,
+            null_dev_handles: nulls,
+        }
+    }
+
+    fn devh_arg(&self, slot: &mut *mut abi::DevHandle) -> *mut *mut abi::DevHandle {
+        if self.null_dev_handles {
+            null_mut()
+        } else {
+            slot
+        }
     }
 
     /// init(logger), devices(), getProperties() for every device with sanity checks on every
@@ -133,9 +147,10 @@ impl Net {
         let f = entry!(self.net, connect);
         let mut comm: Ptr = null_mut();
         let mut devh: *mut abi::DevHandle = null_mut();
+        let devh = self.devh_arg(&mut devh);
         // SAFETY: handle is the 128-byte buffer NCCL keeps across calls.
         check(|| "connect".into(), unsafe {
-            f(dev, handle.as_mut_ptr().cast(), &mut comm, &mut devh)
+            f(dev, handle.as_mut_ptr().cast(), &mut comm, devh)
         })?;
         Ok((!comm.is_null()).then_some(comm))
     }
@@ -144,10 +159,9 @@ impl Net {
         let f = entry!(self.net, accept);
         let mut comm: Ptr = null_mut();
         let mut devh: *mut abi::DevHandle = null_mut();
+        let devh = self.devh_arg(&mut devh);
         // SAFETY: listen comm came from listen().
-        check(|| "accept".into(), unsafe {
-            f(listen, &mut comm, &mut devh)
-        })?;
+        check(|| "accept".into(), unsafe { f(listen, &mut comm, devh) })?;
         Ok((!comm.is_null()).then_some(comm))
     }
 
@@ -247,6 +261,23 @@ impl Net {
         Ok((!req.is_null()).then_some(req))
     }
 
+    /// test() with a NULL `sizes` argument (allowed by the ABI); Ok(true) when done.
+    pub fn test_without_size(&self, req: Ptr) -> CallResult<bool> {
+        let f = entry!(self.net, test);
+        let mut done: c_int = 0;
+        // SAFETY: req is a live request; sizes may be NULL.
+        check(|| "test(sizes=NULL)".into(), unsafe {
+            f(req, &mut done, null_mut())
+        })?;
+        match done {
+            0 | 1 => Ok(done == 1),
+            d => Err(CallError {
+                what: format!("test set done={d}"),
+                rc: 0,
+            }),
+        }
+    }
+
     /// test(); Ok(Some(size)) when done.
     pub fn test(&self, req: Ptr) -> CallResult<Option<usize>> {
         let f = entry!(self.net, test);
@@ -344,6 +375,8 @@ pub struct Pump {
     next: usize,
     inflight: VecDeque<(usize, Ptr)>,
     pub window: usize,
+    /// Test every other request with sizes=NULL; `done` then gets `usize::MAX` as the size.
+    pub null_sizes: bool,
 }
 
 impl Pump {
@@ -353,6 +386,7 @@ impl Pump {
             next: 0,
             inflight: VecDeque::new(),
             window: MAX_REQUESTS,
+            null_sizes: false,
         }
     }
 
@@ -381,7 +415,12 @@ impl Pump {
             }
         }
         if let Some(&(i, r)) = self.inflight.front() {
-            if let Some(size) = net.test(r).map_err(|e| CallError {
+            let r = if self.null_sizes && i % 2 == 1 {
+                net.test_without_size(r).map(|d| d.then_some(usize::MAX))
+            } else {
+                net.test(r)
+            };
+            if let Some(size) = r.map_err(|e| CallError {
                 what: format!("{} of op {i}", e.what),
                 rc: e.rc,
             })? {
