@@ -1,8 +1,9 @@
 //! End-to-end harness: loads the built libnccl_net_dqplb.so with dlopen and drives it through
 //! the v8 vtable as NCCL's proxy does, in two processes per test, for every load-balancing policy.
 //!
-//! The .so is `target/<profile>/libnccl_net_dqplb.so`, built by `cargo test` as part of the
-//! package (override with DQPLB_PLUGIN_SO). The NCCL logger handed to init() is a real C
+//! The .so is `target/<profile>/deps/libnccl_net_dqplb.so`, built by `cargo test` as part of the
+//! package next to this test executable (`cargo test` does not refresh the copy in
+//! `target/<profile>/`); override with DQPLB_PLUGIN_SO. The NCCL logger handed to init() is a real C
 //! variadic function: tests/harness/logger.c, compiled with the system `cc` on first use.
 
 mod harness;

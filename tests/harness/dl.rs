@@ -6,17 +6,21 @@ use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_void};
 use std::path::{Path, PathBuf};
 
-/// Location of the cdylib under test: `$DQPLB_PLUGIN_SO` if set, else the debug/release dir
-/// holding this test executable (`target/<profile>/deps/<exe>` -> `target/<profile>/`), where
-/// `cargo test` has just built `libnccl_net_dqplb.so` as part of the package.
+/// Location of the cdylib under test: `$DQPLB_PLUGIN_SO` if set, else the
+/// `libnccl_net_dqplb.so` that `cargo test` has just built next to this test executable
+/// (`target/<profile>/deps/`). Only `cargo build` copies it up to `target/<profile>/`, so the copy
+/// there can be stale during `cargo test`; it is used only when the deps one is missing.
 pub fn plugin_path() -> PathBuf {
     if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("exe dir");
-    let profile_dir = deps.parent().expect("profile dir");
-    profile_dir.join("libnccl_net_dqplb.so")
+    let fresh = deps.join("libnccl_net_dqplb.so");
+    if fresh.exists() {
+        return fresh;
+    }
+    deps.parent().expect("profile dir").join("libnccl_net_dqplb.so")
 }
 
 fn dlerror_string() -> String {
