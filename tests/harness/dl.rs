@@ -20,7 +20,9 @@ pub fn plugin_path() -> PathBuf {
     if fresh.exists() {
         return fresh;
     }
-    deps.parent().expect("profile dir").join("libnccl_net_dqplb.so")
+    deps.parent()
+        .expect("profile dir")
+        .join("libnccl_net_dqplb.so")
 }
 
 fn dlerror_string() -> String {
