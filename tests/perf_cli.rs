@@ -98,6 +98,18 @@ fn raw_tcp_ceiling_runs_the_same_sweep() {
 }
 
 #[test]
+fn raw_tcp_from_one_polling_thread() {
+    let out = sweep(&["--raw-tcp", "--raw-threads", "one", "--qps", "3"]);
+    assert!(
+        out.lines()
+            .next()
+            .unwrap_or("")
+            .contains("one polling thread"),
+        "{out}"
+    );
+}
+
+#[test]
 fn csv_and_json_formats() {
     let out = dqplb(&[
         "--min-bytes",
@@ -177,6 +189,7 @@ fn bad_arguments_exit_2_with_a_message() {
         (vec!["--inflight", "0"], "--inflight"),
         (vec!["--frobnicate"], "--frobnicate"),
         (vec!["--qps"], "--qps"),
+        (vec!["--raw-threads", "two"], "--raw-threads"),
     ] {
         let out = dqplb(&args);
         let err = String::from_utf8_lossy(&out.stderr);

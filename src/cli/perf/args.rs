@@ -24,6 +24,9 @@ pub struct PerfArgs {
     pub warmup: Option<u64>,
     pub inflight: usize,
     pub raw_tcp: bool,
+    /// `--raw-threads one`: drive every raw stream from one polling thread (as the plugin is
+    /// driven) instead of one blocking thread per stream.
+    pub raw_one_thread: bool,
     pub latency: bool,
     pub check: bool,
     pub format: Format,
@@ -42,6 +45,7 @@ impl Default for PerfArgs {
             warmup: None,
             inflight: 4,
             raw_tcp: false,
+            raw_one_thread: false,
             latency: false,
             check: true,
             format: Format::Table,
@@ -173,6 +177,17 @@ impl PerfArgs {
                     }
                 }
                 "--raw-tcp" => a.raw_tcp = true,
+                "--raw-threads" => {
+                    a.raw_one_thread = match value(opt)?.as_str() {
+                        "per-stream" => false,
+                        "one" => true,
+                        v => {
+                            return Err(ArgError(format!(
+                                "--raw-threads: '{v}' is not per-stream or one"
+                            )))
+                        }
+                    }
+                }
                 "--latency" => a.latency = true,
                 "--no-check" => a.check = false,
                 other => {
@@ -269,6 +284,10 @@ impl PerfArgs {
         if self.raw_tcp {
             v.push("--raw-tcp".into());
         }
+        if self.raw_one_thread {
+            v.push("--raw-threads".into());
+            v.push("one".into());
+        }
         if self.latency {
             v.push("--latency".into());
         }
@@ -282,9 +301,10 @@ impl PerfArgs {
 pub const USAGE: &str = "usage: dqplb perf [--transport socket] [--policy dqplb|static-split|round-robin-message|single-qp]
                   [--qps N] [--segment BYTES] [--min-bytes BYTES] [--max-bytes BYTES]
                   [--step-factor F] [--iters N] [--warmup N] [--inflight N] [--peers local]
-                  [--raw-tcp] [--latency] [--no-check] [--format table|csv|json]
+                  [--raw-tcp [--raw-threads per-stream|one]] [--latency] [--no-check] [--format table|csv|json]
 Moves data between two local processes through the plugin's vtable (or, with --raw-tcp, over
-plain TCP streams, as the ceiling) and prints size, time, algbw, busbw and #wrong per size.
+plain TCP streams, as the ceiling: one blocking thread per stream, or with --raw-threads one a
+single polling thread as the plugin is driven) and prints size, time, algbw, busbw, #wrong.
 BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 2, about
 256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
 --latency: 8-byte ping-pong round trip, plugin and raw TCP, median and p99 in us.";
@@ -341,7 +361,7 @@ mod tests {
 
     #[test]
     fn args_round_trip() {
-        let a = PerfArgs::parse(&args("--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --no-check")).unwrap();
+        let a = PerfArgs::parse(&args("--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check")).unwrap();
         assert_eq!(PerfArgs::parse(&a.to_args()).unwrap(), a);
     }
 

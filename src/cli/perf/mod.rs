@@ -7,6 +7,7 @@ pub mod latency;
 pub mod link;
 pub mod net;
 pub mod pattern;
+pub mod rawpoll;
 pub mod report;
 mod roles;
 
@@ -88,7 +89,9 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
     let loaded = config::load::load_with(&lookup, &vars, std::path::Path::new(config::ETC_PATH))
         .map_err(|e| format!("plugin configuration: {e}"))?;
     let plan = loaded.config.plan(config::ConnClass::SameRail);
-    let mode = if a.raw_tcp {
+    let mode = if a.raw_tcp && a.raw_one_thread {
+        "raw TCP streams (no plugin), one polling thread"
+    } else if a.raw_tcp {
         "raw TCP streams (no plugin)"
     } else {
         "plugin vtable, socket transport"

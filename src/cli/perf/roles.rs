@@ -127,8 +127,14 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
     };
     if a.raw_tcp {
         let n = a.qps.unwrap_or(1) as usize;
-        let mut link = RawLink::new(raw_streams(n, sender)?, sender);
-        bw::sweep(&mut link, a, &mut slots, sender, emit)?;
+        let streams = raw_streams(n, sender)?;
+        if a.raw_one_thread {
+            let mut link = super::rawpoll::PollLink::new(streams, sender)?;
+            bw::sweep(&mut link, a, &mut slots, sender, emit)?;
+        } else {
+            let mut link = RawLink::new(streams, sender);
+            bw::sweep(&mut link, a, &mut slots, sender, emit)?;
+        }
         return Ok(());
     }
     net::init()?;
