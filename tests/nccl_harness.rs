@@ -315,3 +315,24 @@ fn receive_smaller_than_send_is_an_error_not_an_overflow() {
         "the sender reported its oversized send delivered: {s}"
     );
 }
+
+/// A bad setting makes init() fail with ncclInvalidArgument and a WARN through NCCL's logger,
+/// instead of crashing the host process or silently using a default.
+#[test]
+fn bad_configuration_fails_init_with_a_warning() {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("fastest-please");
+    let mut p = Peer::spawn("bad-init", 0, &envs, tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "bad-init child failed: {lines:?}");
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("INIT "))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(line.starts_with("INIT rc=4 "), "{line}");
+    assert!(
+        !line.ends_with("warns=0"),
+        "no WARN reached the logger: {line}"
+    );
+}

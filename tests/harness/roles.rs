@@ -132,6 +132,7 @@ pub fn run_from_env() -> Result<(), String> {
         "self" => self_connect(&cfg, &logger),
         "self-threads" => self_threads(&cfg, &logger),
         "short-receiver" => short_receiver(&logger),
+        "bad-init" => bad_init(&logger),
         "long-sender" => long_sender(&logger),
         "stream-receiver" => stream_receiver(&logger),
         "stream-sender" => stream_sender(&logger),
@@ -593,4 +594,15 @@ fn long_sender(logger: &CLogger) -> Result<(), String> {
     say(&format!("SENDER {report}"));
     let _ = net.close_send(sc);
     Ok(())
+}
+
+/// init() under a broken configuration (the test sets a bad NCCL_DQPLB_POLICY): reports the
+/// result code and how many WARN lines reached the logger, without crashing the process.
+fn bad_init(logger: &CLogger) -> Result<(), String> {
+    let plugin = Plugin::load(&dl::plugin_path())?;
+    let init = plugin.net.init.ok_or("init is NULL")?;
+    // SAFETY: the C logger has ncclDebugLogger_t's type.
+    let rc = unsafe { init(Some(logger.logger)) };
+    say(&format!("INIT rc={rc} warns={}", logger.count(2)));
+    plugin.lib.close()
 }
