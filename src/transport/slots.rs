@@ -55,6 +55,14 @@ impl<T: Copy> Slots<T> {
         }
     }
 
+    /// Mutable data of an in-flight slot.
+    pub fn active_mut(&mut self, i: u32) -> Option<&mut T> {
+        match self.table.get_mut(i as usize) {
+            Some(State::Active(v)) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Marks an in-flight slot complete with `size` bytes (ignored for other states).
     pub fn finish(&mut self, i: u32, size: usize) {
         if let Some(s @ State::Active(_)) = self.table.get_mut(i as usize) {

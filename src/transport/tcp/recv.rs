@@ -27,6 +27,16 @@ struct DataRx {
     acks_pos: usize,
 }
 
+/// A posted receive and what the sender's segments placed into it so far.
+#[derive(Clone, Copy)]
+struct Posted {
+    buf: UserBuf,
+    /// Payload bytes placed by segments naming this slot.
+    placed: u64,
+    /// Highest end offset of those segments.
+    end: u64,
+}
+
 pub struct TcpRecvComm {
     ctrl: TcpStream,
     ctrl_name: StreamName,
@@ -34,7 +44,7 @@ pub struct TcpRecvComm {
     ctrl_pos: usize,
     data: Vec<DataRx>,
     engine: Receiver,
-    slots: Slots<UserBuf>,
+    slots: Slots<Posted>,
     failed: Sticky,
     params: ConnParams,
 }
@@ -92,7 +102,11 @@ impl TcpRecvComm {
     /// Posts one receive buffer and announces it to the sender; None when all slots are busy.
     pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
-        let Some(slot) = self.slots.alloc(buf) else {
+        let Some(slot) = self.slots.alloc(Posted {
+            buf,
+            placed: 0,
+            end: 0,
+        }) else {
             return Ok(None);
         };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
@@ -155,6 +169,16 @@ impl TcpRecvComm {
             drain(&mut d.sock, &mut d.acks, &mut d.acks_pos, &d.name)?;
         }
         while let Some((token, size)) = self.engine.poll_done() {
+            // The engine counts a message's bytes by sequence number; the segments must also have
+            // named this receive and tiled [0, size) of it, or the sender is out of step.
+            if let Some(p) = self.slots.active(token) {
+                if p.placed != size || p.end != size {
+                    return Err(NetError::remote(format!(
+                        "{}: receive slot {token} completed with {size} bytes by sequence number, but the segments naming it placed {} bytes ending at offset {}: sender wrote to the wrong slot or offset",
+                        self.ctrl_name, p.placed, p.end
+                    )));
+                }
+            }
             self.slots.finish(token, size as usize);
         }
         Ok(())
@@ -173,10 +197,9 @@ impl TcpRecvComm {
                     }
                     let seg = SegHeader::decode(&d.hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    let fits = self
-                        .slots
-                        .active(seg.slot)
-                        .is_some_and(|b| b.slice(seg.offset as usize, seg.len as usize).is_some());
+                    let fits = self.slots.active(seg.slot).is_some_and(|p| {
+                        p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
+                    });
                     if !fits {
                         return Err(NetError::remote(format!(
                             "{}: segment imm {:#x} for receive slot {} at offset {} length {} does not fit any posted buffer",
@@ -187,7 +210,7 @@ impl TcpRecvComm {
                 }
                 RxState::Payload { seg, mut got } => {
                     if got < seg.len as usize {
-                        let Some(buf) = self.slots.active(seg.slot) else {
+                        let Some(Posted { buf, .. }) = self.slots.active(seg.slot) else {
                             return Err(NetError::internal(format!(
                                 "{}: receive slot {} vanished",
                                 d.name, seg.slot
@@ -210,6 +233,10 @@ impl TcpRecvComm {
                         if got < seg.len as usize {
                             continue;
                         }
+                    }
+                    if let Some(p) = self.slots.active_mut(seg.slot) {
+                        p.placed += u64::from(seg.len);
+                        p.end = p.end.max(seg.offset + u64::from(seg.len));
                     }
                     self.engine.arrived(seg.imm, seg.len).map_err(|e| {
                         NetError::remote(format!("{}: protocol error: {e}", d.name))

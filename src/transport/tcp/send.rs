@@ -16,6 +16,7 @@ use crate::transport::{NetError, NetResult, UserBuf};
 
 /// One segment on its way out of a data stream.
 struct TxSeg {
+    imm: u32,
     hdr: [u8; SEG_HEADER_BYTES],
     buf: UserBuf,
     off: usize,
@@ -29,7 +30,8 @@ struct DataTx {
     queue: VecDeque<TxSeg>,
     ack: [u8; ACK_BYTES],
     ack_got: usize,
-    acks_pending: usize,
+    /// Immediates of segments fully written and not yet acknowledged, oldest first.
+    unacked: VecDeque<u32>,
 }
 
 /// An in-flight send: its buffer and the receive slot the peer announced for it.
@@ -83,7 +85,7 @@ impl TcpSendComm {
                 queue: VecDeque::with_capacity(cap),
                 ack: [0; ACK_BYTES],
                 ack_got: 0,
-                acks_pending: 0,
+                unacked: VecDeque::with_capacity(cap),
             })
             .collect();
         let n = params.max_messages as usize;
@@ -227,19 +229,27 @@ impl TcpSendComm {
         }
     }
 
+    /// Turns acknowledgements into engine completions. An ack must name the oldest segment this
+    /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
     fn read_acks(&mut self) -> NetResult<bool> {
         let mut any = false;
         let now = self.now();
         for qp in 0..self.data.len() {
             let d = &mut self.data[qp];
-            while d.acks_pending > 0 {
+            while let Some(&want) = d.unacked.front() {
                 if !fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name)? {
                     break;
                 }
                 d.ack_got = 0;
-                decode_ack(&d.ack)
+                let imm = decode_ack(&d.ack)
                     .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                d.acks_pending -= 1;
+                if imm != want {
+                    return Err(NetError::remote(format!(
+                        "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
+                        d.name
+                    )));
+                }
+                d.unacked.pop_front();
                 self.engine.completed(qp, now).map_err(|e| {
                     NetError::remote(format!(
                         "{}: acknowledgement without a segment in flight: {e}",
@@ -248,12 +258,12 @@ impl TcpSendComm {
                 })?;
                 any = true;
             }
-            if d.acks_pending == 0 {
-                // Anything arriving on an idle stream is a protocol error or EOF: look for it.
+            if d.unacked.is_empty() {
+                // No ack is due: anything arriving is a protocol error, or EOF. Look for it.
                 let mut probe = [0u8; 1];
                 if read_some(&mut d.sock, &mut probe, &d.name)? != 0 {
                     return Err(NetError::remote(format!(
-                        "{}: unexpected bytes with no segment in flight",
+                        "{}: bytes arrived while no written segment awaits an acknowledgement",
                         d.name
                     )));
                 }
@@ -281,13 +291,13 @@ impl TcpSendComm {
             .encode();
             let d = &mut self.data[t.qp];
             d.queue.push_back(TxSeg {
+                imm: t.imm,
                 hdr,
                 buf,
                 off: t.offset as usize,
                 len: t.len as usize,
                 written: 0,
             });
-            d.acks_pending += 1;
             any = true;
         }
         Ok(any)
@@ -314,6 +324,7 @@ impl TcpSendComm {
                 any = true;
                 seg.written += n;
                 if seg.written == total {
+                    d.unacked.push_back(seg.imm);
                     d.queue.pop_front();
                 }
             }
