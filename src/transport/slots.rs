@@ -70,6 +70,19 @@ impl<T: Copy> Slots<T> {
         }
     }
 
+    /// Some(size) and frees the slot if it is done; None otherwise (no error for any state).
+    pub fn take_done(&mut self, i: u32) -> Option<usize> {
+        match self.table.get(i as usize) {
+            Some(State::Done(size)) => {
+                let size = *size;
+                self.table[i as usize] = State::Free;
+                self.free.push(i);
+                Some(size)
+            }
+            _ => None,
+        }
+    }
+
     /// NCCL's test(): Some(size) once done (the slot is then free again), None while in flight.
     pub fn test(&mut self, i: u32, what: &str) -> NetResult<Option<usize>> {
         match self.table.get(i as usize) {
