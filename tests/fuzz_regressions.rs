@@ -54,12 +54,22 @@ fn engine_receiver_corpus() {
 
 #[test]
 fn engine_sender_receiver_corpus() {
-    assert!(replay("engine_sender_receiver", harness::engine_sender_receiver::check) >= 4);
+    assert!(
+        replay(
+            "engine_sender_receiver",
+            harness::engine_sender_receiver::check
+        ) >= 4
+    );
 }
 
 #[test]
 fn config_toml_corpus() {
     assert!(replay("config_toml", harness::config_toml::check) >= 4);
+}
+
+#[test]
+fn tcp_stream_bytes_corpus() {
+    assert!(replay("tcp_stream_bytes", harness::tcp_stream_bytes::check) >= 2);
 }
 
 // ---- Findings in src/ (open): each test states the correct behaviour and fails until fixed. ----

@@ -9,11 +9,21 @@ use nccl_net_dqplb::engine::{Receiver, REORDER_SLACK};
 
 #[derive(Debug, Arbitrary)]
 enum Op {
-    Post { token: u32, capacity: u64 },
+    Post {
+        token: u32,
+        capacity: u64,
+    },
     /// An immediate relative to the next expected sequence number (near the window, mostly).
-    ArriveNear { ahead: u16, last: bool, bytes: u32 },
+    ArriveNear {
+        ahead: u16,
+        last: bool,
+        bytes: u32,
+    },
     /// A raw 32-bit immediate (reserved bits, far sequence numbers).
-    ArriveRaw { imm: u32, bytes: u32 },
+    ArriveRaw {
+        imm: u32,
+        bytes: u32,
+    },
     Poll,
 }
 
@@ -128,7 +138,11 @@ pub fn check(data: &[u8]) {
             }
             Op::ArriveNear { ahead, last, bytes } => {
                 let seq = seq_add(m.expected, u32::from(ahead));
-                let bytes = if input.small_sizes { bytes % 1024 } else { bytes };
+                let bytes = if input.small_sizes {
+                    bytes % 1024
+                } else {
+                    bytes
+                };
                 arrive(&mut rx, &mut m, seq | if last { 1 << 31 } else { 0 }, bytes);
             }
             Op::ArriveRaw { imm, bytes } => arrive(&mut rx, &mut m, imm, bytes),
@@ -159,7 +173,8 @@ fn arrive(rx: &mut Receiver, m: &mut Model, imm: u32, bytes: u32) {
                 !m.refuses(imm),
                 "receiver accepted imm {imm:#x} the model refuses"
             );
-            m.arrived.insert(imm & SEQ_MASK, (bytes, imm & (1 << 31) != 0));
+            m.arrived
+                .insert(imm & SEQ_MASK, (bytes, imm & (1 << 31) != 0));
             assert!(m.drain(), "receiver accepted imm {imm:#x} that overflows");
         }
         Err(e) => {
@@ -167,7 +182,8 @@ fn arrive(rx: &mut Receiver, m: &mut Model, imm: u32, bytes: u32) {
             if rx.failure().is_some() {
                 // Failed while consuming in order: the model must fail on the same arrival.
                 assert!(!m.refuses(imm), "sticky failure on a refusable imm: {e}");
-                m.arrived.insert(imm & SEQ_MASK, (bytes, imm & (1 << 31) != 0));
+                m.arrived
+                    .insert(imm & SEQ_MASK, (bytes, imm & (1 << 31) != 0));
                 assert!(!m.drain(), "receiver failed ({e}) where the model did not");
                 m.failed = true;
             } else {

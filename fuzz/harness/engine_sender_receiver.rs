@@ -7,22 +7,33 @@ use std::collections::{HashSet, VecDeque};
 use arbitrary::{Arbitrary, Unstructured};
 use nccl_net_dqplb::engine::imm::{decode, seq_add, seq_distance};
 use nccl_net_dqplb::engine::{
-    EngineError, EngineParams, PolicyKind, Receiver, Sender, Transmit, REORDER_SLACK,
-    SEGMENT_ALIGN,
+    EngineError, EngineParams, PolicyKind, Receiver, Sender, Transmit, REORDER_SLACK, SEGMENT_ALIGN,
 };
 
 #[derive(Debug, Arbitrary)]
 enum Op {
     /// Post a message of `len % 65536` bytes; the receive buffer is `extra` bytes larger.
-    Post { len: u32, extra: u16 },
+    Post {
+        len: u32,
+        extra: u16,
+    },
     /// Ask for up to `n` segments.
-    Transmit { n: u8 },
+    Transmit {
+        n: u8,
+    },
     /// Deliver one of the segments on the wire to the receiver.
-    Deliver { pick: u16 },
+    Deliver {
+        pick: u16,
+    },
     /// The oldest segment on QP `qp % qps` completes, if it was delivered.
-    Complete { qp: u8, dt: u16 },
+    Complete {
+        qp: u8,
+        dt: u16,
+    },
     /// A completion on a QP index the connection does not have.
-    BadComplete { qp: u8 },
+    BadComplete {
+        qp: u8,
+    },
     Poll,
 }
 
@@ -136,7 +147,10 @@ pub fn check(data: &[u8]) {
                 w.poll();
             }
         }
-        assert_eq!(w.tx.outstanding(), w.qp.iter().map(VecDeque::len).sum::<usize>());
+        assert_eq!(
+            w.tx.outstanding(),
+            w.qp.iter().map(VecDeque::len).sum::<usize>()
+        );
         assert_eq!(w.tx.messages(), w.msgs.len());
         assert_eq!(w.rx.posted(), w.recvs.len());
     }
@@ -147,7 +161,10 @@ impl World {
     fn post(&mut self, len: u64, extra: u64) {
         let token = self.next_token;
         if self.recvs.len() >= self.p.max_messages {
-            assert!(self.rx.post(token, len + extra).is_err(), "receiver over-posted");
+            assert!(
+                self.rx.post(token, len + extra).is_err(),
+                "receiver over-posted"
+            );
             return;
         }
         if self.msgs.len() >= self.p.max_messages {
@@ -160,7 +177,9 @@ impl World {
             );
             return;
         }
-        self.rx.post(token, len + extra).expect("receive within limits");
+        self.rx
+            .post(token, len + extra)
+            .expect("receive within limits");
         self.tx.post(token, len).expect("message within limits");
         self.recvs.push_back((token, len));
         self.msgs.push_back(Msg {
@@ -205,10 +224,17 @@ impl World {
         assert_eq!(t.offset, m.cut, "tiles must be contiguous");
         let end = t.offset + u64::from(t.len);
         assert!(end <= m.len, "segment past the end of its message");
-        assert!(t.len > 0 || m.len == 0, "empty segment of a non-empty message");
+        assert!(
+            t.len > 0 || m.len == 0,
+            "empty segment of a non-empty message"
+        );
         assert_eq!(last, end == m.len, "last flag must mark the message's end");
         if !last {
-            assert_eq!(end % u64::from(SEGMENT_ALIGN), 0, "unaligned inner boundary");
+            assert_eq!(
+                end % u64::from(SEGMENT_ALIGN),
+                0,
+                "unaligned inner boundary"
+            );
         }
         match p.policy {
             PolicyKind::SingleQp => assert_eq!(t.qp, 0),
@@ -242,7 +268,8 @@ impl World {
         if let Err(e) = self.rx.arrived(t.imm, t.len) {
             panic!("receiver refused a well-formed segment {t:?}: {e}");
         }
-        self.delivered.insert(t.imm & nccl_net_dqplb::engine::imm::SEQ_MASK);
+        self.delivered
+            .insert(t.imm & nccl_net_dqplb::engine::imm::SEQ_MASK);
     }
 
     /// Completes the oldest segment on `qp` if it was delivered; false otherwise.

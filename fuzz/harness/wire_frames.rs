@@ -108,14 +108,21 @@ fn seg_header(mut b: [u8; SEG_HEADER_BYTES], stamp: bool) {
         Ok(s) => s,
         Err(e) => return check_err(&e, ErrorCode::RemoteError, "SegHeader::decode"),
     };
-    assert_eq!(SegHeader::decode(&s.encode()), Ok(s), "segment header round trip");
+    assert_eq!(
+        SegHeader::decode(&s.encode()),
+        Ok(s),
+        "segment header round trip"
+    );
     // The receiver's bounds test on a decoded header (recv.rs): never overflows, and a slice it
     // grants lies inside the posted buffer.
     let mut backing = [0u8; 256];
     let buf = UserBuf::from_slice(&mut backing);
     if let Some(sl) = buf.slice(s.offset as usize, s.len as usize) {
         assert_eq!(sl.len(), s.len as usize);
-        assert!(s.offset + u64::from(s.len) <= 256, "slice outside the buffer");
+        assert!(
+            s.offset + u64::from(s.len) <= 256,
+            "slice outside the buffer"
+        );
     }
 }
 
