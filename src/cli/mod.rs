@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod paths;
+pub mod perf;
 pub mod plan;
 
 /// Top-level usage text.
@@ -14,6 +15,8 @@ commands:
           (dqplb plan --help for options)
   check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
           1 mismatch, 2 bad usage (dqplb check --help)
+  perf    point-to-point bandwidth / latency between two local processes through the
+          plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
   paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
           scripts/paths-bench.sh, which builds the network namespace; needs root)
 
@@ -37,6 +40,7 @@ pub fn main(args: Vec<String>) -> i32 {
         }
         "plan" => plan::run(rest),
         "check" => check::run(rest),
+        "perf" => perf::run(rest),
         "paths-bench" => paths::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");

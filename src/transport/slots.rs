@@ -55,10 +55,31 @@ impl<T: Copy> Slots<T> {
         }
     }
 
+    /// Mutable data of an in-flight slot.
+    pub fn active_mut(&mut self, i: u32) -> Option<&mut T> {
+        match self.table.get_mut(i as usize) {
+            Some(State::Active(v)) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Marks an in-flight slot complete with `size` bytes (ignored for other states).
     pub fn finish(&mut self, i: u32, size: usize) {
         if let Some(s @ State::Active(_)) = self.table.get_mut(i as usize) {
             *s = State::Done(size);
+        }
+    }
+
+    /// Some(size) and frees the slot if it is done; None otherwise (no error for any state).
+    pub fn take_done(&mut self, i: u32) -> Option<usize> {
+        match self.table.get(i as usize) {
+            Some(State::Done(size)) => {
+                let size = *size;
+                self.table[i as usize] = State::Free;
+                self.free.push(i);
+                Some(size)
+            }
+            _ => None,
         }
     }
 

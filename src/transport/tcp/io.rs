@@ -1,8 +1,11 @@
-//! Non-blocking socket primitives for the TCP transport: reads and writes that retry EINTR, treat
-//! EAGAIN as "no progress", and turn EOF/resets into errors naming the stream and peer.
+//! Non-blocking socket primitives for the TCP transport: one zero-timeout poll per progress step,
+//! reads that report data / would-block / EOF, writes that never raise SIGPIPE, EINTR retried.
 
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read as _};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+
+use socket2::SockRef;
 
 use crate::transport::{NetError, NetResult};
 
@@ -29,34 +32,59 @@ impl std::fmt::Display for StreamName {
     }
 }
 
-/// Reads what is available into `buf`; Ok(0) means "would block". EOF is an error.
-pub fn read_some(sock: &mut TcpStream, buf: &mut [u8], name: &StreamName) -> NetResult<usize> {
-    if buf.is_empty() {
-        return Ok(0);
-    }
+/// What one read brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    Data(usize),
+    WouldBlock,
+    /// The peer closed its side (orderly); every byte it sent before was read.
+    Eof,
+}
+
+/// Reads what is available into `buf` (which must not be empty).
+pub fn read_some(sock: &mut TcpStream, buf: &mut [u8], name: &StreamName) -> NetResult<Read> {
     loop {
         match sock.read(buf) {
-            Ok(0) => {
-                return Err(NetError::remote(format!(
-                    "{name}: peer closed the connection"
-                )))
-            }
-            Ok(n) => return Ok(n),
+            Ok(0) => return Ok(Read::Eof),
+            Ok(n) => return Ok(Read::Data(n)),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Read::WouldBlock),
             Err(e) => return Err(NetError::io(&format!("{name}: read"), &e)),
         }
     }
 }
 
-/// Writes what the socket takes; Ok(0) means "would block".
-pub fn write_some(
+/// How far `fill` got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    Full,
+    Partial,
+    Eof,
+}
+
+/// Fills `buf[*got..]` from the socket.
+pub fn fill(
     sock: &mut TcpStream,
-    bufs: &[IoSlice<'_>],
+    buf: &mut [u8],
+    got: &mut usize,
     name: &StreamName,
-) -> NetResult<usize> {
+) -> NetResult<Fill> {
+    while *got < buf.len() {
+        match read_some(sock, &mut buf[*got..], name)? {
+            Read::Data(n) => *got += n,
+            Read::WouldBlock => return Ok(Fill::Partial),
+            Read::Eof => return Ok(Fill::Eof),
+        }
+    }
+    Ok(Fill::Full)
+}
+
+/// Writes what the socket takes (MSG_NOSIGNAL: a dead peer is an error, never a SIGPIPE that
+/// would kill the NCCL process); Ok(0) means "would block".
+pub fn write_some(sock: &TcpStream, bufs: &[IoSlice<'_>], name: &StreamName) -> NetResult<usize> {
+    let s = SockRef::from(sock);
     loop {
-        match sock.write_vectored(bufs) {
+        match s.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
@@ -65,26 +93,9 @@ pub fn write_some(
     }
 }
 
-/// Fills `buf[*got..]` from the socket; true once full.
-pub fn fill(
-    sock: &mut TcpStream,
-    buf: &mut [u8],
-    got: &mut usize,
-    name: &StreamName,
-) -> NetResult<bool> {
-    while *got < buf.len() {
-        let n = read_some(sock, &mut buf[*got..], name)?;
-        if n == 0 {
-            return Ok(false);
-        }
-        *got += n;
-    }
-    Ok(true)
-}
-
 /// Writes `out[*pos..]`; resets both to empty once everything went out. True when drained.
 pub fn drain(
-    sock: &mut TcpStream,
+    sock: &TcpStream,
     out: &mut Vec<u8>,
     pos: &mut usize,
     name: &StreamName,
@@ -99,4 +110,46 @@ pub fn drain(
     out.clear();
     *pos = 0;
     Ok(true)
+}
+
+/// Readiness of a fixed set of sockets from one zero-timeout poll(2): a progress step reads only
+/// the streams that have something (data, EOF or an error), instead of one empty read per stream.
+pub struct Readiness {
+    fds: Vec<libc::pollfd>,
+}
+
+impl Readiness {
+    pub fn new<'a>(socks: impl IntoIterator<Item = &'a TcpStream>) -> Readiness {
+        let fds = socks
+            .into_iter()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Readiness { fds }
+    }
+
+    /// Refreshes readiness without blocking.
+    pub fn poll(&mut self) -> NetResult<()> {
+        loop {
+            // SAFETY: `fds` is a valid array of pollfd for its length; timeout 0 never blocks.
+            let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, 0) };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                return Err(NetError::io("poll on the connection's streams", &e));
+            }
+        }
+    }
+
+    /// Whether socket `i` (in construction order) has data, EOF or an error to read.
+    pub fn readable(&self, i: usize) -> bool {
+        self.fds
+            .get(i)
+            .is_some_and(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+    }
 }

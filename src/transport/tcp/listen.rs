@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 
 use super::handle::{random_secret, ListenHandle, PROTOCOL_VERSION};
-use super::io::{fill, StreamName};
+use super::io::{fill, Fill, StreamName};
 use super::recv::TcpRecvComm;
 use super::wire::{ConnParams, Hello, HELLO_BYTES};
 use super::TcpOptions;
@@ -115,12 +115,16 @@ impl TcpListenComm {
                 index: 0,
             };
             match fill(&mut p.sock, &mut p.buf, &mut p.got, &name) {
-                Ok(false) => i += 1,
-                Ok(true) => {
+                Ok(Fill::Partial) => i += 1,
+                Ok(Fill::Full) => {
                     let p = self.pending.swap_remove(i);
                     if let Err(e) = self.admit(p) {
                         tracing::warn!(target: "dqplb::net", "listener {}: dropped a connection: {}", self.handle.addr, e.msg);
                     }
+                }
+                Ok(Fill::Eof) => {
+                    tracing::warn!(target: "dqplb::net", "listener {}: dropped a connection from {} that closed before its hello ({} of {HELLO_BYTES} bytes)", self.handle.addr, p.peer, p.got);
+                    self.pending.swap_remove(i);
                 }
                 Err(e) => {
                     tracing::warn!(target: "dqplb::net", "listener {}: dropped a connection before its hello: {}", self.handle.addr, e.msg);

@@ -3,7 +3,7 @@
 
 use std::net::TcpStream;
 
-use super::io::{drain, fill, read_some, StreamName};
+use super::io::{drain, read_some, Read, Readiness, StreamName};
 use super::wire::{
     encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
@@ -11,20 +11,42 @@ use crate::engine::Receiver;
 use crate::transport::slots::{Slots, Sticky};
 use crate::transport::{NetError, NetResult, UserBuf};
 
+/// Bytes of small frames read per syscall: a header and a small payload (or several small
+/// segments) arrive in one read; payloads of at least half of this are read straight into place.
+const STAGE_BYTES: usize = 4096;
+
 /// Where a data stream is in its byte sequence.
 #[derive(Clone, Copy)]
 enum RxState {
-    Header { got: usize },
-    Payload { seg: SegHeader, got: usize },
+    Header,
+    Payload {
+        seg: SegHeader,
+        got: usize,
+    },
+    /// The sender closed the stream at a segment boundary.
+    Closed,
 }
 
 struct DataRx {
     sock: TcpStream,
     name: StreamName,
-    hdr: [u8; SEG_HEADER_BYTES],
+    /// Read-ahead for headers and small payloads: valid bytes are `stage[start..end]`.
+    stage: Box<[u8; STAGE_BYTES]>,
+    start: usize,
+    end: usize,
     state: RxState,
     acks: Vec<u8>,
     acks_pos: usize,
+}
+
+/// A posted receive and what the sender's segments placed into it so far.
+#[derive(Clone, Copy)]
+struct Posted {
+    buf: UserBuf,
+    /// Payload bytes placed by segments naming this slot.
+    placed: u64,
+    /// Highest end offset of those segments.
+    end: u64,
 }
 
 pub struct TcpRecvComm {
@@ -32,9 +54,11 @@ pub struct TcpRecvComm {
     ctrl_name: StreamName,
     ctrl_out: Vec<u8>,
     ctrl_pos: usize,
+    ctrl_closed: bool,
     data: Vec<DataRx>,
+    ready: Readiness,
     engine: Receiver,
-    slots: Slots<UserBuf>,
+    slots: Slots<Posted>,
     failed: Sticky,
     params: ConnParams,
 }
@@ -53,7 +77,7 @@ impl TcpRecvComm {
         let engine = Receiver::new(window, n)
             .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
         let cap = params.outstanding as usize * ACK_BYTES;
-        let data = data
+        let data: Vec<DataRx> = data
             .into_iter()
             .enumerate()
             .map(|(i, sock)| DataRx {
@@ -62,18 +86,23 @@ impl TcpRecvComm {
                     peer,
                     index: i as u16 + 1,
                 },
-                hdr: [0; SEG_HEADER_BYTES],
-                state: RxState::Header { got: 0 },
+                stage: Box::new([0; STAGE_BYTES]),
+                start: 0,
+                end: 0,
+                state: RxState::Header,
                 acks: Vec::with_capacity(cap),
                 acks_pos: 0,
             })
             .collect();
+        let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         Ok(TcpRecvComm {
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
             ctrl_out: Vec::with_capacity(n * ANNOUNCE_BYTES),
             ctrl_pos: 0,
+            ctrl_closed: false,
             data,
+            ready,
             engine,
             slots: Slots::new(n),
             failed: Sticky::default(),
@@ -92,7 +121,17 @@ impl TcpRecvComm {
     /// Posts one receive buffer and announces it to the sender; None when all slots are busy.
     pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
-        let Some(slot) = self.slots.alloc(buf) else {
+        if self.ctrl_closed {
+            return Err(NetError::remote(format!(
+                "{}: the sender closed the connection; nothing more will arrive",
+                self.ctrl_name
+            )));
+        }
+        let Some(slot) = self.slots.alloc(Posted {
+            buf,
+            placed: 0,
+            end: 0,
+        }) else {
             return Ok(None);
         };
         if let Err(e) = self.engine.post(slot, buf.len() as u64) {
@@ -101,8 +140,7 @@ impl TcpRecvComm {
                 "engine refused a receive from {}: {e}",
                 self.ctrl_name.peer
             ));
-            let who = self.who();
-            return Err(self.failed.fail(&who, e));
+            return Err(self.fail(e));
         }
         let a = Announce {
             slot,
@@ -114,69 +152,122 @@ impl TcpRecvComm {
         Ok(Some(slot))
     }
 
-    /// Some(received size) once the message for `slot` arrived completely and in order.
+    /// Some(received size) once the message for `slot` arrived completely and in order. A
+    /// receive that already completed is reported even if the peer has closed since.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        if let Some(n) = self.slots.take_done(slot) {
+            return Ok(Some(n));
+        }
         self.progress()?;
         self.slots.test(slot, "receive")
     }
 
-    fn who(&self) -> String {
-        format!("receive comm from {}", self.ctrl_name.peer)
+    fn fail(&mut self, e: NetError) -> NetError {
+        let who = format!("receive comm from {}", self.ctrl_name.peer);
+        self.failed.fail(&who, e)
     }
 
     pub fn progress(&mut self) -> NetResult<()> {
         self.failed.check()?;
-        self.step().map_err(|e| {
-            let who = format!("receive comm from {}", self.ctrl_name.peer);
-            self.failed.fail(&who, e)
-        })
+        self.step().map_err(|e| self.fail(e))
     }
 
     fn step(&mut self) -> NetResult<()> {
+        self.ready.poll()?;
         drain(
-            &mut self.ctrl,
+            &self.ctrl,
             &mut self.ctrl_out,
             &mut self.ctrl_pos,
             &self.ctrl_name,
         )?;
-        if self.ctrl_out.is_empty() {
-            // The sender never writes on the control stream: only EOF or garbage can show up.
+        if self.ready.readable(0) && !self.ctrl_closed {
+            // The sender never writes on the control stream: only EOF (it closed) may show up.
             let mut probe = [0u8; 1];
-            if read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? != 0 {
-                return Err(NetError::remote(format!(
-                    "{}: unexpected bytes from the sender",
-                    self.ctrl_name
-                )));
+            match read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? {
+                Read::WouldBlock => {}
+                Read::Eof => self.ctrl_closed = true,
+                Read::Data(_) => {
+                    return Err(NetError::remote(format!(
+                        "{}: unexpected bytes from the sender",
+                        self.ctrl_name
+                    )))
+                }
             }
         }
         for qp in 0..self.data.len() {
-            self.read_stream(qp)?;
+            if self.ready.readable(qp + 1) {
+                self.read_stream(qp)?;
+            }
             let d = &mut self.data[qp];
-            drain(&mut d.sock, &mut d.acks, &mut d.acks_pos, &d.name)?;
+            if !d.acks.is_empty() {
+                if matches!(d.state, RxState::Closed) {
+                    // Nobody is left to read them: the sender closed after its last completion.
+                    d.acks.clear();
+                    d.acks_pos = 0;
+                } else {
+                    drain(&d.sock, &mut d.acks, &mut d.acks_pos, &d.name)?;
+                }
+            }
         }
         while let Some((token, size)) = self.engine.poll_done() {
+            // The engine counts a message's bytes by sequence number; the segments must also have
+            // named this receive and tiled [0, size) of it, or the sender is out of step.
+            if let Some(p) = self.slots.active(token) {
+                if p.placed != size || p.end != size {
+                    return Err(NetError::remote(format!(
+                        "{}: receive slot {token} completed with {size} bytes by sequence number, but the segments naming it placed {} bytes ending at offset {}: sender wrote to the wrong slot or offset",
+                        self.ctrl_name, p.placed, p.end
+                    )));
+                }
+            }
             self.slots.finish(token, size as usize);
+        }
+        if self.engine.pending() > 0 && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
+        {
+            return Err(NetError::remote(format!(
+                "{}: the sender closed every stream with {} receive(s) incomplete",
+                self.ctrl_name,
+                self.engine.pending()
+            )));
         }
         Ok(())
     }
 
-    /// Reads up to a bounded number of segments from one data stream (fairness across streams).
+    /// Reads every segment available on one data stream (at most `outstanding` can be in flight).
     fn read_stream(&mut self, qp: usize) -> NetResult<()> {
-        for _ in 0..8 {
+        loop {
             let d = &mut self.data[qp];
             match d.state {
-                RxState::Header { mut got } => {
-                    let full = fill(&mut d.sock, &mut d.hdr, &mut got, &d.name)?;
-                    d.state = RxState::Header { got };
-                    if !full {
-                        return Ok(());
+                RxState::Closed => return Ok(()),
+                RxState::Header => {
+                    if d.end - d.start < SEG_HEADER_BYTES {
+                        d.stage.copy_within(d.start..d.end, 0);
+                        d.end -= d.start;
+                        d.start = 0;
+                        match read_some(&mut d.sock, &mut d.stage[d.end..], &d.name)? {
+                            Read::Data(n) => d.end += n,
+                            Read::WouldBlock => return Ok(()),
+                            Read::Eof if d.end == 0 => {
+                                d.state = RxState::Closed;
+                                return Ok(());
+                            }
+                            Read::Eof => {
+                                return Err(NetError::remote(format!(
+                                    "{}: peer closed in the middle of a segment header",
+                                    d.name
+                                )))
+                            }
+                        }
+                        continue;
                     }
-                    let seg = SegHeader::decode(&d.hdr)
+                    let mut hdr = [0u8; SEG_HEADER_BYTES];
+                    hdr.copy_from_slice(&d.stage[d.start..d.start + SEG_HEADER_BYTES]);
+                    d.start += SEG_HEADER_BYTES;
+                    let seg = SegHeader::decode(&hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    let fits = self
-                        .slots
-                        .active(seg.slot)
-                        .is_some_and(|b| b.slice(seg.offset as usize, seg.len as usize).is_some());
+                    let fits = self.slots.active(seg.slot).is_some_and(|p| {
+                        p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
+                    });
                     if !fits {
                         return Err(NetError::remote(format!(
                             "{}: segment imm {:#x} for receive slot {} at offset {} length {} does not fit any posted buffer",
@@ -186,39 +277,64 @@ impl TcpRecvComm {
                     d.state = RxState::Payload { seg, got: 0 };
                 }
                 RxState::Payload { seg, mut got } => {
-                    if got < seg.len as usize {
-                        let Some(buf) = self.slots.active(seg.slot) else {
+                    let len = seg.len as usize;
+                    if got < len {
+                        let Some(Posted { buf, .. }) = self.slots.active(seg.slot) else {
                             return Err(NetError::internal(format!(
                                 "{}: receive slot {} vanished",
                                 d.name, seg.slot
                             )));
                         };
                         let dst = buf
-                            .slice_mut(seg.offset as usize + got, seg.len as usize - got)
+                            .slice_mut(seg.offset as usize + got, len - got)
                             .ok_or_else(|| {
                                 NetError::internal(format!(
                                     "{}: payload outside its buffer",
                                     d.name
                                 ))
                             })?;
-                        let n = read_some(&mut d.sock, dst, &d.name)?;
-                        got += n;
-                        d.state = RxState::Payload { seg, got };
-                        if n == 0 {
-                            return Ok(());
+                        let staged = (d.end - d.start).min(dst.len());
+                        if staged > 0 {
+                            dst[..staged].copy_from_slice(&d.stage[d.start..d.start + staged]);
+                            d.start += staged;
+                            got += staged;
+                        } else {
+                            // Large remainders go straight into place; small ones through the
+                            // stage so the next header comes with them.
+                            let direct = dst.len() >= STAGE_BYTES / 2;
+                            if !direct {
+                                d.start = 0;
+                                d.end = 0;
+                            }
+                            let into: &mut [u8] = if direct { dst } else { &mut d.stage[..] };
+                            match read_some(&mut d.sock, into, &d.name)? {
+                                Read::Data(n) if direct => got += n,
+                                Read::Data(n) => d.end = n,
+                                Read::WouldBlock => return Ok(()),
+                                Read::Eof => {
+                                    return Err(NetError::remote(format!(
+                                        "{}: peer closed {got} bytes into a {len}-byte segment",
+                                        d.name
+                                    )))
+                                }
+                            }
                         }
-                        if got < seg.len as usize {
+                        d.state = RxState::Payload { seg, got };
+                        if got < len {
                             continue;
                         }
+                    }
+                    if let Some(p) = self.slots.active_mut(seg.slot) {
+                        p.placed += u64::from(seg.len);
+                        p.end = p.end.max(seg.offset + u64::from(seg.len));
                     }
                     self.engine.arrived(seg.imm, seg.len).map_err(|e| {
                         NetError::remote(format!("{}: protocol error: {e}", d.name))
                     })?;
                     d.acks.extend_from_slice(&encode_ack(seg.imm));
-                    d.state = RxState::Header { got: 0 };
+                    d.state = RxState::Header;
                 }
             }
         }
-        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use std::io::IoSlice;
 use std::net::TcpStream;
 use std::time::Instant;
 
-use super::io::{fill, read_some, write_some, StreamName};
+use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
@@ -16,6 +16,7 @@ use crate::transport::{NetError, NetResult, UserBuf};
 
 /// One segment on its way out of a data stream.
 struct TxSeg {
+    imm: u32,
     hdr: [u8; SEG_HEADER_BYTES],
     buf: UserBuf,
     off: usize,
@@ -29,7 +30,10 @@ struct DataTx {
     queue: VecDeque<TxSeg>,
     ack: [u8; ACK_BYTES],
     ack_got: usize,
-    acks_pending: usize,
+    /// Immediates of segments fully written and not yet acknowledged, oldest first.
+    unacked: VecDeque<u32>,
+    /// The receiver closed this stream (orderly, with nothing of ours left unacknowledged).
+    closed: bool,
 }
 
 /// An in-flight send: its buffer and the receive slot the peer announced for it.
@@ -44,8 +48,11 @@ pub struct TcpSendComm {
     ctrl_name: StreamName,
     ctrl_in: [u8; ANNOUNCE_BYTES],
     ctrl_got: usize,
+    /// The receiver closed its control stream: no announcement will come any more.
+    ctrl_closed: bool,
     announces: VecDeque<Announce>,
     data: Vec<DataTx>,
+    ready: Readiness,
     engine: Sender,
     slots: Slots<Active>,
     failed: Sticky,
@@ -71,7 +78,7 @@ impl TcpSendComm {
         })
         .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
         let cap = params.outstanding as usize;
-        let data = data
+        let data: Vec<DataTx> = data
             .into_iter()
             .enumerate()
             .map(|(i, sock)| DataTx {
@@ -83,17 +90,21 @@ impl TcpSendComm {
                 queue: VecDeque::with_capacity(cap),
                 ack: [0; ACK_BYTES],
                 ack_got: 0,
-                acks_pending: 0,
+                unacked: VecDeque::with_capacity(cap),
+                closed: false,
             })
             .collect();
+        let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         let n = params.max_messages as usize;
         Ok(TcpSendComm {
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
             ctrl_in: [0; ANNOUNCE_BYTES],
             ctrl_got: 0,
+            ctrl_closed: false,
             announces: VecDeque::with_capacity(n),
             data,
+            ready,
             engine,
             slots: Slots::new(n),
             failed: Sticky::default(),
@@ -126,6 +137,12 @@ impl TcpSendComm {
     pub fn isend(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
         self.progress()?;
         let Some(&ann) = self.announces.front() else {
+            if self.ctrl_closed {
+                return Err(NetError::remote(format!(
+                    "{}: the receiver closed the connection; no receive will be posted for this send",
+                    self.ctrl_name
+                )));
+            }
             return Ok(None);
         };
         if buf.len() as u64 > ann.capacity {
@@ -155,21 +172,26 @@ impl TcpSendComm {
                 "engine refused a send to {}: {e}",
                 self.ctrl_name.peer
             ));
-            let who = self.who();
-            return Err(self.failed.fail(&who, e));
+            return Err(self.fail(e));
         }
+        // Put the first segments on the wire now rather than at the next test().
         self.progress()?;
         Ok(Some(slot))
     }
 
-    /// Completion of request `slot`: Some(size) once every segment was acknowledged.
+    /// Completion of request `slot`: Some(size) once every segment was acknowledged. A request
+    /// that already completed is reported even if the peer has closed since.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        if let Some(n) = self.slots.take_done(slot) {
+            return Ok(Some(n));
+        }
         self.progress()?;
         self.slots.test(slot, "send")
     }
 
-    fn who(&self) -> String {
-        format!("send comm to {}", self.ctrl_name.peer)
+    fn fail(&mut self, e: NetError) -> NetError {
+        let who = format!("send comm to {}", self.ctrl_name.peer);
+        self.failed.fail(&who, e)
     }
 
     fn now(&self) -> u64 {
@@ -179,91 +201,112 @@ impl TcpSendComm {
     /// Moves everything that can move without blocking.
     pub fn progress(&mut self) -> NetResult<()> {
         self.failed.check()?;
-        self.step().map_err(|e| {
-            let who = format!("send comm to {}", self.ctrl_name.peer);
-            self.failed.fail(&who, e)
-        })
+        self.step().map_err(|e| self.fail(e))
     }
 
     fn step(&mut self) -> NetResult<()> {
-        self.read_announces()?;
-        for _round in 0..4 {
-            let acked = self.read_acks()?;
-            let queued = self.schedule()?;
-            let wrote = self.write_segments()?;
-            while let Some(token) = self.engine.poll_done() {
-                if let Some(a) = self.slots.active(token) {
-                    self.slots.finish(token, a.buf.len());
-                }
-            }
-            if !acked && !queued && !wrote {
-                break;
+        self.ready.poll()?;
+        if self.ready.readable(0) {
+            self.read_announces()?;
+        }
+        self.read_acks()?;
+        self.schedule()?;
+        self.write_segments()?;
+        while let Some(token) = self.engine.poll_done() {
+            if let Some(a) = self.slots.active(token) {
+                self.slots.finish(token, a.buf.len());
             }
         }
         Ok(())
     }
 
     fn read_announces(&mut self) -> NetResult<()> {
-        loop {
-            if !fill(
+        while !self.ctrl_closed {
+            match fill(
                 &mut self.ctrl,
                 &mut self.ctrl_in,
                 &mut self.ctrl_got,
                 &self.ctrl_name,
             )? {
-                return Ok(());
+                Fill::Partial => return Ok(()),
+                Fill::Eof if self.ctrl_got == 0 => self.ctrl_closed = true,
+                Fill::Eof => {
+                    return Err(NetError::remote(format!(
+                        "{}: peer closed in the middle of an announcement",
+                        self.ctrl_name
+                    )))
+                }
+                Fill::Full => {
+                    self.ctrl_got = 0;
+                    let a = Announce::decode(&self.ctrl_in)
+                        .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
+                    if self.announces.len() >= self.slots.len() {
+                        return Err(NetError::remote(format!(
+                            "{}: peer announced more than {} receive buffers",
+                            self.ctrl_name,
+                            self.slots.len()
+                        )));
+                    }
+                    self.announces.push_back(a);
+                }
             }
-            self.ctrl_got = 0;
-            let a = Announce::decode(&self.ctrl_in)
-                .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
-            if self.announces.len() >= self.slots.len() {
-                return Err(NetError::remote(format!(
-                    "{}: peer announced more than {} receive buffers",
-                    self.ctrl_name,
-                    self.slots.len()
-                )));
-            }
-            self.announces.push_back(a);
         }
+        Ok(())
     }
 
-    fn read_acks(&mut self) -> NetResult<bool> {
-        let mut any = false;
+    /// Turns acknowledgements into engine completions. An ack must name the oldest segment its
+    /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
+    fn read_acks(&mut self) -> NetResult<()> {
         let now = self.now();
         for qp in 0..self.data.len() {
-            let d = &mut self.data[qp];
-            while d.acks_pending > 0 {
-                if !fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name)? {
-                    break;
-                }
-                d.ack_got = 0;
-                decode_ack(&d.ack)
-                    .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                d.acks_pending -= 1;
-                self.engine.completed(qp, now).map_err(|e| {
-                    NetError::remote(format!(
-                        "{}: acknowledgement without a segment in flight: {e}",
-                        d.name
-                    ))
-                })?;
-                any = true;
+            if !self.ready.readable(qp + 1) {
+                continue;
             }
-            if d.acks_pending == 0 {
-                // Anything arriving on an idle stream is a protocol error or EOF: look for it.
-                let mut probe = [0u8; 1];
-                if read_some(&mut d.sock, &mut probe, &d.name)? != 0 {
-                    return Err(NetError::remote(format!(
-                        "{}: unexpected bytes with no segment in flight",
-                        d.name
-                    )));
+            let d = &mut self.data[qp];
+            while !d.closed {
+                let Some(&want) = d.unacked.front() else {
+                    // No ack is due: only EOF may arrive; anything else is a protocol error.
+                    let mut probe = [0u8; 1];
+                    match read_some(&mut d.sock, &mut probe, &d.name)? {
+                        Read::WouldBlock => break,
+                        Read::Eof => close_stream(d)?,
+                        Read::Data(_) => {
+                            return Err(NetError::remote(format!(
+                            "{}: bytes arrived while no written segment awaits an acknowledgement",
+                            d.name
+                        )))
+                        }
+                    }
+                    continue;
+                };
+                match fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name)? {
+                    Fill::Partial => break,
+                    Fill::Eof => close_stream(d)?,
+                    Fill::Full => {
+                        d.ack_got = 0;
+                        let imm = decode_ack(&d.ack)
+                            .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                        if imm != want {
+                            return Err(NetError::remote(format!(
+                                "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
+                                d.name
+                            )));
+                        }
+                        d.unacked.pop_front();
+                        self.engine.completed(qp, now).map_err(|e| {
+                            NetError::remote(format!(
+                                "{}: acknowledgement without a segment in flight: {e}",
+                                d.name
+                            ))
+                        })?;
+                    }
                 }
             }
         }
-        Ok(any)
+        Ok(())
     }
 
-    fn schedule(&mut self) -> NetResult<bool> {
-        let mut any = false;
+    fn schedule(&mut self) -> NetResult<()> {
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
             let Some(Active { buf, remote_slot }) = self.slots.active(t.token) else {
@@ -272,6 +315,13 @@ impl TcpSendComm {
                     t.token
                 )));
             };
+            let d = &mut self.data[t.qp];
+            if d.closed {
+                return Err(NetError::remote(format!(
+                    "{}: the receiver closed this stream",
+                    d.name
+                )));
+            }
             let hdr = SegHeader {
                 imm: t.imm,
                 slot: remote_slot,
@@ -279,22 +329,19 @@ impl TcpSendComm {
                 len: t.len,
             }
             .encode();
-            let d = &mut self.data[t.qp];
             d.queue.push_back(TxSeg {
+                imm: t.imm,
                 hdr,
                 buf,
                 off: t.offset as usize,
                 len: t.len as usize,
                 written: 0,
             });
-            d.acks_pending += 1;
-            any = true;
         }
-        Ok(any)
+        Ok(())
     }
 
-    fn write_segments(&mut self) -> NetResult<bool> {
-        let mut any = false;
+    fn write_segments(&mut self) -> NetResult<()> {
         for d in &mut self.data {
             while let Some(seg) = d.queue.front_mut() {
                 let total = SEG_HEADER_BYTES + seg.len;
@@ -303,21 +350,34 @@ impl TcpSendComm {
                 })?;
                 let n = if seg.written < SEG_HEADER_BYTES {
                     let bufs = [IoSlice::new(&seg.hdr[seg.written..]), IoSlice::new(payload)];
-                    write_some(&mut d.sock, &bufs, &d.name)?
+                    write_some(&d.sock, &bufs, &d.name)?
                 } else {
                     let done = seg.written - SEG_HEADER_BYTES;
-                    write_some(&mut d.sock, &[IoSlice::new(&payload[done..])], &d.name)?
+                    write_some(&d.sock, &[IoSlice::new(&payload[done..])], &d.name)?
                 };
                 if n == 0 {
                     break;
                 }
-                any = true;
                 seg.written += n;
                 if seg.written == total {
+                    d.unacked.push_back(seg.imm);
                     d.queue.pop_front();
                 }
             }
         }
-        Ok(any)
+        Ok(())
     }
+}
+
+/// The receiver closed a data stream: fine when nothing of ours is still due on it.
+fn close_stream(d: &mut DataTx) -> NetResult<()> {
+    if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_got != 0 {
+        return Err(NetError::remote(format!(
+            "{}: peer closed the connection with {} segment(s) unacknowledged",
+            d.name,
+            d.unacked.len() + d.queue.len()
+        )));
+    }
+    d.closed = true;
+    Ok(())
 }

@@ -1,0 +1,156 @@
+//! 8-byte ping-pong round trips: through the plugin (a send and a receive comm each way, set up
+//! like NCCL's service thread does) and over one raw TCP_NODELAY socket; times in microseconds.
+
+use super::net::{self, NetErr, NetRes, Ptr, HANDLE_BYTES};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+pub const PING_BYTES: usize = 8;
+const SETUP: Duration = Duration::from_secs(60);
+const STALL: Duration = Duration::from_secs(30);
+
+/// Median and 99th percentile of round-trip samples (microseconds).
+pub fn summarize(samples: &mut [f64]) -> (f64, f64) {
+    if samples.is_empty() {
+        return (0.0, 0.0);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn wait(req: Ptr, what: &str) -> NetRes<usize> {
+    let start = Instant::now();
+    loop {
+        if let Some(n) = net::test(req)? {
+            return Ok(n);
+        }
+        if start.elapsed() > STALL {
+            return Err(NetErr(format!("{what}: not done after {STALL:?}")));
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn post(mut f: impl FnMut() -> NetRes<Option<Ptr>>, what: &str) -> NetRes<Ptr> {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = f()? {
+            return Ok(r);
+        }
+        if start.elapsed() > STALL {
+            return Err(NetErr(format!(
+                "{what}: request still refused after {STALL:?}"
+            )));
+        }
+    }
+}
+
+/// Plugin comms for both directions: send to the peer's handle, receive on our listen comm.
+pub struct PluginPair {
+    sc: Ptr,
+    rc: Ptr,
+    lc: Ptr,
+}
+
+/// Listens and prints our handle through `say`, reads the peer's with `read_peer`, connects.
+pub fn plugin_pair(
+    say: &dyn Fn(String),
+    read_peer: &dyn Fn() -> NetRes<[u8; HANDLE_BYTES]>,
+) -> NetRes<PluginPair> {
+    net::init()?;
+    let (h, lc) = net::listen(0)?;
+    say(format!("HANDLE {}", net::to_hex(&h)));
+    let mut peer = read_peer()?;
+    let (sc, rc) = net::establish(0, Some(&mut peer), Some(lc), SETUP)?;
+    Ok(PluginPair { sc, rc, lc })
+}
+
+/// Runs `warmup + iters` round trips; the pinger returns the timed samples (us), the ponger none.
+pub fn plugin_pingpong(p: &PluginPair, pinger: bool, warmup: u64, iters: u64) -> NetRes<Vec<f64>> {
+    let mut sbuf = vec![0x5au8; PING_BYTES];
+    let mut rbuf = vec![0u8; PING_BYTES];
+    let smh = net::reg_mr(p.sc, &mut sbuf)?;
+    let rmh = net::reg_mr(p.rc, &mut rbuf)?;
+    let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
+    let mut samples = Vec::with_capacity(iters as usize);
+    // As NCCL does, keep the next receive posted before it is needed, so a round trip is one
+    // message each way (the receiver's buffer announcement travels while the reply is awaited).
+    // SAFETY (all calls below): both 8-byte buffers are registered and live until deregMr; a
+    // buffer is reused only after the request using it completed.
+    let mut r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+    for k in 0..warmup + iters {
+        let t = Instant::now();
+        if pinger {
+            let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
+            wait(r, "pong receive")?;
+            let rtt = t.elapsed();
+            if k + 1 < warmup + iters {
+                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+            }
+            wait(s, "ping send")?;
+            if k >= warmup {
+                samples.push(rtt.as_nanos() as f64 / 1e3);
+            }
+        } else {
+            wait(r, "ping receive")?;
+            if k + 1 < warmup + iters {
+                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+            }
+            let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
+            wait(s, "pong send")?;
+        }
+    }
+    net::dereg_mr(p.sc, smh)?;
+    net::dereg_mr(p.rc, rmh)?;
+    Ok(samples)
+}
+
+impl PluginPair {
+    pub fn close(self) -> NetRes<()> {
+        net::close_send(self.sc)?;
+        net::close_recv(self.rc)?;
+        net::close_listen(self.lc)
+    }
+}
+
+/// The raw-TCP ponger's listener on loopback.
+pub fn raw_listen() -> NetRes<TcpListener> {
+    TcpListener::bind("127.0.0.1:0").map_err(|e| NetErr(format!("bind 127.0.0.1:0: {e}")))
+}
+
+pub fn raw_pingpong(s: &mut TcpStream, pinger: bool, warmup: u64, iters: u64) -> NetRes<Vec<f64>> {
+    s.set_nodelay(true)
+        .map_err(|e| NetErr(format!("TCP_NODELAY: {e}")))?;
+    let io = |e: std::io::Error| NetErr(format!("raw TCP ping-pong: {e}"));
+    let mut buf = [0x5au8; PING_BYTES];
+    let mut samples = Vec::with_capacity(iters as usize);
+    for k in 0..warmup + iters {
+        let t = Instant::now();
+        if pinger {
+            s.write_all(&buf).map_err(io)?;
+            s.read_exact(&mut buf).map_err(io)?;
+        } else {
+            s.read_exact(&mut buf).map_err(io)?;
+            s.write_all(&buf).map_err(io)?;
+        }
+        if pinger && k >= warmup {
+            samples.push(t.elapsed().as_nanos() as f64 / 1e3);
+        }
+    }
+    Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summarize;
+
+    #[test]
+    fn median_and_p99() {
+        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(summarize(&mut v), (51.0, 99.0));
+        assert_eq!(summarize(&mut []), (0.0, 0.0));
+        assert_eq!(summarize(&mut [7.0]), (7.0, 7.0));
+    }
+}

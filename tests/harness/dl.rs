@@ -1,0 +1,172 @@
+//! Loading shared objects the way NCCL does (dlopen RTLD_NOW|RTLD_LOCAL, dlsym, dlclose): the
+//! plugin under test and the C logger, which is compiled here with the system `cc` on first use.
+
+use super::abi::{Logger, NetV8};
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_int, c_void};
+use std::path::{Path, PathBuf};
+
+/// Location of the cdylib under test: `$DQPLB_PLUGIN_SO` if set, else the
+/// `libnccl_net_dqplb.so` that `cargo test` has just built next to this test executable
+/// (`target/<profile>/deps/`). Only `cargo build` copies it up to `target/<profile>/`, so the copy
+/// there can be stale during `cargo test`; it is used only when the deps one is missing.
+pub fn plugin_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("exe dir");
+    let fresh = deps.join("libnccl_net_dqplb.so");
+    if fresh.exists() {
+        return fresh;
+    }
+    deps.parent()
+        .expect("profile dir")
+        .join("libnccl_net_dqplb.so")
+}
+
+fn dlerror_string() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc.
+    unsafe {
+        let e = libc::dlerror();
+        if e.is_null() {
+            "unknown dl error".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// An open shared object; dropping it does nothing, `close` must be called explicitly.
+pub struct Library {
+    handle: *mut c_void,
+    path: PathBuf,
+}
+
+impl Library {
+    pub fn open(path: &Path) -> Result<Library, String> {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: c is a valid C string; flags as NCCL uses them.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(format!("dlopen {}: {}", path.display(), dlerror_string()));
+        }
+        Ok(Library {
+            handle,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn symbol(&self, name: &str) -> Result<*mut c_void, String> {
+        let c = CString::new(name).map_err(|e| e.to_string())?;
+        // SAFETY: handle is a live dlopen handle.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        if p.is_null() {
+            return Err(format!(
+                "dlsym {name} in {}: {}",
+                self.path.display(),
+                dlerror_string()
+            ));
+        }
+        Ok(p)
+    }
+
+    pub fn close(self) -> Result<(), String> {
+        // SAFETY: handle came from dlopen and is closed once.
+        let rc = unsafe { libc::dlclose(self.handle) };
+        if rc != 0 {
+            return Err(format!(
+                "dlclose {}: {}",
+                self.path.display(),
+                dlerror_string()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The plugin's exported vtable, valid while `lib` is open.
+pub struct Plugin {
+    pub lib: Library,
+    pub net: &'static NetV8,
+}
+
+impl Plugin {
+    pub fn load(path: &Path) -> Result<Plugin, String> {
+        if !path.exists() {
+            return Err(format!(
+                "plugin library {} not found: `cargo test` builds it with the package \
+                 (crate-type cdylib); or point DQPLB_PLUGIN_SO at a built .so",
+                path.display()
+            ));
+        }
+        let lib = Library::open(path)?;
+        let sym = lib.symbol("ncclNetPlugin_v8")?;
+        // SAFETY: the symbol is the plugin's `ncclNet_v8_t` static; it outlives the handle
+        // because the plugin links with -z nodelete (checked again after reopen).
+        let net = unsafe { &*(sym as *const NetV8) };
+        Ok(Plugin { lib, net })
+    }
+
+    pub fn name(&self) -> String {
+        if self.net.name.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null name is a static C string per the ABI.
+        unsafe { CStr::from_ptr(self.net.name) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// The C logger: `harness_logger` (passed to init) and `harness_log_count(level)`.
+pub struct CLogger {
+    _lib: Library,
+    pub logger: Logger,
+    count: unsafe extern "C" fn(c_int) -> libc::c_long,
+}
+
+impl CLogger {
+    /// Compiles tests/harness/logger.c into `dir` (once per path) and loads it.
+    pub fn build_and_load(dir: &Path) -> Result<CLogger, String> {
+        let so = dir.join("harness-logger.so");
+        if !so.exists() {
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/logger.c");
+            std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+            let tmp = dir.join(format!("harness-logger.{}.so", std::process::id()));
+            let out = std::process::Command::new("cc")
+                .args(["-shared", "-fPIC", "-O1", "-o"])
+                .arg(&tmp)
+                .arg(&src)
+                .output()
+                .map_err(|e| format!("running cc: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cc {}: {}",
+                    src.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            std::fs::rename(&tmp, &so).map_err(|e| format!("rename logger: {e}"))?;
+        }
+        let lib = Library::open(&so)?;
+        let f = lib.symbol("harness_logger")?;
+        let c = lib.symbol("harness_log_count")?;
+        // SAFETY: both symbols are the C functions of logger.c with these signatures.
+        unsafe {
+            Ok(CLogger {
+                logger: std::mem::transmute::<*mut c_void, Logger>(f),
+                count: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(c_int) -> libc::c_long,
+                >(c),
+                _lib: lib,
+            })
+        }
+    }
+
+    pub fn count(&self, level: c_int) -> i64 {
+        // SAFETY: plain C function reading an atomic counter.
+        unsafe { (self.count)(level) }
+    }
+}

@@ -1,0 +1,338 @@
+//! End-to-end harness: loads the built libnccl_net_dqplb.so with dlopen and drives it through
+//! the v8 vtable as NCCL's proxy does, in two processes per test, for every load-balancing policy.
+//!
+//! The .so is `target/<profile>/deps/libnccl_net_dqplb.so`, built by `cargo test` as part of the
+//! package next to this test executable (`cargo test` does not refresh the copy in
+//! `target/<profile>/`); override with DQPLB_PLUGIN_SO. The NCCL logger handed to init() is a real C
+//! variadic function: tests/harness/logger.c, compiled with the system `cc` on first use.
+
+mod harness;
+
+use harness::spawn::{self, Event, Peer};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Child-process entry point: does nothing unless a test spawned this binary with a role.
+#[test]
+#[ignore = "entry point for child processes spawned by the other tests"]
+fn harness_child_role() {
+    if std::env::var_os("DQPLB_HARNESS_ROLE").is_none() {
+        return;
+    }
+    if let Err(e) = harness::roles::run_from_env() {
+        harness::roles::say(&format!("FAIL {e}"));
+        panic!("{e}");
+    }
+}
+
+/// The cdylib the other tests dlopen is where they look for it, and exports the v8 symbol.
+#[test]
+fn plugin_library_is_built_and_exports_the_v8_vtable() {
+    let path = harness::dl::plugin_path();
+    let p = harness::dl::Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.name(), "DQPLB");
+    assert!(p.net.init.is_some() && p.net.test.is_some() && p.net.irecv_consumed.is_some());
+    p.lib.close().unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn policy_env(policy: &str) -> Vec<(&'static str, String)> {
+    vec![("NCCL_DQPLB_POLICY", policy.to_string())]
+}
+
+/// Three dlopen/init/transfer/close/dlclose cycles of the full size plan for one policy.
+fn transfer_all_sizes(policy: &str) {
+    let mut envs = policy_env(policy);
+    if policy == "round-robin-message" {
+        envs.push(("DQPLB_HARNESS_NULLS", "1".into()));
+    }
+    let log =
+        spawn::run_pair(&envs, LIMIT, |_| {}).unwrap_or_else(|e| panic!("policy {policy}: {e}"));
+    for (side, lines) in [("receiver", &log.receiver), ("sender", &log.sender)] {
+        let cycles = lines.iter().filter(|l| l.starts_with("CYCLE ")).count();
+        assert_eq!(
+            cycles, 3,
+            "policy {policy}: {side} completed {cycles} of 3 cycles: {lines:?}"
+        );
+    }
+    for l in log.receiver.iter().filter(|l| l.starts_with("HANDLE-INFO")) {
+        assert!(
+            l.contains("family=2 addr=127."),
+            "policy {policy}: handle not on loopback (NCCL_SOCKET_IFNAME=lo): {l}"
+        );
+    }
+    // every cycle's receiver line names all messages of the plan as verified
+    let want = harness::pattern::plan(0x5eed, 24, true).len();
+    assert!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE "))
+            .all(|l| l.contains(&format!("received {want} messages"))),
+        "policy {policy}: {:?}",
+        log.receiver
+    );
+}
+
+#[test]
+fn transfer_policy_dqplb() {
+    transfer_all_sizes("dqplb");
+}
+
+#[test]
+fn transfer_policy_static_split() {
+    transfer_all_sizes("static-split");
+}
+
+/// Also passes NULL device-handle pointers to connect/accept and NULL sizes to every other
+/// send-side test(), both allowed by the ABI.
+#[test]
+fn transfer_policy_round_robin_message() {
+    transfer_all_sizes("round-robin-message");
+}
+
+#[test]
+fn transfer_policy_single_qp() {
+    transfer_all_sizes("single-qp");
+}
+
+/// One side closes its comm the moment its last operation completes, without waiting for the
+/// peer (ncclCommDestroy right after a send or receive): every message must still complete intact
+/// on the other side.
+fn early_close(side: &str) {
+    let mut envs = policy_env("dqplb");
+    envs.push(("DQPLB_HARNESS_CYCLES", "1".into()));
+    envs.push(("DQPLB_HARNESS_BIG", "0".into()));
+    envs.push(("DQPLB_HARNESS_STRICT_CLOSE", side.into()));
+    let log = spawn::run_pair(&envs, LIMIT, |_| {})
+        .unwrap_or_else(|e| panic!("early close by {side}: {e}"));
+    assert_eq!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 received"))
+            .count(),
+        1,
+        "{:?}",
+        log.receiver
+    );
+    assert_eq!(
+        log.sender
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 sent"))
+            .count(),
+        1,
+        "{:?}",
+        log.sender
+    );
+}
+
+#[test]
+fn sender_closing_right_after_its_last_send_loses_nothing() {
+    early_close("send");
+}
+
+#[test]
+fn receiver_closing_right_after_its_last_receive_fails_no_send() {
+    early_close("recv");
+}
+
+/// One thread: listen, alternate connect/accept until both finish, send the plan to itself.
+#[test]
+fn self_connect_in_one_thread() {
+    for policy in ["dqplb", "single-qp"] {
+        let (tx, rx) = channel::<Event>();
+        let mut envs = policy_env(policy);
+        envs.push(("DQPLB_HARNESS_CYCLES", "2".into()));
+        // single-qp also passes NULL device handles and NULL test sizes (allowed by the ABI)
+        if policy == "single-qp" {
+            envs.push(("DQPLB_HARNESS_NULLS", "1".into()));
+        }
+        let mut p = Peer::spawn("self", 0, &envs, tx);
+        let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{policy}: {e}"));
+        let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+        assert!(
+            status.success(),
+            "{policy}: self-connect child failed: {lines:?}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("CYCLE ")).count(),
+            2,
+            "{policy}: {lines:?}"
+        );
+    }
+}
+
+/// Four communicators in one process at once, each on its own thread (NCCL runs one proxy thread
+/// per communicator): setup and transfers must not interfere.
+#[test]
+fn four_threads_with_their_own_comms() {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("dqplb");
+    let mut p = Peer::spawn("self-threads", 0, &envs, tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "multi-thread child failed: {lines:?}");
+    let want = harness::pattern::plan(0, 24, false).len();
+    for t in 0..4 {
+        let line = format!("THREAD {t} moved {want} messages");
+        assert!(lines.contains(&line), "missing {line:?}: {lines:?}");
+    }
+}
+
+/// kill -9 one side in the middle of a stream of 64 MiB messages: the survivor's test() must
+/// return ncclRemoteError or ncclSystemError within seconds, not hang.
+fn peer_kill(victim: usize) {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("dqplb");
+    let mut peers = [
+        Peer::spawn("stream-receiver", 0, &envs, tx.clone()),
+        Peer::spawn("stream-sender", 1, &envs, tx),
+    ];
+    let survivor = 1 - victim;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let next = |what: &str| -> (usize, String) {
+        loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .unwrap_or_else(|| panic!("timed out waiting for {what}"));
+            match rx.recv_timeout(left) {
+                Ok((who, Some(l))) => return (who, l),
+                // the killed child's stdout closing is expected; the survivor's is not
+                Ok((who, None)) if who == victim => continue,
+                Ok((who, None)) => panic!("child {who} exited while waiting for {what}"),
+                Err(e) => panic!("waiting for {what}: {e}"),
+            }
+        }
+    };
+    let (_, first) = next("receiver handle");
+    let hex = first
+        .strip_prefix("HANDLE ")
+        .unwrap_or_else(|| panic!("expected HANDLE, got {first}"));
+    peers[1]
+        .send_line(&format!("HANDLE {hex}"))
+        .expect("relay handle");
+    // wait until a full message went through intact (GOT on the receiver, SENT on the sender)
+    let progress = if survivor == 0 { "GOT " } else { "SENT " };
+    loop {
+        let (who, l) = next("first completed message");
+        assert!(!l.starts_with("FAIL"), "child {who}: {l}");
+        if who == survivor && l.starts_with(progress) {
+            break;
+        }
+    }
+    peers[victim].kill();
+    let killed = Instant::now();
+    let _ = peers[victim].wait(Duration::from_secs(10));
+    let report = loop {
+        let (who, l) = next("the survivor's error after the kill");
+        assert!(!l.starts_with("FAIL") && l != "HANG", "child {who}: {l}");
+        if who == survivor && l.starts_with("ERROR ") {
+            break l;
+        }
+    };
+    let took = killed.elapsed();
+    let rc: i32 = report
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1);
+    assert!(
+        rc == harness::abi::SYSTEM_ERROR || rc == harness::abi::REMOTE_ERROR,
+        "error code {rc} is neither ncclSystemError nor ncclRemoteError: {report}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} to notice the dead peer"
+    );
+    let status = peers[survivor]
+        .wait(Duration::from_secs(30))
+        .expect("survivor exit");
+    assert!(
+        status.success(),
+        "survivor failed after the error: {status}"
+    );
+}
+
+#[test]
+fn killing_the_sender_gives_the_receiver_an_error() {
+    peer_kill(1);
+}
+
+#[test]
+fn killing_the_receiver_gives_the_sender_an_error() {
+    peer_kill(0);
+}
+
+/// Junk on the listen port, a wrong secret, idle half-open sockets: the real peer still connects
+/// and its transfer is verified.
+#[test]
+fn garbage_connections_do_not_block_the_real_one() {
+    let mut envs = policy_env("dqplb");
+    envs.push(("DQPLB_HARNESS_CYCLES", "1".into()));
+    envs.push(("DQPLB_HARNESS_BIG", "0".into()));
+    let mut idle = Vec::new();
+    let log = spawn::run_pair(&envs, LIMIT, |h| {
+        idle = harness::garbage::attack(h).unwrap_or_else(|e| panic!("attack: {e}"));
+        std::thread::sleep(Duration::from_millis(200));
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    drop(idle);
+    assert_eq!(
+        log.receiver
+            .iter()
+            .filter(|l| l.starts_with("CYCLE 0 received"))
+            .count(),
+        1,
+        "{:?}",
+        log.receiver
+    );
+}
+
+/// A receive buffer smaller than the message is an error (the reverse of the allowed case): the
+/// receiver's test() must fail rather than succeed, hang or write past its buffer.
+#[test]
+fn receive_smaller_than_send_is_an_error_not_an_overflow() {
+    let log = spawn::run_roles(
+        ("short-receiver", "long-sender"),
+        &policy_env("dqplb"),
+        LIMIT,
+        |_| {},
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = log
+        .receiver
+        .iter()
+        .find(|l| l.starts_with("OVERSIZE"))
+        .unwrap_or_else(|| panic!("{:?}", log.receiver));
+    assert!(!r.ends_with("rc=0"), "{r}");
+    let s = log
+        .sender
+        .iter()
+        .find(|l| l.starts_with("SENDER"))
+        .unwrap_or_else(|| panic!("{:?}", log.sender));
+    assert!(
+        !s.starts_with("SENDER done"),
+        "the sender reported its oversized send delivered: {s}"
+    );
+}
+
+/// A bad setting makes init() fail with ncclInvalidArgument and a WARN through NCCL's logger,
+/// instead of crashing the host process or silently using a default.
+#[test]
+fn bad_configuration_fails_init_with_a_warning() {
+    let (tx, rx) = channel::<Event>();
+    let envs = policy_env("fastest-please");
+    let mut p = Peer::spawn("bad-init", 0, &envs, tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "bad-init child failed: {lines:?}");
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("INIT "))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(line.starts_with("INIT rc=4 "), "{line}");
+    assert!(
+        !line.ends_with("warns=0"),
+        "no WARN reached the logger: {line}"
+    );
+}
