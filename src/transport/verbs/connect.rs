@@ -186,7 +186,7 @@ impl VerbsConnector {
                     };
                     tracing::info!(target: "dqplb::net", "verbs: connected to {} on {} with {} data QPs",
                         self.peer, qps.device(), self.params.qps);
-                    return VerbsSendComm::new(qps, fifo, self.params, self.peer.to_string())
+                    return VerbsSendComm::new(qps, fifo, self.params, self.peer.to_string(), sock)
                         .map(Some);
                 }
                 Stage::Taken => {

@@ -26,6 +26,7 @@ pub mod connect;
 pub mod domain;
 pub mod fifo;
 pub mod listen;
+pub mod peer;
 pub mod recv;
 pub mod send;
 

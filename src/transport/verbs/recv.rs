@@ -8,6 +8,7 @@ use std::net::TcpStream;
 
 use super::completion::{WorkCompletion, POLL_BATCH};
 use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
+use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
@@ -23,6 +24,8 @@ pub struct VerbsRecvComm {
     qps: QpSet,
     /// Bootstrap socket: until the sender's READY byte arrives, announcements wait.
     boot: Option<TcpStream>,
+    /// The same socket after READY, watched for the sender's exit.
+    watch: Option<PeerWatch>,
     staging: RegisteredBuffer,
     fifo: RemoteSlice,
     fifo_len: u32,
@@ -53,6 +56,7 @@ impl VerbsRecvComm {
         Ok(VerbsRecvComm {
             qps,
             boot: Some(boot),
+            watch: None,
             staging,
             fifo,
             fifo_len: n as u32,
@@ -133,7 +137,20 @@ impl VerbsRecvComm {
     /// Some(received size) once the message for `slot` arrived completely and in order.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
         self.progress()?;
-        self.slots.test(slot, "receive")
+        let done = self.slots.test(slot, "receive")?;
+        if done.is_none() {
+            if let Some(w) = self.watch.as_mut() {
+                if w.gone() {
+                    let e = NetError::remote(format!(
+                        "{} {} while receive {slot} was still pending",
+                        self.peer,
+                        w.why()
+                    ));
+                    return Err(self.fail(e));
+                }
+            }
+        }
+        Ok(done)
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
@@ -169,7 +186,7 @@ impl VerbsRecvComm {
         let mut b = [0u8; 1];
         match sock.read(&mut b) {
             Ok(1) if b[0] == READY => {
-                self.boot = None;
+                self.watch = self.boot.take().map(PeerWatch::new);
                 Ok(())
             }
             Ok(0) => Err(NetError::remote(format!(

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::completion::{WorkCompletion, POLL_BATCH};
 use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
+use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use crate::engine::{EngineParams, QpStats, Sender};
@@ -39,6 +40,7 @@ pub struct VerbsSendComm {
     epoch: Instant,
     params: ConnParams,
     peer: String,
+    watch: PeerWatch,
 }
 
 pub(super) fn verr(e: super::error::VerbsError) -> NetError {
@@ -78,6 +80,7 @@ impl VerbsSendComm {
         fifo: RegisteredBuffer,
         params: ConnParams,
         peer: String,
+        boot: std::net::TcpStream,
     ) -> NetResult<Self> {
         let engine = Sender::new(&EngineParams {
             qps: params.qps as usize,
@@ -101,6 +104,7 @@ impl VerbsSendComm {
             epoch: Instant::now(),
             params,
             peer,
+            watch: PeerWatch::new(boot),
         })
     }
 
@@ -145,6 +149,14 @@ impl VerbsSendComm {
         let lkey = covers(mr, &buf, "isend")?;
         self.progress()?;
         let Some(&ann) = self.announces.front() else {
+            if self.watch.gone() {
+                let e = NetError::remote(format!(
+                    "{} {} with no receive posted for this send",
+                    self.peer,
+                    self.watch.why()
+                ));
+                return Err(self.fail(e));
+            }
             return Ok(None);
         };
         if buf.len() as u64 > ann.capacity {
