@@ -3,7 +3,8 @@
 # (cached), builds tests/verbs_*.rs on the host, runs every binary, the layer's throughput probe and
 # perftest ib_write_bw baselines in that boot, prints a summary.  Exit 0 all passed, 1 a step
 # failed, 2 the VM gave no result, 77 skipped (loudly) because the VM cannot be set up here.
-# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; PERFTEST=quick (default, 1 MiB),
+# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; HARNESS=0 skips the NCCL-call-
+#      pattern harness (tests/nccl_harness.rs, run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
 #      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG) or 0; PROBE_REPS (default 2);
 #      KEEP_SHARE=1 keeps the share folder with all logs; CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
@@ -29,8 +30,10 @@ rc=$?
 echo "verbs-tests: building test binaries"
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
-cargo test --no-run --features verbs --test 'verbs_*' --message-format=json >"$json" \
-  || { echo "verbs-tests: FAILED: cargo build of tests/verbs_*.rs" >&2; exit 1; }
+harness_args=()
+[ "${HARNESS:-1}" = 1 ] && [ -f tests/nccl_harness.rs ] && harness_args=(--test nccl_harness)
+cargo test --no-run --features verbs --test 'verbs_*' "${harness_args[@]}" --message-format=json >"$json" \
+  || { echo "verbs-tests: FAILED: cargo build of the verbs test binaries" >&2; exit 1; }
 mapfile -t bins < <(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
@@ -45,11 +48,21 @@ for line in open(sys.argv[1]):
 
 share=$(mktemp -d "${TMPDIR:-/tmp}/verbs-tests.XXXXXX")
 [ "${KEEP_SHARE:-0}" = 1 ] || trap 'rm -f "$json"; rm -rf "$share"' EXIT
-mkdir -p "$share/bin" "$share/probe" "$share/lib"
+mkdir -p "$share/bin" "$share/probe" "$share/lib" "$share/harness/dqplb-harness"
 for entry in "${bins[@]}"; do
   name=${entry%%$'\t'*}
   exe=${entry#*$'\t'}
-  cp "$exe" "$share/bin/$name"
+  if [ "$name" = nccl_harness ]; then
+    # the NCCL-call-pattern harness dlopens the plugin .so built next to it and loads a C logger
+    # it would compile with cc (absent in the VM): build that once here, ship both
+    cp "$exe" "$share/harness/nccl_harness"
+    cp "$(dirname "$exe")/libnccl_net_dqplb.so" "$share/harness/"
+    cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c \
+      || { echo "verbs-tests: FAILED: compiling tests/harness/logger.c" >&2; exit 1; }
+    exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
+  else
+    cp "$exe" "$share/bin/$name"
+  fi
   [ "$name" = verbs_probe ] && cp "$exe" "$share/probe/verbs_probe"
   ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
@@ -59,7 +72,7 @@ printf 'PERFTEST=%s\nPROBE_REPS=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" >"
 cp "$VM/guest-suite.sh" "$share/guest-run.sh"
 
 echo "verbs-tests: booting the VM with ${#bins[@]} test binaries"
-SHARE=$share LOG=$share/console.log TIMEOUT=${VM_TIMEOUT:-900} "$VM/run-vm.sh" share >/dev/null 2>&1
+SHARE=$share LOG=$share/console.log TIMEOUT=${VM_TIMEOUT:-1500} "$VM/run-vm.sh" share >/dev/null 2>&1
 vmrc=$?
 [ "${KEEP_SHARE:-0}" = 1 ] && echo "verbs-tests: logs kept in $share"
 if [ ! -s "$share/results.txt" ]; then
@@ -76,6 +89,7 @@ while read -r step src secs; do
   case $step in
     perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
     probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
+    nccl_harness) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;
     *) grep -E '^test |test result|SKIPPED|panicked|Error|error' "$share/logs/$step.log" ;;
   esac
   if [ "$src" = 0 ]; then pass=$((pass + 1)); else

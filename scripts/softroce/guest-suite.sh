@@ -24,6 +24,15 @@ if [ -x probe/verbs_probe ]; then
   PROBE_REPS=${PROBE_REPS:-2} timeout 300 ./probe/verbs_probe --ignored --nocapture --test-threads=1 >logs/probe.log 2>&1
   record probe $? "$t"
 fi
+# the NCCL-call-pattern harness against the plugin .so, forced onto RDMA (rxe0); test ACK timeout
+# 14 (67 ms) as in tests/verbs_support: rxe under emulation drops a packet now and then
+if [ -x harness/nccl_harness ]; then
+  t=$(now)
+  echo "guest-suite: running nccl_harness"
+  DQPLB_PLUGIN_SO=/mnt/host/harness/libnccl_net_dqplb.so DQPLB_TRANSPORT=verbs NCCL_IB_TIMEOUT=14 \
+    timeout 900 ./harness/nccl_harness --test-threads=1 >logs/nccl_harness.log 2>&1
+  record nccl_harness $? "$t"
+fi
 # perftest baselines: loopback server/client pair on rxe0. The server may take a while to listen
 # under emulation: the client retries; every process runs under a timeout, so nothing can hang.
 perf() { # perf NAME ARGS...
