@@ -109,3 +109,70 @@ pub fn hello(params: ConnParams, secret: [u8; 16]) -> NetResult<Hello> {
         params,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::PolicyKind;
+    use crate::transport::verbs::qp::QpEndpoint;
+
+    fn params(outstanding: u32) -> ConnParams {
+        ConnParams {
+            qps: 2,
+            outstanding,
+            segment_bytes: 1 << 20,
+            max_messages: 32,
+            policy: PolicyKind::Dqplb,
+            fabric_id: 3,
+        }
+    }
+
+    fn ep(qpn: u32) -> QpEndpoint {
+        QpEndpoint {
+            qpn,
+            psn: qpn * 3,
+            gid: [9; 16],
+            lid: 0,
+            mtu: 4096,
+        }
+    }
+
+    #[test]
+    fn open_frame_round_trips() {
+        let h = hello(params(4), [7; 16]).expect("hello");
+        let info = ConnInfo {
+            control: ep(1),
+            data: vec![ep(2), ep(3)],
+        };
+        let fifo = RemoteSlice {
+            addr: 0x7f00_0000_1000,
+            rkey: 0x1234,
+        };
+        let b = encode_open(&h, fifo, &info);
+        assert_eq!(b.len(), open_len(2));
+        let mut head = [0u8; HELLO_BYTES];
+        head.copy_from_slice(&b[..HELLO_BYTES]);
+        let back = Hello::decode(&head).expect("hello decodes");
+        assert_eq!(back.params, params(4));
+        assert_eq!(back.secret, [7; 16]);
+        let (f, i) = decode_open_tail(&b[HELLO_BYTES..]).expect("tail decodes");
+        assert_eq!(f, fifo);
+        assert_eq!(i, info);
+        assert!(decode_open_tail(&b[HELLO_BYTES..HELLO_BYTES + 10]).is_err());
+        assert!(decode_open_tail(&b[HELLO_BYTES..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn receive_depth_covers_the_window() {
+        assert_eq!(data_recvs(&params(4)), 32);
+        assert_eq!(data_recvs(&params(256)), 1024);
+        assert_eq!(data_recvs(&params(2048)), 4096);
+        let c = qp_config(&params(4));
+        assert_eq!(c.n_data, 2);
+        assert!(c.recv_depth > data_recvs(&params(4)));
+        assert!(
+            c.send_depth > 4 && c.send_depth > 32,
+            "control QP holds every announcement"
+        );
+    }
+}
