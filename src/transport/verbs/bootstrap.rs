@@ -170,9 +170,6 @@ mod tests {
         let c = qp_config(&params(4));
         assert_eq!(c.n_data, 2);
         assert!(c.recv_depth > data_recvs(&params(4)));
-        assert!(
-            c.send_depth > 4 && c.send_depth > 32,
-            "control QP holds every announcement"
-        );
+        assert!(c.send_depth > 32, "control QP holds every announcement");
     }
 }
