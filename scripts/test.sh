@@ -17,7 +17,7 @@ step() { # name, command...
 }
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy -D warnings" cargo clippy --all-targets --locked -- -D warnings
-step "cargo test" cargo test --locked
+step "cargo test" cargo test --locked --no-fail-fast
 step "release build" bash scripts/build.sh
 [ -f scripts/test-gpu-e2e-offline.sh ] && step "gpu-e2e offline tests" bash scripts/test-gpu-e2e-offline.sh
 [ -f scripts/verbs-tests.sh ] && step "verbs suite in Soft-RoCE VM" bash scripts/verbs-tests.sh

@@ -17,7 +17,8 @@ fn params(qps: usize, cap: u32, seg: u32, max_messages: usize) -> EngineParams {
 
 #[test]
 fn slow_qp_throttles_only_past_the_reorder_span() {
-    // 2 QPs x 1 outstanding: span 16. QP 1 holds seq 1 while QP 0 completes everything else.
+    // 2 QPs x 1 outstanding: span 2 * REORDER_SLACK. QP 1 holds seq 1 while QP 0 completes
+    // everything else.
     let p = params(2, 1, 128, 4);
     let mut tx = Sender::new(&p).unwrap();
     let mut rx = Receiver::new(2, 4).unwrap();
@@ -37,11 +38,12 @@ fn slow_qp_throttles_only_past_the_reorder_span() {
         tx.completed(0, 1).unwrap();
         sent += 1;
     }
-    // Seqs 1 ..= 16 are the span from the held seq 1: seq 17 must wait.
-    assert_eq!(sent, 17);
-    assert_eq!(tx.next_seq(), 17);
+    // Seqs 1 ..= span are the span from the held seq 1: seq span + 1 must wait.
+    let span = 2 * REORDER_SLACK;
+    assert_eq!(sent, span + 1);
+    assert_eq!(tx.next_seq(), span + 1);
     // Anything further would have been outside the receiver's window.
-    assert!(rx.arrived(imm::encode(17, false), 128).is_err());
+    assert!(rx.arrived(imm::encode(span + 1, false), 128).is_err());
     rx.arrived(held.imm, held.len).unwrap();
     tx.completed(1, 5).unwrap();
     assert!(tx.poll_transmit(0).is_some());
@@ -190,12 +192,12 @@ fn footprint_matches_documented_formula() {
     let rx = Receiver::new(16 * 128, 64).unwrap();
     assert_eq!(
         rx.footprint_bytes(),
-        size_of::<Receiver>() + 8 * 16 * 128 * 8 + 24 * 64
+        size_of::<Receiver>() + 8 * (REORDER_SLACK as usize * 16 * 128) + 24 * 64
     );
     // Rounded to powers of two.
     let odd = Receiver::new(3, 5).unwrap();
     assert_eq!(
         odd.footprint_bytes(),
-        size_of::<Receiver>() + 8 * 32 + 24 * 8
+        size_of::<Receiver>() + 8 * (REORDER_SLACK as usize * 4) + 24 * 8
     );
 }

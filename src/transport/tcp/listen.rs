@@ -2,6 +2,10 @@
 //! streams by their hello (checking magic, version and secret) and hands out receive comms.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// How long a half-open connection may wait for its hello or its other streams.
+const STALE_AFTER: Duration = Duration::from_secs(60);
 
 use super::handle::{random_secret, ListenHandle, PROTOCOL_VERSION};
 use super::io::{fill, Fill, StreamName};
@@ -16,6 +20,7 @@ struct Pending {
     peer: SocketAddr,
     buf: [u8; HELLO_BYTES],
     got: usize,
+    since: Instant,
 }
 
 /// Streams of one connection gathered so far.
@@ -23,6 +28,7 @@ struct Group {
     conn_id: u64,
     params: ConnParams,
     streams: Vec<Option<TcpStream>>,
+    since: Instant,
 }
 
 pub struct TcpListenComm {
@@ -66,6 +72,7 @@ impl TcpListenComm {
     pub fn accept(&mut self) -> NetResult<Option<TcpRecvComm>> {
         self.accept_new()?;
         self.read_hellos();
+        self.expire();
         let ready = self
             .groups
             .iter()
@@ -94,6 +101,7 @@ impl TcpListenComm {
                         peer,
                         buf: [0; HELLO_BYTES],
                         got: 0,
+                        since: Instant::now(),
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
@@ -106,6 +114,27 @@ impl TcpListenComm {
     }
 
     /// Advances every pending hello; bad or dead ones are dropped and logged, never fatal.
+    /// Drops sockets that never finished their hello and connections whose streams never all
+    /// arrived within STALE_AFTER, so a port scanner or a crashed peer cannot pin resources.
+    fn expire(&mut self) {
+        let addr = self.handle.addr;
+        self.pending.retain(|p| {
+            let keep = p.since.elapsed() < STALE_AFTER;
+            if !keep {
+                tracing::warn!(target: "dqplb::net", "listener {addr}: dropped a connection from {} that sent {} of {HELLO_BYTES} hello bytes in {} s", p.peer, p.got, STALE_AFTER.as_secs());
+            }
+            keep
+        });
+        self.groups.retain(|g| {
+            let keep = g.since.elapsed() < STALE_AFTER;
+            if !keep {
+                let have = g.streams.iter().filter(|s| s.is_some()).count();
+                tracing::warn!(target: "dqplb::net", "listener {addr}: dropped connection {:#x}: {have} of {} streams arrived in {} s", g.conn_id, g.streams.len(), STALE_AFTER.as_secs());
+            }
+            keep
+        });
+    }
+
     fn read_hellos(&mut self) {
         let mut i = 0;
         while i < self.pending.len() {
@@ -166,6 +195,7 @@ impl TcpListenComm {
                     conn_id: h.conn_id,
                     params: h.params,
                     streams: (0..n).map(|_| None).collect(),
+                    since: Instant::now(),
                 });
                 self.groups.len() - 1
             }

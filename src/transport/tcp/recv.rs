@@ -212,6 +212,16 @@ impl TcpRecvComm {
         while let Some((token, size)) = self.engine.poll_done() {
             // The engine counts a message's bytes by sequence number; the segments must also have
             // named this receive and tiled [0, size) of it, or the sender is out of step.
+            if let Some(d) = self
+                .data
+                .iter()
+                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token))
+            {
+                return Err(NetError::remote(format!(
+                    "{}: receive slot {token} completed by sequence number while a segment for it is still arriving: sender out of step",
+                    d.name
+                )));
+            }
             if let Some(p) = self.slots.active(token) {
                 if p.placed != size || p.end != size {
                     return Err(NetError::remote(format!(
@@ -280,8 +290,8 @@ impl TcpRecvComm {
                     let len = seg.len as usize;
                     if got < len {
                         let Some(Posted { buf, .. }) = self.slots.active(seg.slot) else {
-                            return Err(NetError::internal(format!(
-                                "{}: receive slot {} vanished",
+                            return Err(NetError::remote(format!(
+                                "{}: segment for receive slot {} whose receive already completed: sender out of step",
                                 d.name, seg.slot
                             )));
                         };
