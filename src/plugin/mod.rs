@@ -9,7 +9,7 @@ pub mod rdma;
 pub mod state;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 pub use comm::{ListenComm, MemHandle, RecvComm, SendComm};
@@ -27,8 +27,9 @@ pub const NAME: &str = "DQPLB";
 /// Handle bytes 112..120 carry the id of an in-progress connect across NCCL's repeated calls.
 const STAGE_RANGE: std::ops::Range<usize> = 112..120;
 
-static CONNECTS: Mutex<Option<HashMap<u64, Connector>>> = Mutex::new(None);
-static NEXT_STAGE: AtomicU64 = AtomicU64::new(1);
+/// In-progress connects by random id, with the listen handle each one was started for.
+type Connects = HashMap<u64, (ListenHandle, Connector)>;
+static CONNECTS: Mutex<Option<Connects>> = Mutex::new(None);
 
 /// Loads the site config, installs logging and discovers devices.
 pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
@@ -169,7 +170,7 @@ enum Connector {
     ),
 }
 
-fn connects() -> std::sync::MutexGuard<'static, Option<HashMap<u64, Connector>>> {
+fn connects() -> std::sync::MutexGuard<'static, Option<Connects>> {
     match CONNECTS.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
@@ -184,10 +185,15 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
     let mut id_bytes = [0u8; 8];
     id_bytes.copy_from_slice(&handle[STAGE_RANGE]);
     let mut id = u64::from_le_bytes(id_bytes);
+    let h = ListenHandle::decode(handle)?;
     let mut map = connects();
     let map = map.get_or_insert_with(HashMap::new);
-    if id == 0 || !map.contains_key(&id) {
-        let h = ListenHandle::decode(handle)?;
+    // Resume only the attempt started for this very listen handle: a stale or foreign id in the
+    // handle bytes never picks up another connection's connector.
+    if !map
+        .get(&id)
+        .is_some_and(|(started_for, _)| *started_for == h)
+    {
         let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
         let c = match &d.kind {
             devices::DeviceKind::Tcp { ip } => {
@@ -213,11 +219,17 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
         };
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
-        id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
-        map.insert(id, c);
+        id = loop {
+            let r = crate::transport::tcp::handle::random_secret()?;
+            let candidate = u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
+            if candidate != 0 && !map.contains_key(&candidate) {
+                break candidate;
+            }
+        };
+        map.insert(id, (h, c));
         handle[STAGE_RANGE].copy_from_slice(&id.to_le_bytes());
     }
-    let Some(c) = map.get_mut(&id) else {
+    let Some((_, c)) = map.get_mut(&id) else {
         return Err(NetError::internal("connect state vanished"));
     };
     let log_stats = g.config.stats.log_on_close;
