@@ -17,7 +17,7 @@ fn plugin_carries_messages_over_rdma() {
     };
     // one test per binary: the environment is process-wide
     std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("DQPLB_TRANSPORT", "verbs");
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
     std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
     plugin::init(None).expect("init");
     let n = plugin::device_count().expect("devices");

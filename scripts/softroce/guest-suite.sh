@@ -29,7 +29,7 @@ fi
 if [ -x harness/nccl_harness ]; then
   t=$(now)
   echo "guest-suite: running nccl_harness"
-  DQPLB_PLUGIN_SO=/mnt/host/harness/libnccl_net_dqplb.so DQPLB_TRANSPORT=verbs NCCL_IB_TIMEOUT=14 \
+  DQPLB_PLUGIN_SO=/mnt/host/harness/libnccl_net_dqplb.so NCCL_DQPLB_TRANSPORT=verbs NCCL_IB_TIMEOUT=14 \
     timeout 900 ./harness/nccl_harness --test-threads=1 >logs/nccl_harness.log 2>&1
   record nccl_harness $? "$t"
 fi

@@ -20,6 +20,7 @@ pub fn alias_targets(var: &str) -> Option<Vec<String>> {
     let per_class = |key: &str| CLASSES.iter().map(|c| format!("class.{c}.{key}")).collect();
     match var {
         "NCCL_DQPLB_POLICY" => Some(vec!["engine.policy".to_string()]),
+        "NCCL_DQPLB_TRANSPORT" => Some(vec!["fabric.transport".to_string()]),
         "NCCL_DQPLB_QPS" => Some(per_class("qps")),
         "NCCL_DQPLB_SEGMENT_BYTES" => {
             let mut keys = vec!["engine.segment-bytes".to_string()];
@@ -38,6 +39,7 @@ pub fn alias_targets(var: &str) -> Option<Vec<String>> {
 /// The short aliases, in documentation order.
 pub const ALIASES: &[&str] = &[
     "NCCL_DQPLB_POLICY",
+    "NCCL_DQPLB_TRANSPORT",
     "NCCL_DQPLB_QPS",
     "NCCL_DQPLB_SEGMENT_BYTES",
     "NCCL_DQPLB_OUTSTANDING",

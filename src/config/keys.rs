@@ -100,12 +100,16 @@ const SAME_RAIL: [KeySpec; 6] = class_keys!("same-rail");
 const CROSS_RAIL: [KeySpec; 6] = class_keys!("cross-rail");
 const CROSS_DC: [KeySpec; 6] = class_keys!("cross-dc");
 
-const OTHER: [KeySpec; 13] = [
+const OTHER: [KeySpec; 14] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
     ),
     key("fabric.max-rails", int(1, 256)),
+    key(
+        "fabric.transport",
+        KeyKind::Choice(&["auto", "tcp", "verbs"]),
+    ),
     key("engine.policy", KeyKind::Choice(POLICY_NAMES)),
     key("engine.segment-bytes", SEGMENT),
     key("engine.max-messages", int(32, 4096)),
@@ -300,7 +304,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 31);
+        assert_eq!(paths.len(), 32);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -50,6 +50,31 @@ impl HcaThirdField {
 pub struct FabricSection {
     pub hca_third_field: HcaThirdField,
     pub max_rails: u32,
+    /// Which transport carries data: RDMA ports when present (`auto`), or one forced.
+    pub transport: TransportKind,
+}
+
+/// `fabric.transport`: RDMA (verbs) or TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// Verbs on every active RDMA port NCCL_IB_HCA selects; TCP when there is none.
+    #[default]
+    Auto,
+    /// Always TCP, even where RDMA devices exist.
+    Tcp,
+    /// Always verbs; init fails when no RDMA port is usable.
+    Verbs,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Verbs => "verbs",
+        }
+    }
 }
 
 impl Default for FabricSection {
@@ -57,6 +82,7 @@ impl Default for FabricSection {
         FabricSection {
             hca_third_field: HcaThirdField::FabricId,
             max_rails: 8,
+            transport: TransportKind::Auto,
         }
     }
 }

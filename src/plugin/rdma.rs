@@ -4,32 +4,9 @@
 use std::net::IpAddr;
 
 use super::devices::{intern, Device, DeviceKind, Properties, PTR_HOST};
-use crate::config::{HcaList, SiteConfig};
+use crate::config::{HcaList, SiteConfig, TransportKind};
 use crate::transport::verbs::{discover, QpTuning, Sysfs, VerbsDomain};
 use crate::transport::{NetError, NetResult};
-
-/// Transport choice from DQPLB_TRANSPORT: auto (default: RDMA when present), tcp, verbs. (Outside
-/// the NCCL_DQPLB_* namespace, which the site configuration checks strictly; a `[transport]`
-/// config key would be its long-term home.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportMode {
-    Auto,
-    Tcp,
-    Verbs,
-}
-
-impl TransportMode {
-    pub fn parse(v: Option<&str>) -> NetResult<TransportMode> {
-        match v.map(str::trim) {
-            None | Some("") | Some("auto") => Ok(TransportMode::Auto),
-            Some("tcp") => Ok(TransportMode::Tcp),
-            Some("verbs") | Some("ib") | Some("rdma") => Ok(TransportMode::Verbs),
-            Some(other) => Err(NetError::invalid_argument(format!(
-                "DQPLB_TRANSPORT={other:?}: expected auto, tcp or verbs"
-            ))),
-        }
-    }
-}
 
 /// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`.
 pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>> {
@@ -88,8 +65,8 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
 
 /// The device list init publishes: RDMA ports when the mode allows and any exist, else `tcp`.
 pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
-    let mode = TransportMode::parse(std::env::var("DQPLB_TRANSPORT").ok().as_deref())?;
-    if mode == TransportMode::Tcp {
+    let mode = cfg.fabric.transport;
+    if mode == TransportKind::Tcp {
         return Ok(tcp);
     }
     let boot = tcp.iter().find_map(|d| match d.kind {
@@ -97,18 +74,18 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
         _ => None,
     });
     let Some(boot) = boot else {
-        if mode == TransportMode::Verbs {
+        if mode == TransportKind::Verbs {
             return Err(NetError::invalid_argument(
-                "DQPLB_TRANSPORT=verbs: no TCP interface for the QP bootstrap (NCCL_SOCKET_IFNAME)",
+                "fabric.transport = verbs: no TCP interface for the QP bootstrap (NCCL_SOCKET_IFNAME)",
             ));
         }
         return Ok(tcp);
     };
     let verbs = verbs_devices(cfg, boot)?;
     if verbs.is_empty() {
-        if mode == TransportMode::Verbs {
+        if mode == TransportKind::Verbs {
             return Err(NetError::system(
-                "DQPLB_TRANSPORT=verbs but no active RDMA port was found (or NCCL_IB_HCA selects none)",
+                "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but no active RDMA port was found (or NCCL_IB_HCA selects none)",
             ));
         }
         tracing::info!(target: "dqplb::init", "no RDMA devices: using TCP");
@@ -120,21 +97,6 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transport_mode_parses() {
-        assert_eq!(TransportMode::parse(None).unwrap(), TransportMode::Auto);
-        assert_eq!(
-            TransportMode::parse(Some("tcp")).unwrap(),
-            TransportMode::Tcp
-        );
-        assert_eq!(
-            TransportMode::parse(Some(" verbs ")).unwrap(),
-            TransportMode::Verbs
-        );
-        let e = TransportMode::parse(Some("udp")).unwrap_err();
-        assert!(e.msg.contains("DQPLB_TRANSPORT"), "{}", e.msg);
-    }
 
     #[test]
     fn without_rdma_tcp_devices_stay() {
