@@ -68,6 +68,15 @@ for entry in "${bins[@]}"; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
 done
+# dqplb perf --transport verbs runs in the same boot as perftest (the ratio is what counts)
+if [ "${PERFTEST:-quick}" != 0 ]; then
+  cargo build --release --bin dqplb --quiet || { echo "verbs-tests: FAILED: cargo build --release --bin dqplb" >&2; exit 1; }
+  mkdir -p "$share/perf"
+  cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
+  ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+    [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
+  done
+fi
 printf 'PERFTEST=%s\nPROBE_REPS=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" >"$share/suite.env"
 cp "$VM/guest-suite.sh" "$share/guest-run.sh"
 
@@ -88,6 +97,7 @@ while read -r step src secs; do
   echo "==================== $step (rc=$src, ${secs}s) ===================="
   case $step in
     perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
+    dqplb_perf_*) grep -E '^#  |^ +[0-9]+ ' "$share/logs/$step.log" ;;
     probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
     nccl_harness) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;
     *) grep -E '^test |test result|SKIPPED|panicked|Error|error' "$share/logs/$step.log" ;;

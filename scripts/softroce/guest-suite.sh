@@ -66,6 +66,23 @@ case ${PERFTEST:-quick} in
     perf perftest_write_bw_q4_64MiB -q 4 -s 67108864 -n 5
     ;;
 esac
+# the plugin over the same rxe0, same QP count, through its vtable (dqplb perf --transport verbs)
+dqperf() { # dqperf NAME ARGS...
+  name=$1
+  shift
+  [ -x perf/dqplb ] || return 0
+  t=$(now)
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 ./perf/dqplb perf --transport verbs --qps 4 --no-check "$@" \
+    >"logs/$name.log" 2>&1
+  record "$name" $? "$t"
+}
+case ${PERFTEST:-quick} in
+  quick) dqperf dqplb_perf_verbs_q4_1MiB --min-bytes 1M --max-bytes 1M --iters 50 --warmup 5 ;;
+  full)
+    dqperf dqplb_perf_verbs_q4_1MiB --min-bytes 1M --max-bytes 1M --iters 100 --warmup 5
+    dqperf dqplb_perf_verbs_q4_64MiB --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1
+    ;;
+esac
 # rxe's own counters (drops, retries, RNR) explain slow or stalled runs
 for c in /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/*; do
   v=$(cat "$c" 2>/dev/null) && [ "$v" != 0 ] && echo "${c##*/} $v"

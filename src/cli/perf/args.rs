@@ -14,6 +14,8 @@ pub enum Format {
 /// Every option of `dqplb perf`; `None` means "the plugin's configured value" or "automatic".
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerfArgs {
+    /// `--transport socket|verbs`: the plugin's data path (NCCL_DQPLB_TRANSPORT for the children).
+    pub verbs: bool,
     pub policy: Option<String>,
     pub qps: Option<u32>,
     pub segment: Option<u64>,
@@ -35,6 +37,7 @@ pub struct PerfArgs {
 impl Default for PerfArgs {
     fn default() -> Self {
         PerfArgs {
+            verbs: false,
             policy: None,
             qps: None,
             segment: None,
@@ -110,11 +113,15 @@ impl PerfArgs {
             match opt.as_str() {
                 "--transport" => {
                     let v = value(opt)?;
-                    if v != "socket" {
-                        return Err(ArgError(format!(
-                            "--transport: '{v}' is not supported (only 'socket')"
-                        )));
-                    }
+                    a.verbs = match v.as_str() {
+                        "socket" | "tcp" => false,
+                        "verbs" => true,
+                        _ => {
+                            return Err(ArgError(format!(
+                                "--transport: '{v}' is not supported (socket or verbs)"
+                            )))
+                        }
+                    };
                 }
                 "--peers" => {
                     let v = value(opt)?;
@@ -298,7 +305,7 @@ impl PerfArgs {
     }
 }
 
-pub const USAGE: &str = "usage: dqplb perf [--transport socket] [--policy dqplb|static-split|round-robin-message|single-qp]
+pub const USAGE: &str = "usage: dqplb perf [--transport socket|verbs] [--policy dqplb|static-split|round-robin-message|single-qp]
                   [--qps N] [--segment BYTES] [--min-bytes BYTES] [--max-bytes BYTES]
                   [--step-factor F] [--iters N] [--warmup N] [--inflight N] [--peers local]
                   [--raw-tcp [--raw-threads per-stream|one]] [--latency] [--no-check] [--format table|csv|json]
@@ -349,7 +356,7 @@ mod tests {
             ("--step-factor 1", "--step-factor"),
             ("--inflight 33", "--inflight"),
             ("--format xml", "--format"),
-            ("--transport verbs", "--transport"),
+            ("--transport udp", "--transport"),
             ("--peers 10.0.0.2", "--peers"),
             ("--iters", "--iters"),
             ("--bogus", "--bogus"),

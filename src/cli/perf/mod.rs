@@ -59,7 +59,10 @@ pub fn run(args: &[String]) -> i32 {
 /// Environment for the children: the plugin's overrides from the options, loopback interface,
 /// INFO logging (so the plugin reports the connection it set up) unless the caller chose.
 fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
-    let mut v = Vec::new();
+    let mut v = vec![(
+        "NCCL_DQPLB_TRANSPORT".to_string(),
+        if a.verbs { "verbs" } else { "tcp" }.to_string(),
+    )];
     if let Some(p) = &a.policy {
         v.push(("NCCL_DQPLB_POLICY".to_string(), p.clone()));
     }
@@ -93,6 +96,8 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
         "raw TCP streams (no plugin), one polling thread"
     } else if a.raw_tcp {
         "raw TCP streams (no plugin)"
+    } else if a.verbs {
+        "plugin vtable, verbs transport"
     } else {
         "plugin vtable, socket transport"
     };
