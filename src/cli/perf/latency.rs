@@ -120,26 +120,65 @@ pub fn raw_listen() -> NetRes<TcpListener> {
     TcpListener::bind("127.0.0.1:0").map_err(|e| NetErr(format!("bind 127.0.0.1:0: {e}")))
 }
 
-pub fn raw_pingpong(s: &mut TcpStream, pinger: bool, warmup: u64, iters: u64) -> NetRes<Vec<f64>> {
+/// Raw TCP ping-pong. `spin`: non-blocking socket polled in a loop (how the plugin is driven, so
+/// neither side pays a scheduler wake-up); otherwise blocking `write` + `read`.
+pub fn raw_pingpong(
+    s: &mut TcpStream,
+    pinger: bool,
+    warmup: u64,
+    iters: u64,
+    spin: bool,
+) -> NetRes<Vec<f64>> {
     s.set_nodelay(true)
         .map_err(|e| NetErr(format!("TCP_NODELAY: {e}")))?;
-    let io = |e: std::io::Error| NetErr(format!("raw TCP ping-pong: {e}"));
+    s.set_nonblocking(spin)
+        .map_err(|e| NetErr(format!("O_NONBLOCK: {e}")))?;
     let mut buf = [0x5au8; PING_BYTES];
     let mut samples = Vec::with_capacity(iters as usize);
     for k in 0..warmup + iters {
         let t = Instant::now();
         if pinger {
-            s.write_all(&buf).map_err(io)?;
-            s.read_exact(&mut buf).map_err(io)?;
+            send_all(s, &buf)?;
+            recv_all(s, &mut buf)?;
         } else {
-            s.read_exact(&mut buf).map_err(io)?;
-            s.write_all(&buf).map_err(io)?;
+            recv_all(s, &mut buf)?;
+            send_all(s, &buf)?;
         }
         if pinger && k >= warmup {
             samples.push(t.elapsed().as_nanos() as f64 / 1e3);
         }
     }
     Ok(samples)
+}
+
+fn retry(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+    )
+}
+
+fn send_all(s: &mut TcpStream, mut b: &[u8]) -> NetRes<()> {
+    while !b.is_empty() {
+        match s.write(b) {
+            Ok(n) => b = &b[n..],
+            Err(e) if retry(&e) => {}
+            Err(e) => return Err(NetErr(format!("raw TCP ping-pong: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+fn recv_all(s: &mut TcpStream, mut b: &mut [u8]) -> NetRes<()> {
+    while !b.is_empty() {
+        match s.read(b) {
+            Ok(0) => return Err(NetErr("raw TCP ping-pong: peer closed".into())),
+            Ok(n) => b = &mut b[n..],
+            Err(e) if retry(&e) => {}
+            Err(e) => return Err(NetErr(format!("raw TCP ping-pong: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

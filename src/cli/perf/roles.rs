@@ -195,7 +195,7 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
                 .map_err(|e| NetErr(format!("raw TCP accept: {e}")))?
                 .0
         };
-        latency::raw_pingpong(&mut s, pinger, warmup, iters)?
+        latency::raw_pingpong(&mut s, pinger, warmup, iters, a.raw_one_thread)?
     } else {
         let pair = latency::plugin_pair(&|l| say(l), &read_plugin_handle)?;
         if let Some(l) = net::conn_line() {
