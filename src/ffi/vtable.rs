@@ -367,6 +367,25 @@ fn put<T>(out: *mut *mut T, value: *mut T) {
     }
 }
 
+/// NCCL's (data, int size) as a buffer: a negative size, or NULL data with bytes, is an error.
+///
+/// # Safety
+/// `data` must stay valid for `size` bytes until the request using it completes.
+unsafe fn user_buf(entry: &str, data: *mut c_void, size: c_int) -> NetResult<UserBuf> {
+    let len = usize::try_from(size)
+        .map_err(|_| NetError::invalid_argument(format!("{entry}: negative size {size}")))?;
+    if data.is_null() && len > 0 {
+        return Err(null(&format!("{entry}: data of {len} bytes")));
+    }
+    // SAFETY: per this function's contract.
+    Ok(unsafe { UserBuf::new(data as *mut u8, len) })
+}
+
+/// The request pointer NCCL receives for `slot`: the address of its cell.
+fn cell_ptr(cells: &mut [ReqCell], slot: u32) -> *mut c_void {
+    &mut cells[slot as usize] as *mut ReqCell as *mut c_void
+}
+
 unsafe extern "C" fn isend(
     send_comm: *mut c_void,
     data: *mut c_void,
@@ -383,21 +402,14 @@ unsafe extern "C" fn isend(
             if send_comm.is_null() || request.is_null() {
                 return Err(null("isend: sendComm or request"));
             }
-            let len = usize::try_from(size)
-                .map_err(|_| NetError::invalid_argument(format!("isend: negative size {size}")))?;
-            if data.is_null() && len > 0 {
-                return Err(null("isend: data"));
-            }
-            // SAFETY: send_comm came from our connect; NCCL keeps `data` valid until test() says done.
+            // SAFETY: NCCL keeps `data` valid until test() says done.
+            let buf = unsafe { user_buf("isend", data, size)? };
+            // SAFETY: send_comm came from our connect.
             let s = unsafe { &mut *(send_comm as *mut FfiSend) };
-            let buf = unsafe { UserBuf::new(data as *mut u8, len) };
             // SAFETY: see mem_handle.
             let mh = unsafe { mem_handle(mhandle) };
             if let Some(slot) = s.comm.isend(buf, tag, mh)? {
-                put(
-                    request,
-                    &mut s.cells[slot as usize] as *mut ReqCell as *mut c_void,
-                );
+                put(request, cell_ptr(&mut s.cells, slot));
             }
             Ok(())
         },
@@ -434,13 +446,8 @@ unsafe extern "C" fn irecv(
             }
             // SAFETY: n == 1, so each array has one element (NCCL contract).
             let (ptr, size, tag) = unsafe { (*data, *sizes, *tags) };
-            let len = usize::try_from(size)
-                .map_err(|_| NetError::invalid_argument(format!("irecv: negative size {size}")))?;
-            if ptr.is_null() && len > 0 {
-                return Err(null("irecv: data[0]"));
-            }
             // SAFETY: NCCL keeps the receive buffer valid until test() says done.
-            let buf = unsafe { UserBuf::new(ptr as *mut u8, len) };
+            let buf = unsafe { user_buf("irecv", ptr, size)? };
             // SAFETY: mhandles has n entries when non-null.
             let mh = if mhandles.is_null() {
                 None
@@ -450,10 +457,7 @@ unsafe extern "C" fn irecv(
             // SAFETY: recv_comm came from our accept.
             let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
             if let Some(slot) = r.comm.irecv(&[(buf, tag)], &[mh])? {
-                put(
-                    request,
-                    &mut r.cells[slot as usize] as *mut ReqCell as *mut c_void,
-                );
+                put(request, cell_ptr(&mut r.cells, slot));
             }
             Ok(())
         },
