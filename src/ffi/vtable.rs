@@ -51,14 +51,31 @@ struct ReqCell {
     slot: u32,
 }
 
-struct FfiSend {
-    comm: SendComm,
+/// A comm as NCCL holds it: the plugin's comm plus the request cells that point back at it.
+struct FfiComm<C> {
+    comm: C,
     cells: Box<[ReqCell]>,
 }
 
-struct FfiRecv {
-    comm: RecvComm,
-    cells: Box<[ReqCell]>,
+type FfiSend = FfiComm<SendComm>;
+type FfiRecv = FfiComm<RecvComm>;
+
+impl<C> FfiComm<C> {
+    /// Boxes `comm` with `n` request cells and returns the pointer NCCL will hold.
+    fn into_raw(comm: C, n: usize, is_send: bool) -> *mut c_void {
+        let raw = Box::into_raw(Box::new(FfiComm {
+            comm,
+            cells: cells(n, is_send),
+        }));
+        // SAFETY: raw is the live box just created; each cell records its owner for test().
+        unsafe {
+            (*raw)
+                .cells
+                .iter_mut()
+                .for_each(|c| c.owner = raw as *mut c_void)
+        };
+        raw as *mut c_void
+    }
 }
 
 fn cells(n: usize, is_send: bool) -> Box<[ReqCell]> {
@@ -233,18 +250,7 @@ unsafe extern "C" fn connect(
             let h = unsafe { handle_mut(handle)? };
             if let Some(comm) = plugin::connect(dev, h)? {
                 let n = comm.max_requests();
-                let raw = Box::into_raw(Box::new(FfiSend {
-                    comm,
-                    cells: cells(n, true),
-                }));
-                // SAFETY: raw is the live box we just created; cells point back at it.
-                unsafe {
-                    (*raw)
-                        .cells
-                        .iter_mut()
-                        .for_each(|c| c.owner = raw as *mut c_void)
-                };
-                out(raw as *mut c_void);
+                out(FfiSend::into_raw(comm, n, true));
             }
             Ok(())
         },
@@ -271,18 +277,7 @@ unsafe extern "C" fn accept(
             let l = unsafe { &mut *(listen_comm as *mut ListenComm) };
             if let Some(comm) = l.accept()? {
                 let n = comm.max_requests();
-                let raw = Box::into_raw(Box::new(FfiRecv {
-                    comm,
-                    cells: cells(n, false),
-                }));
-                // SAFETY: raw is the live box we just created.
-                unsafe {
-                    (*raw)
-                        .cells
-                        .iter_mut()
-                        .for_each(|c| c.owner = raw as *mut c_void)
-                };
-                out(raw as *mut c_void);
+                out(FfiRecv::into_raw(comm, n, false));
             }
             Ok(())
         },
