@@ -29,7 +29,9 @@ pub struct TcpConnector {
     streams: Vec<Stage>,
 }
 
-fn start_stream(
+/// Opens a non-blocking TCP connect to `peer` (optionally from `local`); shared with the verbs
+/// bootstrap.
+pub(crate) fn start_stream(
     peer: SocketAddr,
     local: Option<SocketAddr>,
     opts: &TcpOptions,
@@ -57,7 +59,7 @@ fn start_stream(
 }
 
 /// Whether a non-blocking connect finished: Ok(true) connected, Ok(false) still in progress.
-fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
+pub(crate) fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
     let mut pfd = libc::pollfd {
         fd: sock.as_raw_fd(),
         events: libc::POLLOUT,

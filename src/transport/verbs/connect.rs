@@ -2,10 +2,9 @@
 //! its QP endpoints and FIFO, the listener's REPLY, QP connection, READY; then a send comm.
 
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::Socket;
 
 use super::bootstrap::{encode_open, hello, pull, push, qp_config};
 use super::domain::VerbsDomain;
@@ -14,7 +13,8 @@ use super::qpset::{ConnInfo, QpSet};
 use super::recv::READY;
 use super::resources::RegisteredBuffer;
 use super::send::{verr, VerbsSendComm};
-use crate::transport::tcp::{ConnParams, ListenHandle};
+use crate::transport::tcp::connect::{connect_done, start_stream};
+use crate::transport::tcp::{ConnParams, ListenHandle, TcpOptions};
 use crate::transport::{NetError, NetResult};
 
 enum Stage {
@@ -45,36 +45,6 @@ pub struct VerbsConnector {
     fifo: Option<RegisteredBuffer>,
 }
 
-fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
-    let mut pfd = libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd and a zero timeout: never blocks.
-    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(NetError::io(
-            &format!("verbs bootstrap connect to {peer}: poll"),
-            &e,
-        ));
-    }
-    if r == 0 {
-        return Ok(false);
-    }
-    match sock.take_error() {
-        Ok(None) => Ok(true),
-        Ok(Some(e)) | Err(e) => Err(NetError::io(
-            &format!("verbs bootstrap connect to {peer}"),
-            &e,
-        )),
-    }
-}
-
 impl VerbsConnector {
     /// Creates the QP set and FIFO on `domain` and starts the bootstrap connect to `handle`.
     pub fn start(
@@ -93,23 +63,12 @@ impl VerbsConnector {
         .map_err(verr)?;
         let fifo_bytes = params.max_messages as usize * FIFO_ENTRY_BYTES;
         let fifo = RegisteredBuffer::new(domain.pd(), fifo_bytes).map_err(verr)?;
-        let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
-            .map_err(|e| NetError::io(&format!("verbs bootstrap socket for {peer}"), &e))?;
-        sock.set_nonblocking(true)
-            .map_err(|e| NetError::io("verbs bootstrap non-blocking", &e))?;
-        let _ = sock.set_nodelay(true);
-        match sock.connect(&SockAddr::from(peer)) {
-            Ok(()) => {}
-            Err(e)
-                if e.raw_os_error() == Some(libc::EINPROGRESS)
-                    || e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                return Err(NetError::io(
-                    &format!("verbs bootstrap connect to {peer}"),
-                    &e,
-                ))
-            }
-        }
+        let opts = TcpOptions {
+            nodelay: true,
+            ..TcpOptions::default()
+        };
+        let sock = start_stream(peer, None, &opts)
+            .map_err(|e| NetError::new(e.code, format!("verbs bootstrap: {}", e.msg)))?;
         let h = hello(params, handle.secret)?;
         let open = encode_open(&h, fifo.mr().remote(0).map_err(verr)?, qps.local_info());
         Ok(VerbsConnector {
