@@ -100,6 +100,28 @@ impl<T: Copy> Slots<T> {
     }
 }
 
+/// NCCL's matching rule for a send against the receive the peer posted next: the receive buffer
+/// must hold the send and carry the same tag. Shared by every transport's isend.
+pub fn check_send_matches(
+    peer: &dyn std::fmt::Display,
+    len: usize,
+    tag: i32,
+    capacity: u64,
+    posted_tag: i32,
+) -> NetResult<()> {
+    if len as u64 > capacity {
+        return Err(NetError::invalid_usage(format!(
+            "isend of {len} bytes to {peer} exceeds the receive buffer of {capacity} bytes the peer posted (tag {posted_tag}): NCCL requires receive >= send"
+        )));
+    }
+    if posted_tag != tag {
+        return Err(NetError::invalid_usage(format!(
+            "isend tag {tag} to {peer} does not match the tag {posted_tag} of the receive the peer posted next"
+        )));
+    }
+    Ok(())
+}
+
 /// The first fatal error of a comm, returned by every later call (a failed comm stays failed).
 #[derive(Debug, Default)]
 pub struct Sticky(Option<NetError>);
@@ -138,6 +160,23 @@ mod tests {
         s.cancel(b);
         assert_eq!(s.active(b), None);
         assert!(s.alloc(4).is_some() && s.alloc(5).is_some());
+    }
+
+    #[test]
+    fn send_matching_rule() {
+        let peer = "10.0.0.1:5";
+        assert!(check_send_matches(&peer, 10, 3, 10, 3).is_ok());
+        let big = check_send_matches(&peer, 11, 3, 10, 3).unwrap_err();
+        assert!(
+            big.msg.contains("11 bytes") && big.msg.contains("10 bytes"),
+            "{big}"
+        );
+        let tag = check_send_matches(&peer, 1, 3, 10, 4).unwrap_err();
+        assert!(
+            tag.msg.contains("tag 3") && tag.msg.contains("tag 4"),
+            "{tag}"
+        );
+        assert_eq!(tag.code, crate::transport::ErrorCode::InvalidUsage);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use crate::engine::{EngineParams, QpStats, Sender};
-use crate::transport::slots::{Slots, Sticky};
+use crate::transport::slots::{check_send_matches, Slots, Sticky};
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// One segment on its way out of a data stream.
@@ -145,21 +145,7 @@ impl TcpSendComm {
             }
             return Ok(None);
         };
-        if buf.len() as u64 > ann.capacity {
-            return Err(NetError::invalid_usage(format!(
-                "isend of {} bytes to {} exceeds the receive buffer of {} bytes the peer posted (tag {}): NCCL requires receive >= send",
-                buf.len(),
-                self.ctrl_name.peer,
-                ann.capacity,
-                ann.tag
-            )));
-        }
-        if ann.tag != tag {
-            return Err(NetError::invalid_usage(format!(
-                "isend tag {tag} to {} does not match the tag {} of the receive the peer posted next",
-                self.ctrl_name.peer, ann.tag
-            )));
-        }
+        check_send_matches(&self.ctrl_name.peer, buf.len(), tag, ann.capacity, ann.tag)?;
         let Some(slot) = self.slots.alloc(Active {
             buf,
             remote_slot: ann.slot,

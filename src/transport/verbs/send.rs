@@ -11,7 +11,7 @@ use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use crate::engine::{EngineParams, QpStats, Sender};
-use crate::transport::slots::{Slots, Sticky};
+use crate::transport::slots::{check_send_matches, Slots, Sticky};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult, UserBuf};
 
@@ -159,18 +159,7 @@ impl VerbsSendComm {
             }
             return Ok(None);
         };
-        if buf.len() as u64 > ann.capacity {
-            return Err(NetError::invalid_usage(format!(
-                "isend of {} bytes to {} exceeds the receive buffer of {} bytes the peer posted (tag {}): NCCL requires receive >= send",
-                buf.len(), self.peer, ann.capacity, ann.tag
-            )));
-        }
-        if ann.tag != tag {
-            return Err(NetError::invalid_usage(format!(
-                "isend tag {tag} to {} does not match the tag {} of the receive the peer posted next",
-                self.peer, ann.tag
-            )));
-        }
+        check_send_matches(&self.peer, buf.len(), tag, ann.capacity, ann.tag)?;
         let Some(slot) = self.slots.alloc(Active {
             addr: buf.addr() as u64,
             lkey,
@@ -190,6 +179,10 @@ impl VerbsSendComm {
 
     /// Some(size) once every segment of request `slot` completed on the wire.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        // A request that already completed is reported even if the peer has gone since.
+        if let Some(n) = self.slots.take_done(slot) {
+            return Ok(Some(n));
+        }
         self.progress()?;
         self.slots.test(slot, "send")
     }
