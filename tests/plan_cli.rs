@@ -70,15 +70,16 @@ fn bad_hca_exits_2_naming_the_field() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         text(&out.stderr).trim_end(),
-        "dqplb plan: NCCL_IB_HCA entry 'mlx5_0:x': port 'x' is not a number (expected 1..=255)"
+        "dqplb plan: NCCL_IB_HCA entry 'mlx5_0:x': port 'x' is not a number (expected 1..=255); \
+         this entry matches no port"
     );
     let out = dqplb(
         &["plan", "--config", &conf],
-        &[("NCCL_IB_HCA", "mlx5_0:1:2:3")],
+        &[("NCCL_IB_HCA", "mlx5_0:1:2:3:4")],
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("fourth field '3'"),
+        text(&out.stderr).contains("5 fields; expected dev[:port"),
         "{}",
         text(&out.stderr)
     );

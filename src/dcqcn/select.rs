@@ -6,7 +6,8 @@ use crate::config::schema::FabricSection;
 
 /// Filters `all` (sorted device names) by `hca` with the site's NCCL_IB_HCA parser (`fabric`
 /// says how the third field reads); `None` or a blank string keeps all. A device is kept when
-/// any of its ports is selected (every port of it is then read). Errors name the bad entry.
+/// any of its ports is selected (every port of it is then read). Parsed leniently, as NCCL does
+/// (plugin::init logs the diagnostics once); only a bad `max-rails` is an error.
 pub fn select_devices(
     all: Vec<String>,
     hca: Option<&str>,
@@ -15,7 +16,7 @@ pub fn select_devices(
     let Some(spec) = hca.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(all);
     };
-    let list = HcaList::parse(spec, fabric.hca_third_field, fabric.max_rails)
+    let (list, _diags) = HcaList::parse_lenient(spec, fabric.hca_third_field, fabric.max_rails)
         .map_err(|e| e.to_string())?;
     Ok(all.into_iter().filter(|d| list.selects_device(d)).collect())
 }
@@ -50,7 +51,9 @@ mod tests {
             sel(Some("mlx5_0:1:0,rxe0")).unwrap(),
             vec!["mlx5_0", "rxe0"]
         );
-        assert!(sel(Some("mlx5_0,,rxe0")).unwrap_err().contains("empty"));
-        assert!(sel(Some("mlx5_0:x")).unwrap_err().contains("mlx5_0:x"));
+        // NCCL skips empty entries and reads a bad port as one that matches nothing.
+        assert_eq!(sel(Some("mlx5_0,,rxe0,")).unwrap(), vec!["mlx5_0", "rxe0"]);
+        assert_eq!(sel(Some("mlx5_0:x,rxe0")).unwrap(), vec!["mlx5_0", "rxe0"]);
+        assert_eq!(sel(Some("mlx5_0::0:0")).unwrap(), vec!["mlx5_0"]);
     }
 }

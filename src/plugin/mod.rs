@@ -44,6 +44,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
             config::LogLevel::Trace => log::LevelFilter::TRACE,
         });
     }
+    log_hca_diagnostics(&loaded.config)?;
     dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
@@ -56,6 +57,21 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), devices: {}",
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     state::set(loaded, devices);
+    Ok(())
+}
+
+/// Parses NCCL_IB_HCA as NCCL does and logs one WARN per entry NCCL would ignore or reinterpret
+/// (the transports parse it again, silently). Only a site config with max-rails 0 fails.
+fn log_hca_diagnostics(cfg: &SiteConfig) -> NetResult<()> {
+    let Some(v) = std::env::var("NCCL_IB_HCA").ok().filter(|v| !v.trim().is_empty()) else {
+        return Ok(());
+    };
+    let (_, diags) =
+        config::HcaList::parse_lenient(v.trim(), cfg.fabric.hca_third_field, cfg.fabric.max_rails)
+            .map_err(|e| NetError::invalid_argument(e.to_string()))?;
+    for d in diags {
+        tracing::warn!(target: "dqplb::init", "NCCL_IB_HCA='{v}': {d}");
+    }
     Ok(())
 }
 

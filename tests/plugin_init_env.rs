@@ -1,0 +1,45 @@
+//! Plugin init against NCCL-style environments: forms of NCCL_IB_HCA that NCCL accepts never fail
+//! init (TCP or auto mode), and each entry NCCL would ignore is named in exactly one WARN line.
+
+use std::sync::{Arc, Mutex};
+
+use nccl_net_dqplb::plugin::{self, log};
+
+/// One test function: init and the environment are process-wide.
+#[test]
+fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
+    let lines: Arc<Mutex<Vec<(log::NcclLevel, String)>>> = Arc::default();
+    let sink_lines = Arc::clone(&lines);
+    let sink: log::Sink = Arc::new(move |level, _flags, msg: &str| {
+        sink_lines.lock().unwrap().push((level, msg.to_string()));
+    });
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    std::env::set_var("NCCL_DEBUG", "INFO");
+    std::env::remove_var("NCCL_DQPLB_CONF");
+    // NCCL 2.30's `dev::rail:plane`, a four-field entry in fabric-id mode, a duplicate, an empty
+    // entry and a trailing comma: NCCL's parseStringList takes all of these.
+    let hca = "mlx5_0::0:0,mlx5_1:1:9:1,,mlx5_1:1:3,";
+    std::env::set_var("NCCL_IB_HCA", hca);
+    for transport in ["tcp", "auto"] {
+        lines.lock().unwrap().clear();
+        std::env::set_var("NCCL_DQPLB_TRANSPORT", transport);
+        plugin::init(Some(Arc::clone(&sink)))
+            .unwrap_or_else(|e| panic!("init with NCCL_IB_HCA={hca} ({transport}): {e}"));
+        assert_eq!(plugin::device_count().unwrap(), 1, "{transport}: lo");
+        let got = lines.lock().unwrap().clone();
+        let hca_warns: Vec<&String> = got
+            .iter()
+            .filter(|(l, m)| *l == log::NcclLevel::Warn && m.contains("NCCL_IB_HCA="))
+            .map(|(_, m)| m)
+            .collect();
+        // Three oddities, each warned once: the empty entry, the trailing comma, the duplicate.
+        // The 2.30 form and the four-field entry are clean.
+        let empty = hca_warns.iter().filter(|m| m.contains("is empty")).count();
+        let dup = hca_warns.iter().filter(|m| m.contains("duplicate")).count();
+        assert_eq!(
+            (empty, dup, hca_warns.len()),
+            (2, 1, 3),
+            "{transport}: {hca_warns:#?}"
+        );
+    }
+}
