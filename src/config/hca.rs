@@ -370,7 +370,10 @@ impl HcaList {
                     diags.push(err(
                         HcaErrorKind::EmptyEntry,
                         None,
-                        format!("entry {} of '{s}' is empty (stray comma?); skipped", index + 1),
+                        format!(
+                            "entry {} of '{s}' is empty (stray comma?); skipped",
+                            index + 1
+                        ),
                     ));
                 }
                 continue;

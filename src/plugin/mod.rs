@@ -63,7 +63,10 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
 /// Parses NCCL_IB_HCA as NCCL does and logs one WARN per entry NCCL would ignore or reinterpret
 /// (the transports parse it again, silently). Only a site config with max-rails 0 fails.
 fn log_hca_diagnostics(cfg: &SiteConfig) -> NetResult<()> {
-    let Some(v) = std::env::var("NCCL_IB_HCA").ok().filter(|v| !v.trim().is_empty()) else {
+    let Some(v) = std::env::var("NCCL_IB_HCA")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    else {
         return Ok(());
     };
     let (_, diags) =
