@@ -1,10 +1,12 @@
 #!/bin/bash
 # Runs the verbs test suite on real libibverbs code inside one Soft-RoCE VM boot: sets the VM up
-# (cached), builds tests/verbs_*.rs on the host, runs every binary, the layer's throughput probe and
-# perftest ib_write_bw baselines in that boot, prints a summary.  Exit 0 all passed, 1 a step
-# failed, 2 the VM gave no result, 77 skipped (loudly) because the VM cannot be set up here.
-# Env: DQPLB_REQUIRE_VM=1 turns "VM unavailable" into a failure; HARNESS=0 skips the NCCL-call-
-#      pattern harness (tests/nccl_harness.rs, run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
+# (cached), builds tests/verbs_*.rs and the NCCL harness and emulator (release, against the release
+# plugin .so) on the host, runs them, the layer's throughput probe and perftest ib_write_bw in that
+# boot, checks every shipped step reported and ran tests, and that the plugin steps moved packets
+# over rxe0.  Exit 0 all passed, 1 a step failed or went missing, 2 the VM gave no result, 77
+# skipped (loudly) only when this host can never run the VM (not root).
+# Env: DQPLB_REQUIRE_VM=1 turns even that skip into a failure (CI); HARNESS=0 skips the NCCL-call-
+#      pattern harness and emulator (run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
 #      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG) or 0; PROBE_REPS (default 2);
 #      KEEP_SHARE=1 keeps the share folder with all logs; CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
@@ -24,15 +26,19 @@ loud_skip() {
 echo "verbs-tests: setting up the Soft-RoCE VM (cached after the first run)"
 "$VM/setup.sh"
 rc=$?
-[ $rc -eq 3 ] && loud_skip "the Soft-RoCE VM is unavailable (qemu or kernel could not be installed)"
-[ $rc -eq 0 ] || { echo "verbs-tests: FAILED: setup.sh exited $rc" >&2; exit 1; }
+[ $rc -eq 3 ] && loud_skip "this host cannot run the Soft-RoCE VM (see the setup line above)"
+[ $rc -eq 0 ] || { echo "verbs-tests: FAILED: VM setup failed (setup.sh exit $rc, reason above)" >&2; exit 1; }
+must() { "$@" || { echo "verbs-tests: FAILED: $*" >&2; exit 1; }; }
 
 echo "verbs-tests: building test binaries"
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 harness_args=()
-[ "${HARNESS:-1}" = 1 ] && [ -f tests/nccl_harness.rs ] && harness_args=(--test nccl_harness)
-cargo test --no-run --features verbs --test 'verbs_*' "${harness_args[@]}" --message-format=json >"$json" \
+if [ "${HARNESS:-1}" = 1 ]; then
+  for h in nccl_harness nccl_emulator; do [ -f tests/$h.rs ] && harness_args+=(--test $h); done
+fi
+# release: the harness and emulator drive the shipped (release) library, not the debug build
+cargo test --release --no-run --features verbs --test 'verbs_*' "${harness_args[@]}" --message-format=json >"$json" \
   || { echo "verbs-tests: FAILED: cargo build of the verbs test binaries" >&2; exit 1; }
 mapfile -t bins < <(python3 -c '
 import json, sys
@@ -49,36 +55,48 @@ for line in open(sys.argv[1]):
 share=$(mktemp -d "${TMPDIR:-/tmp}/verbs-tests.XXXXXX")
 [ "${KEEP_SHARE:-0}" = 1 ] || trap 'rm -f "$json"; rm -rf "$share"' EXIT
 mkdir -p "$share/bin" "$share/probe" "$share/lib" "$share/harness/dqplb-harness"
+expected=() # every step the guest must report, in the order it runs them
 for entry in "${bins[@]}"; do
   name=${entry%%$'\t'*}
   exe=${entry#*$'\t'}
-  if [ "$name" = nccl_harness ]; then
-    # the NCCL-call-pattern harness dlopens the plugin .so built next to it and loads a C logger
-    # it would compile with cc (absent in the VM): build that once here, ship both
-    cp "$exe" "$share/harness/nccl_harness"
-    cp "$(dirname "$exe")/libnccl_net_dqplb.so" "$share/harness/"
-    cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c \
-      || { echo "verbs-tests: FAILED: compiling tests/harness/logger.c" >&2; exit 1; }
-    exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
-  else
-    cp "$exe" "$share/bin/$name"
-  fi
-  [ "$name" = verbs_probe ] && cp "$exe" "$share/probe/verbs_probe"
+  case $name in
+    nccl_harness | nccl_emulator)
+      # they dlopen the plugin .so built next to them and load a C logger they would compile
+      # with cc (absent in the VM): build that once here, ship all
+      must cp "$exe" "$share/harness/$name"
+      must cp "$(dirname "$exe")/libnccl_net_dqplb.so" "$share/harness/"
+      [ -s "$share/harness/dqplb-harness/harness-logger.so" ] \
+        || must cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c
+      exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
+      ;;
+    verbs_probe) must cp "$exe" "$share/probe/verbs_probe" ;; # only ignored tests: run as the probe step
+    *)
+      must cp "$exe" "$share/bin/$name"
+      expected+=("$name")
+      ;;
+  esac
   ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
 done
+[ -x "$share/probe/verbs_probe" ] && expected+=(probe)
+for h in nccl_harness nccl_emulator; do [ -x "$share/harness/$h" ] && expected+=("$h"); done
+case ${PERFTEST:-quick} in # step names as scripts/softroce/guest-suite.sh writes them
+  quick) expected+=(perftest_write_bw_q4_1MiB dqplb_perf_verbs_q4_1MiB) ;;
+  full) expected+=(perftest_write_bw_q4_1MiB perftest_write_bw_q4_64MiB dqplb_perf_verbs_q4_1MiB
+    dqplb_perf_verbs_q4_64MiB dqplb_perf_verbs_q4_64MiB_seg16M) ;;
+esac
 # dqplb perf --transport verbs runs in the same boot as perftest (the ratio is what counts)
 if [ "${PERFTEST:-quick}" != 0 ]; then
   cargo build --release --bin dqplb --quiet || { echo "verbs-tests: FAILED: cargo build --release --bin dqplb" >&2; exit 1; }
   mkdir -p "$share/perf"
-  cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
+  must cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
   ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
 fi
 printf 'PERFTEST=%s\nPROBE_REPS=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" >"$share/suite.env"
-cp "$VM/guest-suite.sh" "$share/guest-run.sh"
+must cp "$VM/guest-suite.sh" "$share/guest-run.sh"
 
 echo "verbs-tests: booting the VM with ${#bins[@]} test binaries"
 SHARE=$share LOG=$share/console.log TIMEOUT=${VM_TIMEOUT:-1500} "$VM/run-vm.sh" share >/dev/null 2>&1
@@ -92,6 +110,24 @@ fi
 
 pass=0
 fail=0
+failed_steps=()
+step_ok() { # step_ok STEP RC: the guest's rc, plus what its log must show
+  local step=$1 src=$2 log=$share/logs/$1.log
+  [ "$src" = 0 ] || { echo "  -> exit status $src"; return 1; }
+  case $step in
+    perftest_* | dqplb_perf_*) ;;
+    probe) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> the probe ran no test"; return 1; } ;;
+    *) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> ran no test"; return 1; } ;;
+  esac
+  case $step in
+    nccl_harness | nccl_emulator)
+      # proof that the plugin used rxe0, not TCP: rxe0's sent_pkts grew during the step
+      read -r before after <"$share/logs/$step.rxe" || { echo "  -> no rxe0 counter record"; return 1; }
+      echo "  rxe0 sent_pkts during $step: $before -> $after"
+      [ "$before" -ge 0 ] && [ "$after" -gt "$before" ] || { echo "  -> rxe0 carried no packets: the plugin did not use RDMA"; return 1; }
+      ;;
+  esac
+}
 echo
 while read -r step src secs; do
   echo "==================== $step (rc=$src, ${secs}s) ===================="
@@ -99,22 +135,29 @@ while read -r step src secs; do
     perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
     dqplb_perf_*) grep -E '^#  |^ +[0-9]+ ' "$share/logs/$step.log" ;;
     probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
-    nccl_harness) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;
+    nccl_harness | nccl_emulator) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;
     *) grep -E '^test |test result|SKIPPED|panicked|Error|error' "$share/logs/$step.log" ;;
   esac
-  if [ "$src" = 0 ]; then pass=$((pass + 1)); else
+  if step_ok "$step" "$src"; then pass=$((pass + 1)); else
     fail=$((fail + 1))
+    failed_steps+=("$step")
     echo "---- full log of failed step $step:"
     cat "$share/logs/$step.log"
   fi
 done <"$share/results.txt"
+missing=()
+for want in "${expected[@]}"; do
+  awk -v w="$want" '$1 == w {found = 1} END {exit !found}' "$share/results.txt" || missing+=("$want")
+done
 echo
 echo "rxe0 counters after the run (non-zero only): $(tr '\n' ' ' <"$share/logs/rxe_counters.log" 2>/dev/null)"
 echo
-echo "verbs-tests summary (VM steps: test binaries, probe, perftest):"
+echo "verbs-tests summary (VM steps: test binaries, probe, harness, emulator, perftest):"
 while read -r step src secs; do
-  printf '  %-36s %s (%ss)\n' "$step" "$([ "$src" = 0 ] && echo ok || echo FAILED)" "$secs"
+  printf '  %-36s %s (%ss)\n' "$step" "$(printf '%s\n' "${failed_steps[@]}" | grep -qx "$step" && echo FAILED || echo ok)" "$secs"
 done <"$share/results.txt"
+for m in "${missing[@]}"; do printf '  %-36s MISSING (shipped, never reported)\n' "$m"; done
+fail=$((fail + ${#missing[@]}))
 echo "verbs-tests: $pass passed, $fail failed"
 [ $fail -eq 0 ] || exit 1
 [ $vmrc -eq 0 ] || { echo "verbs-tests: FAILED: VM exited with rc=$vmrc" >&2; exit 2; }

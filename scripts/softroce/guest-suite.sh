@@ -1,14 +1,30 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM from the 9p share (copied there as guest-run.sh by verbs-tests.sh):
 # every test binary in bin/, the layer's throughput probe, and perftest ib_write_bw baselines.
-# Writes logs/<step>.log and one "step rc seconds" line per step to results.txt.
+# Writes logs/<step>.log and one "step rc seconds" line per step to results.txt; exits 1 when any
+# step failed. rxe0's sent_pkts counter is recorded around each plugin step (logs/<step>.rxe).
 cd /mnt/host || exit 1
 [ -f suite.env ] && . ./suite.env
 mkdir -p logs
 : >results.txt
 now() { cut -d' ' -f1 /proc/uptime; }
+FAILED=0
 record() { # record NAME RC START
   echo "$1 $2 $(awk -v a="$3" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')" >>results.txt
+  [ "$2" = 0 ] || FAILED=1
+}
+sent_pkts() { cat /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/sent_pkts 2>/dev/null || echo -1; }
+# plugin_step NAME CMD...: a run of the plugin over rxe0, with rxe0's packet counter before/after
+plugin_step() {
+  name=$1
+  shift
+  t=$(now)
+  before=$(sent_pkts)
+  echo "guest-suite: running $name"
+  "$@" >"logs/$name.log" 2>&1
+  rc=$?
+  echo "$before $(sent_pkts)" >"logs/$name.rxe"
+  record "$name" $rc "$t"
 }
 for b in bin/*; do
   [ -x "$b" ] || continue
@@ -26,13 +42,11 @@ if [ -x probe/verbs_probe ]; then
 fi
 # the NCCL-call-pattern harness against the plugin .so, forced onto RDMA (rxe0); test ACK timeout
 # 14 (67 ms) as in tests/verbs_support: rxe under emulation drops a packet now and then
-if [ -x harness/nccl_harness ]; then
-  t=$(now)
-  echo "guest-suite: running nccl_harness"
-  DQPLB_PLUGIN_SO=/mnt/host/harness/libnccl_net_dqplb.so NCCL_DQPLB_TRANSPORT=verbs NCCL_IB_TIMEOUT=14 \
-    timeout 900 ./harness/nccl_harness --test-threads=1 >logs/nccl_harness.log 2>&1
-  record nccl_harness $? "$t"
-fi
+for h in nccl_harness nccl_emulator; do
+  [ -x harness/$h ] || continue
+  plugin_step $h env DQPLB_PLUGIN_SO=/mnt/host/harness/libnccl_net_dqplb.so NCCL_DQPLB_TRANSPORT=verbs \
+    NCCL_IB_TIMEOUT=14 timeout 900 ./harness/$h --test-threads=1
+done
 # perftest baselines: loopback server/client pair on rxe0. The server may take a while to listen
 # under emulation: the client retries; every process runs under a timeout, so nothing can hang.
 perf() { # perf NAME ARGS...
@@ -89,5 +103,5 @@ esac
 for c in /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/*; do
   v=$(cat "$c" 2>/dev/null) && [ "$v" != 0 ] && echo "${c##*/} $v"
 done >logs/rxe_counters.log
-echo "guest-suite: done"
-exit 0
+echo "guest-suite: done (failed=$FAILED)"
+exit $FAILED

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Prepares the Soft-RoCE test VM: host packages (qemu, perftest, busybox, verbs tools), Debian's
 # kernel unpacked beside this script (never installed), an uncompressed vmlinux and the initramfs.
-# Idempotent and cached: a second run only checks.  Exit 0 = ready, 3 = qemu/kernel unavailable
-# (callers skip loudly), anything else = a real setup failure.
+# Idempotent and cached: a second run only checks.  Exit 0 = ready; 3 = this host can never run
+# the VM (not root, so nothing can be installed); 4 = setup failed (apt, mirror, kernel download:
+# retried first); anything else = a bug. Only 3 may be skipped by callers.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE"
@@ -10,7 +11,17 @@ export DEBIAN_FRONTEND=noninteractive
 APT=(apt-get -o DPkg::Lock::Timeout=300 -q)
 
 log() { echo "softroce-setup: $*" >&2; }
-unavailable() { log "UNAVAILABLE: $*"; exit 3; }
+never() { log "CANNOT RUN ON THIS HOST: $*"; exit 3; }
+unavailable() { log "SETUP FAILED: $*"; exit 4; }
+# retry N CMD...: transient apt/mirror errors get N tries, 10 s apart
+retry() {
+  local n=$1 i; shift
+  for ((i = 1; i <= n; i++)); do
+    "$@" && return 0
+    [ "$i" -lt "$n" ] && { log "attempt $i of $n failed: $*; retrying in 10 s"; sleep 10; }
+  done
+  return 1
+}
 
 # Host packages: the VM's userland is copied from the host, so the host needs them installed.
 PKGS=(busybox-static ibverbs-utils perftest ibverbs-providers rdma-core cpio kmod iproute2 python3 gzip)
@@ -18,12 +29,13 @@ missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 lists_ready() { ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; }
 if [ ${#missing[@]} -gt 0 ] || ! command -v qemu-system-x86_64 >/dev/null; then
-  [ "$(id -u)" = 0 ] || unavailable "not root: cannot install ${missing[*]} qemu-system-x86"
-  lists_ready || "${APT[@]}" update -qq || unavailable "apt-get update failed"
+  [ "$(id -u)" = 0 ] || never "not root: cannot install ${missing[*]} qemu-system-x86"
+  lists_ready || retry 3 "${APT[@]}" update -qq || unavailable "apt-get update failed"
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
-  "${APT[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  retry 3 "${APT[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || unavailable "apt-get install ${missing[*]} failed"
 fi
 
 if ! command -v qemu-system-x86_64 >/dev/null; then
@@ -38,12 +50,12 @@ if ! command -v qemu-system-x86_64 >/dev/null; then
     BPO=(-o Dir::Etc::sourcelist="$HERE/apt-bpo/sources.list"
          -o Dir::State::lists="$HERE/apt-bpo/lists" -o Dir::Cache::archives="$HERE/apt-bpo/archives")
     log "installing qemu-system-x86 from bookworm-backports"
-    "${APT[@]}" "${BPO[@]}" update -qq || unavailable "backports list download failed"
-    "${APT[@]}" "${BPO[@]}" install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 \
+    retry 3 "${APT[@]}" "${BPO[@]}" update -qq || unavailable "backports list download failed"
+    retry 3 "${APT[@]}" "${BPO[@]}" install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 \
       >/dev/null || unavailable "qemu-system-x86 (backports) install failed"
   else
     log "installing qemu-system-x86"
-    "${APT[@]}" install -y -qq --no-install-recommends qemu-system-x86 >/dev/null \
+    retry 3 "${APT[@]}" install -y -qq --no-install-recommends qemu-system-x86 >/dev/null \
       || unavailable "qemu-system-x86 install failed"
   fi
 fi
@@ -67,7 +79,7 @@ download_kernel() { # download_kernel ABI -> unpacks into kroot/, false on failu
 kver_file=kroot/KVER
 if [ -z "${KVER:-}" ] && [ -s "$kver_file" ]; then KVER=$(cat "$kver_file"); fi
 if [ -z "${KVER:-}" ]; then
-  lists_ready || "${APT[@]}" update -qq || unavailable "apt-get update failed"
+  lists_ready || retry 3 "${APT[@]}" update -qq || unavailable "apt-get update failed"
   KVER=$(resolve_kver)
   [ -n "$KVER" ] || unavailable "cannot resolve the linux-image-amd64 kernel ABI"
 fi
@@ -76,10 +88,10 @@ if [ ! -f "kroot/boot/vmlinuz-$KVER" ]; then
   if ! download_kernel "$KVER"; then
     # stale package lists name an ABI the mirror no longer has: refresh once and retry
     log "download failed; refreshing package lists"
-    "${APT[@]}" update -qq || unavailable "apt-get update failed"
+    retry 3 "${APT[@]}" update -qq || unavailable "apt-get update failed"
     KVER=$(resolve_kver)
     [ -n "$KVER" ] || unavailable "cannot resolve the linux-image-amd64 kernel ABI"
-    download_kernel "$KVER" || unavailable "kernel linux-image-$KVER download failed"
+    retry 3 download_kernel "$KVER" || unavailable "kernel linux-image-$KVER download failed"
   fi
 fi
 echo "$KVER" > "$kver_file"
