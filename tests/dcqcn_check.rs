@@ -2,6 +2,7 @@
 //! files through the library (compare, preflight and its log lines) and the `dqplb check` binary.
 
 use nccl_net_dqplb::config::dcqcn::DcqcnSection;
+use nccl_net_dqplb::dcqcn::compare::Verdict;
 use nccl_net_dqplb::dcqcn::fake_tree::{cc_rel, FakeTree};
 use nccl_net_dqplb::dcqcn::{
     compare, preflight, read_device, resolve, PreflightError, Reading, Status,
@@ -107,7 +108,9 @@ fn stock_device_matches_nvidia_default() {
         "{out}"
     );
     assert!(
-        out.ends_with("summary: 1 device(s), 1 matching, 0 with mismatches\n"),
+        out.ends_with(
+            "summary: 1 device(s), 1 matching, 0 unverified (unreadable values), 0 with mismatches\n"
+        ),
         "{out}"
     );
 }
@@ -184,7 +187,10 @@ fn missing_files_are_unknown_not_failures() {
     t.remove(&cc_rel(BDF, "np_min_time_between_cnps")).unwrap();
     t.remove("sys/class/net/ens1f0/ecn").unwrap();
     let r = check_with(&t, "nvidia-default");
-    assert!(r.all_match());
+    // Unknowns are not failures, but not a match either.
+    assert!(!r.all_match());
+    assert_eq!(r.verdict(), Verdict::Unverified);
+    assert_eq!(r.failure_count(), 0);
     assert_eq!(r.unknown_count(), 4);
     assert_eq!(
         row(&r, "rp_max_rate").actual,
@@ -195,13 +201,13 @@ fn missing_files_are_unknown_not_failures() {
     assert!(reasons[1].contains("out-of-tree"), "{reasons:?}");
 
     let (code, out, _) = dqplb(&t, &[]);
-    assert_eq!(code, 0, "{out}");
+    assert_eq!(code, 3, "unverified exits 3: {out}");
     assert!(
         out.contains("? unknown: file missing (older kernel or firmware)"),
         "{out}"
     );
     assert!(
-        out.contains("=> MATCH: 17 ok, 0 failed, 4 unknown"),
+        out.contains("=> UNVERIFIED: 17 ok, 0 failed, 4 unknown"),
         "{out}"
     );
 }
@@ -212,7 +218,9 @@ fn unreadable_sources_are_unknown_once() {
     let t = stock_tree("nodebugfs");
     t.remove("debug/mlx5").unwrap();
     let r = check_with(&t, "nvidia-default");
-    assert!(r.all_match());
+    // 19 of 21 checked values unreadable: never a MATCH.
+    assert_eq!(r.verdict(), Verdict::Unverified);
+    assert_eq!(r.matched_count(), 2);
     assert_eq!(r.unknown_count(), 19);
     assert_eq!(r.unknown_reasons().len(), 1);
     assert!(
@@ -221,7 +229,11 @@ fn unreadable_sources_are_unknown_once() {
         r.unknown_reasons()
     );
     let (code, out, _) = dqplb(&t, &[]);
-    assert_eq!(code, 0, "{out}");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("=> UNVERIFIED: 2 ok, 0 failed, 19 unknown"),
+        "{out}"
+    );
     assert_eq!(out.matches("? unknown:").count(), 1, "{out}");
     assert!(
         out.contains("model used firmware defaults for 16 unreadable parameter(s)"),
@@ -233,7 +245,7 @@ fn unreadable_sources_are_unknown_once() {
     t.make_unreadable(&cc_rel(BDF, "rp_gd")).unwrap();
     let r = check_with(&t, "nvidia-default");
     assert_eq!(row(&r, "rp_gd").status, Status::Unknown);
-    assert!(r.all_match());
+    assert_eq!(r.verdict(), Verdict::Unverified);
 
     // Not an mlx5 device: cc_params are not even looked for.
     let t = FakeTree::new("rxe").unwrap();
@@ -250,7 +262,7 @@ fn unreadable_sources_are_unknown_once() {
         row(&r, "rp_ai_rate").actual,
         Reading::Unknown("not an mlx5 device (driver virtio-pci)".into())
     );
-    assert!(r.all_match());
+    assert_eq!(r.verdict(), Verdict::Unverified);
     assert_eq!(r.unknown_reasons().len(), 2); // cc_params, and no netdev for ECN
 }
 
@@ -490,7 +502,9 @@ fn preflight_logs_and_strict_failure() {
     assert!(infos[0].contains("dqplb::dcqcn"), "{log}");
     assert!(infos[0].contains("mlx5_0 (pci 0000:3b:00.0, netdev ens1f0): profile nvidia-default: 18 ok, 2 mismatched, 1 unknown"), "{log}");
     assert!(
-        infos[1].contains("1 checked value(s) unknown, not a failure: file missing"),
+        infos[1].contains(
+            "UNVERIFIED: 1 checked value(s) unreadable, so DCQCN cannot be confirmed (not a failure): file missing"
+        ),
         "{log}"
     );
     assert_eq!(warns.len(), 2, "{log}");

@@ -1,9 +1,10 @@
 //! `dqplb check`: compares every selected RDMA device with a DCQCN profile, prints a table or
-//! JSON (plus counters and the model's reading), fix commands or counter rates; exit 0/1/2.
+//! JSON (plus counters and the model's reading), fix commands or counter rates; exit 0/1/2/3.
 
 use crate::config::load::{load_from_process_env, load_path, process_env_vars};
 use crate::config::schema::SiteConfig;
 use crate::dcqcn::compare::compare;
+use crate::dcqcn::compare::Verdict;
 use crate::dcqcn::fix::{fix_plan, format_fix_plans};
 use crate::dcqcn::model::GConvention;
 use crate::dcqcn::profile::resolve;
@@ -21,6 +22,8 @@ pub const EXIT_MATCH: i32 = 0;
 pub const EXIT_MISMATCH: i32 = 1;
 /// Exit code: bad usage (arguments, config, profile, no device).
 pub const EXIT_USAGE: i32 = 2;
+/// No mismatch, but checked values were unreadable (no debugfs, not root): not proof of a match.
+pub const EXIT_UNVERIFIED: i32 = 3;
 
 pub const USAGE: &str = "\
 usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DIR]
@@ -37,7 +40,7 @@ usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DI
   --samples N         stop --watch after N samples (default: run until interrupted)
   --dce-tcp-g C       how the model reads rp_dce_tcp_g: one-minus (g=(1024-v)/1024, default)
                       or direct (g=v/1024)
-exit: 0 all match, 1 mismatch, 2 bad usage";
+exit: 0 all match, 1 mismatch, 2 bad usage, 3 unverified (no mismatch, but checked values unreadable)";
 
 #[derive(Debug, Default)]
 struct Options {
@@ -201,6 +204,11 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
 
     let env_hca = std::env::var("NCCL_IB_HCA").ok();
     let hca = opts.hca.clone().or(env_hca);
+    if let Some(h) = hca.as_deref().map(str::trim).filter(|h| !h.is_empty()) {
+        // Operators get every oddity as an error; the plugin reads the same list leniently.
+        crate::config::HcaList::parse(h, config.fabric.hca_third_field, config.fabric.max_rails)
+            .map_err(|e| e.to_string())?;
+    }
     let all = list_devices(&roots).map_err(|e| format!("no RDMA devices: {e}"))?;
     let devices = select_devices(all.clone(), hca.as_deref(), &config.fabric)?;
     if devices.is_empty() {
@@ -215,10 +223,11 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
         .iter()
         .map(|d| analyse(compare(&read_device(&roots, d), &profile), convention))
         .collect();
-    let code = if checked.iter().all(|c| c.report.all_match()) {
-        EXIT_MATCH
-    } else {
-        EXIT_MISMATCH
+    let worst = checked.iter().map(|c| c.report.verdict()).max();
+    let code = match worst {
+        Some(Verdict::Mismatch) => EXIT_MISMATCH,
+        Some(Verdict::Unverified) => EXIT_UNVERIFIED,
+        _ => EXIT_MATCH,
     };
 
     let text = if opts.fix {

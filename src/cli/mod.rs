@@ -14,7 +14,7 @@ commands:
   plan    show the site config in effect, the NCCL_IB_HCA devices and the per-class QP plan
           (dqplb plan --help for options)
   check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
-          1 mismatch, 2 bad usage (dqplb check --help)
+          1 mismatch, 2 bad usage, 3 unverified (dqplb check --help)
   perf    point-to-point bandwidth / latency between two local processes through the
           plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
   paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through

@@ -30,6 +30,25 @@ impl Status {
     }
 }
 
+/// A device's overall result against its profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Match,
+    /// Nothing mismatched, but some checked values could not be read: not proof of a match.
+    Unverified,
+    Mismatch,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Match => "MATCH",
+            Verdict::Unverified => "UNVERIFIED",
+            Verdict::Mismatch => "MISMATCH",
+        }
+    }
+}
+
 /// One compared file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -79,8 +98,19 @@ impl DeviceReport {
             .filter(|r| r.status == Status::Match)
             .count()
     }
+    /// Every checked value was read and matched: unknowns never count as a match.
     pub fn all_match(&self) -> bool {
-        self.failure_count() == 0
+        self.verdict() == Verdict::Match
+    }
+    /// Match, mismatch (a failure), or unverified (no failure, but checked values unreadable).
+    pub fn verdict(&self) -> Verdict {
+        if self.failure_count() > 0 {
+            Verdict::Mismatch
+        } else if self.unknown_count() > 0 {
+            Verdict::Unverified
+        } else {
+            Verdict::Match
+        }
     }
     /// Distinct reasons why checked rows are unknown, in row order.
     pub fn unknown_reasons(&self) -> Vec<String> {

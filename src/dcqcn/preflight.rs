@@ -105,7 +105,7 @@ pub fn preflight(
     if section.strict && failures > 0 {
         let devices = reports
             .iter()
-            .filter(|r| !r.all_match())
+            .filter(|r| r.failure_count() > 0)
             .map(|r| r.snapshot.device.clone())
             .collect();
         return Err(PreflightError::Mismatch {
@@ -157,7 +157,7 @@ fn log_report(r: &DeviceReport) {
     if !reasons.is_empty() {
         tracing::info!(
             target: "dqplb::dcqcn",
-            "dcqcn: {}: {} checked value(s) unknown, not a failure: {}",
+            "dcqcn: {}: UNVERIFIED: {} checked value(s) unreadable, so DCQCN cannot be confirmed (not a failure): {}",
             s.device,
             r.unknown_count(),
             reasons.join("; ")

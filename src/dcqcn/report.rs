@@ -167,18 +167,20 @@ pub fn format_table(devices: &[CheckedDevice]) -> String {
         }
         out.push_str(&format!(
             "  => {}: {} ok, {} failed, {} unknown\n\n",
-            if r.all_match() { "MATCH" } else { "MISMATCH" },
+            r.verdict().as_str(),
             r.matched_count(),
             r.failure_count(),
             r.unknown_count()
         ));
     }
-    let failed = devices.iter().filter(|d| !d.report.all_match()).count();
+    let count =
+        |v: super::compare::Verdict| devices.iter().filter(|d| d.report.verdict() == v).count();
     out.push_str(&format!(
-        "summary: {} device(s), {} matching, {} with mismatches\n",
+        "summary: {} device(s), {} matching, {} unverified (unreadable values), {} with mismatches\n",
         devices.len(),
-        devices.len() - failed,
-        failed
+        count(super::compare::Verdict::Match),
+        count(super::compare::Verdict::Unverified),
+        count(super::compare::Verdict::Mismatch)
     ));
     out
 }
@@ -235,6 +237,7 @@ pub fn format_json(devices: &[CheckedDevice]) -> String {
                 "profile": r.profile,
                 "roce_priority": r.roce_priority,
                 "match": r.all_match(),
+                "verdict": r.verdict().as_str(),
                 "failed": r.failure_count(),
                 "unknown": r.unknown_count(),
                 "unknown_reasons": r.unknown_reasons(),
@@ -253,7 +256,12 @@ pub fn format_json(devices: &[CheckedDevice]) -> String {
         })
         .collect();
     let all = devices.iter().all(|d| d.report.all_match());
-    let doc = json!({ "match": all, "devices": devs });
+    let worst = devices
+        .iter()
+        .map(|d| d.report.verdict())
+        .max()
+        .unwrap_or(super::compare::Verdict::Match);
+    let doc = json!({ "match": all, "verdict": worst.as_str(), "devices": devs });
     let mut text =
         serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     text.push('\n');
