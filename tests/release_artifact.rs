@@ -1,0 +1,392 @@
+//! The shipped library driven through dlopen, as NCCL loads it: no thread of it outlives the last
+//! close or a dlclose, and a panic forced into each entry point comes back as ncclInternalError.
+//!
+//! CI runs this against target/release/libnccl-net-dqplb.so (DQPLB_PLUGIN_SO, scripts/test.sh
+//! "release artifact" step); plain `cargo test` uses the cdylib built next to this executable.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::PathBuf;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+const SUCCESS: c_int = 0;
+const INTERNAL_ERROR: c_int = 3;
+const PTR_HOST: c_int = 1;
+
+type Logger = Option<unsafe extern "C" fn()>;
+
+/// ncclNet_v8_t as NCCL's ext-net/net_v8.h lays it out (only what this test calls is typed).
+#[repr(C)]
+struct NetV8 {
+    name: *const c_char,
+    init: Option<unsafe extern "C" fn(Logger) -> c_int>,
+    devices: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
+    get_properties: Option<unsafe extern "C" fn(c_int, *mut [u8; 64]) -> c_int>,
+    listen: Option<unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void) -> c_int>,
+    connect: Option<
+        unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int,
+    >,
+    accept: Option<unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int>,
+    reg_mr: Option<
+        unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> c_int,
+    >,
+    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    dereg_mr: Option<unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int>,
+    isend: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_void,
+            c_int,
+            c_int,
+            *mut c_void,
+            *mut *mut c_void,
+        ) -> c_int,
+    >,
+    irecv: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            c_int,
+            *mut *mut c_void,
+            *mut c_int,
+            *mut c_int,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> c_int,
+    >,
+    iflush: Option<unsafe extern "C" fn()>,
+    test: Option<unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> c_int>,
+    close_send: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    close_recv: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    close_listen: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    get_device_mr: Option<unsafe extern "C" fn()>,
+    irecv_consumed: Option<unsafe extern "C" fn()>,
+}
+
+fn plugin_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().expect("deps dir").join("libnccl_net_dqplb.so")
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .count()
+}
+
+struct Lib {
+    handle: *mut c_void,
+    net: &'static NetV8,
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc.
+    unsafe {
+        let e = libc::dlerror();
+        if e.is_null() {
+            "?".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
+fn open() -> Lib {
+    let path = plugin_path();
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid path; NCCL's flags (src/plugin/plugin_open.cc: RTLD_NOW | RTLD_LOCAL).
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(
+        !handle.is_null(),
+        "dlopen {}: {}",
+        path.display(),
+        dlerror()
+    );
+    // SAFETY: handle is live; the symbol is the exported vtable, a static of the library.
+    let sym = unsafe { libc::dlsym(handle, c"ncclNetPlugin_v8".as_ptr()) };
+    assert!(!sym.is_null(), "no ncclNetPlugin_v8 in {}", path.display());
+    // SAFETY: the library is -z nodelete, so its statics outlive any dlclose.
+    Lib {
+        handle,
+        net: unsafe { &*(sym as *const NetV8) },
+    }
+}
+
+impl Lib {
+    fn close(self) {
+        // SAFETY: handle came from dlopen and is closed once.
+        assert_eq!(unsafe { libc::dlclose(self.handle) }, 0, "{}", dlerror());
+    }
+}
+
+/// A connected pair on device 0 (loopback) plus registrations, made in one thread as NCCL's GDR
+/// probe does (listen, then connect/accept until both are up).
+struct Pair {
+    listen: *mut c_void,
+    send: *mut c_void,
+    recv: *mut c_void,
+}
+
+unsafe fn connect_pair(n: &NetV8) -> Pair {
+    let mut handle = [0u8; 128];
+    let mut listen = null_mut();
+    // SAFETY: (whole fn) pointers to live locals, comms from this plugin; NCCL's calling pattern.
+    unsafe {
+        assert_eq!(
+            n.listen.unwrap()(0, handle.as_mut_ptr().cast(), &mut listen),
+            SUCCESS
+        );
+        let (mut send, mut recv): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+        let (mut dev_s, mut dev_r) = (null_mut(), null_mut());
+        let t0 = Instant::now();
+        while send.is_null() || recv.is_null() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "connect/accept hung"
+            );
+            if send.is_null() {
+                assert_eq!(
+                    n.connect.unwrap()(0, handle.as_mut_ptr().cast(), &mut send, &mut dev_s),
+                    SUCCESS
+                );
+            }
+            if recv.is_null() {
+                assert_eq!(n.accept.unwrap()(listen, &mut recv, &mut dev_r), SUCCESS);
+            }
+        }
+        Pair { listen, send, recv }
+    }
+}
+
+/// One message of `len` bytes from `p.send` to `p.recv`, byte-exact.
+unsafe fn transfer(n: &NetV8, p: &Pair, len: usize) {
+    let src: Vec<u8> = (0..len).map(|i| (i * 131 + i / 4096) as u8).collect();
+    let mut dst = vec![0u8; len];
+    // SAFETY: (whole fn) buffers outlive the requests, which are tested to completion.
+    unsafe {
+        let (mut mh_s, mut mh_r) = (null_mut(), null_mut());
+        assert_eq!(
+            n.reg_mr.unwrap()(
+                p.send,
+                src.as_ptr() as *mut c_void,
+                len,
+                PTR_HOST,
+                &mut mh_s
+            ),
+            SUCCESS
+        );
+        assert_eq!(
+            n.reg_mr.unwrap()(p.recv, dst.as_mut_ptr().cast(), len, PTR_HOST, &mut mh_r),
+            SUCCESS
+        );
+        let (mut sreq, mut rreq): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+        let mut data = dst.as_mut_ptr().cast::<c_void>();
+        let (mut size, mut tag) = (len as c_int, 7);
+        let t0 = Instant::now();
+        while rreq.is_null() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "irecv never posted");
+            assert_eq!(
+                n.irecv.unwrap()(p.recv, 1, &mut data, &mut size, &mut tag, &mut mh_r, &mut rreq),
+                SUCCESS
+            );
+        }
+        while sreq.is_null() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "isend never posted");
+            assert_eq!(
+                n.isend.unwrap()(
+                    p.send,
+                    src.as_ptr() as *mut c_void,
+                    len as c_int,
+                    7,
+                    mh_s,
+                    &mut sreq
+                ),
+                SUCCESS
+            );
+        }
+        let (mut sdone, mut rdone, mut got) = (0, 0, -1);
+        while sdone == 0 || rdone == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(60), "transfer hung");
+            if sdone == 0 {
+                assert_eq!(n.test.unwrap()(sreq, &mut sdone, null_mut()), SUCCESS);
+            }
+            if rdone == 0 {
+                assert_eq!(n.test.unwrap()(rreq, &mut rdone, &mut got), SUCCESS);
+            }
+        }
+        assert_eq!(got, len as c_int);
+        assert!(dst == src, "received bytes differ");
+        assert_eq!(n.dereg_mr.unwrap()(p.send, mh_s), SUCCESS);
+        assert_eq!(n.dereg_mr.unwrap()(p.recv, mh_r), SUCCESS);
+    }
+}
+
+unsafe fn close_pair(n: &NetV8, p: Pair) {
+    // SAFETY: comms from this plugin, each closed once.
+    unsafe {
+        assert_eq!(n.close_send.unwrap()(p.send), SUCCESS);
+        assert_eq!(n.close_recv.unwrap()(p.recv), SUCCESS);
+        assert_eq!(n.close_listen.unwrap()(p.listen), SUCCESS);
+    }
+}
+
+fn setup_env() {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
+    std::env::remove_var("NCCL_DQPLB_DEBUG_PANIC");
+}
+
+/// One test function: env knobs and the dlopen'ed library are process-wide.
+#[test]
+fn no_thread_outlives_close_and_every_entry_contains_panics() {
+    setup_env();
+    let before = threads();
+    for cycle in 0..2 {
+        let lib = open();
+        let n = lib.net;
+        // SAFETY: NCCL's call sequence on this plugin's vtable.
+        unsafe {
+            assert_eq!(n.init.unwrap()(None), SUCCESS);
+            let mut ndev = 0;
+            assert_eq!(n.devices.unwrap()(&mut ndev), SUCCESS);
+            assert!(ndev >= 1);
+            let p = connect_pair(n);
+            transfer(n, &p, 1 << 20);
+            transfer(n, &p, 3);
+            close_pair(n, p);
+        }
+        assert_eq!(
+            threads(),
+            before,
+            "cycle {cycle}: a plugin thread is alive after the last close"
+        );
+        lib.close();
+        assert_eq!(threads(), before, "cycle {cycle}: a thread after dlclose");
+    }
+
+    // Panic containment: NCCL_DQPLB_DEBUG_PANIC=<entry> (read at init) makes that entry panic;
+    // the guard must turn it into ncclInternalError and leave the plugin usable.
+    let lib = open();
+    let n = lib.net;
+    // SAFETY: as above; every call gets valid pointers.
+    unsafe {
+        assert_eq!(n.init.unwrap()(None), SUCCESS);
+        let p = connect_pair(n);
+        let arm = |entry: &str| {
+            std::env::set_var("NCCL_DQPLB_DEBUG_PANIC", entry);
+            let rc = n.init.unwrap()(None);
+            assert_eq!(
+                rc == INTERNAL_ERROR,
+                entry == "init",
+                "init with {entry} armed"
+            );
+        };
+        let mut checked = Vec::new();
+        let mut expect = |entry: &str, rc: c_int| {
+            assert_eq!(rc, INTERNAL_ERROR, "{entry}: a panic came back as {rc}");
+            checked.push(entry.to_string());
+        };
+        arm("init");
+        expect("init", n.init.unwrap()(None));
+        arm("devices");
+        let mut ndev = 9;
+        expect("devices", n.devices.unwrap()(&mut ndev));
+        assert_eq!(ndev, 0, "devices writes its output even after a panic");
+        arm("getProperties");
+        let mut props = [0u8; 64];
+        expect("getProperties", n.get_properties.unwrap()(0, &mut props));
+        arm("listen");
+        let mut h = [0u8; 128];
+        let mut l = 1 as *mut c_void;
+        expect(
+            "listen",
+            n.listen.unwrap()(0, h.as_mut_ptr().cast(), &mut l),
+        );
+        assert!(l.is_null(), "listen writes NULL after a panic");
+        arm("connect");
+        let (mut s, mut d) = (1 as *mut c_void, null_mut());
+        expect(
+            "connect",
+            n.connect.unwrap()(0, h.as_mut_ptr().cast(), &mut s, &mut d),
+        );
+        assert!(s.is_null());
+        arm("accept");
+        let mut r = 1 as *mut c_void;
+        expect("accept", n.accept.unwrap()(p.listen, &mut r, &mut d));
+        assert!(r.is_null());
+        let mut buf = vec![0u8; 4096];
+        arm("regMr");
+        let mut mh = 1 as *mut c_void;
+        expect(
+            "regMr",
+            n.reg_mr.unwrap()(p.send, buf.as_mut_ptr().cast(), 4096, PTR_HOST, &mut mh),
+        );
+        assert!(mh.is_null());
+        arm("none");
+        assert_eq!(
+            n.reg_mr.unwrap()(p.send, buf.as_mut_ptr().cast(), 4096, PTR_HOST, &mut mh),
+            SUCCESS
+        );
+        arm("deregMr");
+        expect("deregMr", n.dereg_mr.unwrap()(p.send, mh));
+        arm("isend");
+        let mut req = 1 as *mut c_void;
+        expect(
+            "isend",
+            n.isend.unwrap()(p.send, buf.as_mut_ptr().cast(), 8, 1, null_mut(), &mut req),
+        );
+        assert!(req.is_null());
+        arm("irecv");
+        let mut data = buf.as_mut_ptr().cast::<c_void>();
+        let (mut size, mut tag) = (8, 1);
+        let mut mhs = null_mut();
+        expect(
+            "irecv",
+            n.irecv.unwrap()(
+                p.recv, 1, &mut data, &mut size, &mut tag, &mut mhs, &mut req,
+            ),
+        );
+        assert!(req.is_null());
+        // test() needs a live request: post one unarmed, then arm test.
+        arm("none");
+        req = null_mut();
+        while req.is_null() {
+            assert_eq!(
+                n.irecv.unwrap()(p.recv, 1, &mut data, &mut size, &mut tag, &mut mhs, &mut req),
+                SUCCESS
+            );
+        }
+        arm("test");
+        let mut done = 5;
+        expect("test", n.test.unwrap()(req, &mut done, null_mut()));
+        assert_eq!(done, 0, "test writes done = 0 after a panic");
+        arm("none");
+        // Still usable after all of that.
+        std::env::remove_var("NCCL_DQPLB_DEBUG_PANIC");
+        assert_eq!(n.init.unwrap()(None), SUCCESS);
+        let fresh = connect_pair(n);
+        transfer(n, &fresh, 100_000);
+        close_pair(n, fresh);
+        close_pair(n, p);
+        assert_eq!(
+            checked,
+            [
+                "init",
+                "devices",
+                "getProperties",
+                "listen",
+                "connect",
+                "accept",
+                "regMr",
+                "deregMr",
+                "isend",
+                "irecv",
+                "test"
+            ]
+        );
+    }
+    lib.close();
+    assert_eq!(threads(), before, "a thread after the panic cycle");
+}
