@@ -299,26 +299,26 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         expect("getProperties", n.get_properties.unwrap()(0, &mut props));
         arm("listen");
         let mut h = [0u8; 128];
-        let mut l = 1 as *mut c_void;
+        let mut l = std::ptr::dangling_mut::<c_void>();
         expect(
             "listen",
             n.listen.unwrap()(0, h.as_mut_ptr().cast(), &mut l),
         );
         assert!(l.is_null(), "listen writes NULL after a panic");
         arm("connect");
-        let (mut s, mut d) = (1 as *mut c_void, null_mut());
+        let (mut s, mut d) = (std::ptr::dangling_mut::<c_void>(), null_mut());
         expect(
             "connect",
             n.connect.unwrap()(0, h.as_mut_ptr().cast(), &mut s, &mut d),
         );
         assert!(s.is_null());
         arm("accept");
-        let mut r = 1 as *mut c_void;
+        let mut r = std::ptr::dangling_mut::<c_void>();
         expect("accept", n.accept.unwrap()(p.listen, &mut r, &mut d));
         assert!(r.is_null());
         let mut buf = vec![0u8; 4096];
         arm("regMr");
-        let mut mh = 1 as *mut c_void;
+        let mut mh = std::ptr::dangling_mut::<c_void>();
         expect(
             "regMr",
             n.reg_mr.unwrap()(p.send, buf.as_mut_ptr().cast(), 4096, PTR_HOST, &mut mh),
@@ -332,7 +332,7 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         arm("deregMr");
         expect("deregMr", n.dereg_mr.unwrap()(p.send, mh));
         arm("isend");
-        let mut req = 1 as *mut c_void;
+        let mut req = std::ptr::dangling_mut::<c_void>();
         expect(
             "isend",
             n.isend.unwrap()(p.send, buf.as_mut_ptr().cast(), 8, 1, null_mut(), &mut req),
