@@ -27,7 +27,8 @@ enum Stage {
         got: usize,
     },
     Reply {
-        qps: QpSet,
+        // boxed: a QP set dwarfs the other stages
+        qps: Box<QpSet>,
         params: ConnParams,
         fifo: RemoteSlice,
         out: Vec<u8>,
@@ -162,7 +163,7 @@ impl VerbsListenComm {
                     }
                     let out = qps.local_info().encode();
                     p.stage = Stage::Reply {
-                        qps,
+                        qps: Box::new(qps),
                         params,
                         fifo,
                         out,
@@ -182,7 +183,7 @@ impl VerbsListenComm {
                     };
                     tracing::info!(target: "dqplb::net", "verbs: accepted {} on {} with {} data QPs, {} outstanding, {} B segments",
                         p.peer, self.domain.name(), params.qps, params.outstanding, params.segment_bytes);
-                    return VerbsRecvComm::new(qps, p.sock, fifo, params, p.peer.to_string())
+                    return VerbsRecvComm::new(*qps, p.sock, fifo, params, p.peer.to_string())
                         .map(Some);
                 }
             }
