@@ -568,6 +568,170 @@ mod tests {
         assert_eq!(mtu_code(1500), None);
     }
 
+    /// (port number, active) of a fake device.
+    type FakePorts = Vec<(u8, bool)>;
+
+    /// Fake devices by name: `None` = fails to open.
+    struct FakeSource {
+        devices: Vec<(&'static str, Option<FakePorts>)>,
+    }
+
+    struct FakeDevice {
+        ports: FakePorts,
+    }
+
+    impl OpenedDevice for FakeDevice {
+        fn limits_and_ports(&self) -> Result<(DeviceLimits, u8)> {
+            let limits = DeviceLimits {
+                max_qp: 1000,
+                max_cq: 2000,
+            };
+            Ok((limits, self.ports.iter().map(|p| p.0).max().unwrap_or(0)))
+        }
+
+        fn port(&self, port: u8) -> Result<RawPort> {
+            let active = self.ports.iter().any(|&(p, a)| p == port && a);
+            Ok(RawPort {
+                active,
+                link_layer: ib::IBV_LINK_LAYER_ETHERNET,
+                active_mtu: 5,
+                lid: 0,
+                active_width: 2,
+                active_speed: 32,
+            })
+        }
+
+        fn gid(&self, _port: u8, index: u32) -> Result<[u8; 16]> {
+            Err(VerbsError::invalid(format!("fake has no GID {index}")))
+        }
+    }
+
+    impl DeviceSource for FakeSource {
+        fn list(&self) -> Result<Option<Vec<(String, u64)>>> {
+            Ok(Some(
+                self.devices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (d.0.to_string(), i as u64 + 1))
+                    .collect(),
+            ))
+        }
+
+        fn open(&self, name: &str) -> Result<Box<dyn OpenedDevice>> {
+            let (_, ports) = self
+                .devices
+                .iter()
+                .find(|d| d.0 == name)
+                .ok_or_else(|| VerbsError::invalid("unknown fake"))?;
+            match ports {
+                Some(p) => Ok(Box::new(FakeDevice { ports: p.clone() })),
+                None => Err(VerbsError::Call {
+                    op: "ibv_open_device",
+                    device: name.to_string(),
+                    errno: libc::EACCES,
+                }),
+            }
+        }
+    }
+
+    /// A fake /sys with `(device, port, number of GID entries)`; entry i is ::ffff:10.0.port.i.
+    fn fake_sysfs(tag: &str, ports: &[(&str, u8, u32)]) -> std::path::PathBuf {
+        let root =
+            std::env::temp_dir().join(format!("dqplb-discover-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for &(dev, port, n) in ports {
+            let dir = root.join(format!("class/infiniband/{dev}/ports/{port}"));
+            std::fs::create_dir_all(dir.join("gids")).expect("mkdir");
+            std::fs::create_dir_all(dir.join("gid_attrs/types")).expect("mkdir");
+            std::fs::write(dir.join("rate"), "100 Gb/sec (4X EDR)\n").expect("write");
+            for i in 0..n {
+                let gid = format!("0000:0000:0000:0000:0000:ffff:0a00:{port:02x}{i:02x}\n");
+                std::fs::write(dir.join("gids").join(i.to_string()), gid).expect("write");
+                std::fs::write(dir.join("gid_attrs/types").join(i.to_string()), "RoCE v2\n")
+                    .expect("write");
+            }
+        }
+        root
+    }
+
+    #[test]
+    fn failing_devices_and_ports_are_skipped_not_fatal() {
+        let root = fake_sysfs(
+            "skip",
+            &[
+                ("mlx5_0", 1, 4),
+                ("mlx5_1", 1, 2),
+                ("mlx5_1", 2, 4),
+                ("mlx5_3", 1, 4),
+            ],
+        );
+        let source = FakeSource {
+            devices: vec![
+                ("mlx5_0", Some(vec![(1, true)])),
+                ("mlx5_1", Some(vec![(1, true), (2, true)])),
+                ("mlx5_2", None),                   // cannot be opened
+                ("mlx5_3", Some(vec![(1, false)])), // no active port: silently left out
+            ],
+        };
+        let tuning = QpTuning {
+            gid_index: Some(3),
+            ..QpTuning::default()
+        };
+        let found = discover_from(&source, &Sysfs::new(&root), &tuning).expect("discovery");
+        let Discovery::Found { devices, skipped } = found else {
+            panic!("expected devices, got {found:?}");
+        };
+        let names: Vec<(&str, Vec<u8>)> = devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.ports.iter().map(|p| p.port).collect()))
+            .collect();
+        assert_eq!(names, vec![("mlx5_0", vec![1]), ("mlx5_1", vec![2])]);
+        assert_eq!(devices[0].limits.max_qp, 1000);
+        assert_eq!(devices[1].ports[0].gid.map(|g| g.index), Some(3));
+        assert_eq!(devices[0].ports[0].speed_mbps, 100_000);
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert_eq!(
+            (skipped[0].device.as_str(), skipped[0].port),
+            ("mlx5_1", Some(1))
+        );
+        assert!(
+            skipped[0].reason.contains("NCCL_IB_GID_INDEX"),
+            "{}",
+            skipped[0]
+        );
+        assert_eq!(
+            (skipped[1].device.as_str(), skipped[1].port),
+            ("mlx5_2", None)
+        );
+        let text = skipped[1].to_string();
+        assert!(
+            text.contains("mlx5_2") && text.contains("ibv_open_device"),
+            "{text}"
+        );
+        let text = skipped[0].to_string();
+        assert!(text.contains("mlx5_1 port 1"), "{text}");
+
+        // with automatic GID choice every active port is usable
+        let found =
+            discover_from(&source, &Sysfs::new(&root), &QpTuning::default()).expect("discovery");
+        let Discovery::Found { devices, skipped } = found else {
+            panic!("expected devices");
+        };
+        assert_eq!(devices.iter().map(|d| d.ports.len()).sum::<usize>(), 3);
+        assert_eq!(skipped.len(), 1, "only the device that cannot open");
+        std::fs::remove_dir_all(&root).expect("cleanup");
+    }
+
+    #[test]
+    fn missing_library_is_no_rdma_not_an_error() {
+        // whatever this host has, discover_report never fails for a missing library
+        match discover_report(&Sysfs::default(), &QpTuning::default()) {
+            Ok(Discovery::NoLibrary(why)) => assert!(!why.is_empty()),
+            Ok(Discovery::Found { .. }) => {}
+            Err(e) => panic!("discovery failed: {e}"),
+        }
+    }
+
     #[test]
     fn attr_speed_fallback() {
         assert_eq!(speed_from_attr(2, 32), 100_000); // 4X EDR

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 
-use super::bootstrap::{data_recvs, decode_open_tail, open_len, pull, push, qp_config};
+use super::bootstrap::{data_recvs, decode_open_tail, keepalive, open_len, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::qpset::QpSet;
 use super::recv::VerbsRecvComm;
@@ -90,6 +90,10 @@ impl VerbsListenComm {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
+                    if let Err(e) = keepalive(socket2::SockRef::from(&sock), "verbs listener") {
+                        tracing::warn!(target: "dqplb::net", "verbs listener: dropping {peer}: {}", e.msg);
+                        continue;
+                    }
                     self.pending.push(Pending {
                         sock,
                         peer,
