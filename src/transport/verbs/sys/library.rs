@@ -219,3 +219,35 @@ pub fn verbs() -> Result<&'static Verbs, LoadError> {
         .as_ref()
         .map_err(Clone::clone)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_symbols_name_themselves() {
+        // SAFETY: dlopen of the C library this process already has loaded; never closed.
+        let libc_handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW) };
+        assert!(!libc_handle.is_null());
+        let err = lookup(libc_handle, c"ibv_no_such_verb", IBVERBS_1_1).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("ibv_no_such_verb@IBVERBS_1.1") && text.contains(LIBIBVERBS),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn table_loads_once_or_reports_why() {
+        match (verbs(), verbs()) {
+            (Ok(a), Ok(b)) => {
+                assert!(std::ptr::eq(a, b), "one table per process");
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a, b);
+                eprintln!("SKIPPED: {a}");
+            }
+            _ => panic!("the table changed between calls"),
+        }
+    }
+}
