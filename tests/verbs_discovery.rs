@@ -5,7 +5,7 @@
 mod verbs_support;
 
 use nccl_net_dqplb::transport::verbs::{
-    discover, discover_system, GidKind, LinkLayer, QpTuning, Sysfs,
+    discover, discover_report, discover_system, Discovery, GidKind, LinkLayer, QpTuning, Sysfs,
 };
 use verbs_support::device_or_skip;
 
@@ -72,8 +72,30 @@ fn forced_gid_index_is_honoured() {
         gid_index: Some(4000),
         ..QpTuning::default()
     };
-    let err = discover(&Sysfs::default(), &bad).unwrap_err();
-    assert!(err.to_string().contains("NCCL_IB_GID_INDEX"), "{err}");
+    // a port without the forced GID index is skipped (one WARN in the plugin), not fatal
+    let report = discover_report(&Sysfs::default(), &bad).expect("discover");
+    let Discovery::Found { devices, skipped } = report else {
+        panic!("libibverbs loaded above, so discovery must find devices: {report:?}");
+    };
+    assert!(
+        devices.iter().all(|d| d.name != dev.name),
+        "{} listed without a usable port",
+        dev.name
+    );
+    let s = skipped
+        .iter()
+        .find(|s| s.device == dev.name)
+        .expect("the port is reported as skipped");
+    assert_eq!(s.port, Some(dev.ports[0].port));
+    let text = s.to_string();
+    assert!(
+        text.contains("NCCL_IB_GID_INDEX") && text.contains(&dev.name),
+        "{text}"
+    );
+    assert!(discover(&Sysfs::default(), &bad)
+        .expect("discover")
+        .iter()
+        .all(|d| d.name != dev.name));
 }
 
 #[test]

@@ -1,18 +1,40 @@
-//! RDMA devices offered to NCCL (feature `verbs`): every active port of each verbs device that
-//! NCCL_IB_HCA selects, with its fabricId; used instead of TCP interfaces when any exists.
+//! RDMA devices offered to NCCL (feature `verbs`): every usable active port of each verbs device
+//! that NCCL_IB_HCA selects, with its fabricId; used instead of TCP interfaces when any exists.
 
 use std::net::IpAddr;
 
 use super::devices::{intern, Device, DeviceKind, Properties, PTR_HOST};
 use crate::config::{HcaList, SiteConfig, TransportKind};
-use crate::transport::verbs::{discover, QpTuning, Sysfs, VerbsDomain};
-use crate::transport::{NetError, NetResult};
+use crate::transport::verbs::{
+    discover_report, ib_disabled_from_env, DeviceLimits, Discovery, QpTuning, Sysfs, VerbsDomain,
+};
+use crate::transport::{ErrorCode, NetError, NetResult};
 
-/// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`.
-pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>> {
+/// maxComms of an RDMA device from its limits. Every comm NCCL opens on the device (either side
+/// of a connection) holds one control QP plus the data QPs of its class plan, and two CQs (send
+/// and receive). So the device carries at most `max_qp / (1 + largest data-QP count)` comms, and
+/// at most `max_cq / 2`; the smaller of the two, never under 1 and never above i32::MAX.
+pub fn max_comms(limits: DeviceLimits, largest_data_qps: u32) -> i32 {
+    let by_qp = limits.max_qp / largest_data_qps.saturating_add(1);
+    let by_cq = limits.max_cq / 2;
+    by_qp.min(by_cq).clamp(1, i32::MAX as u32) as i32
+}
+
+/// Why auto mode offers no RDMA device (logged once at INFO), or the usable RDMA ports.
+enum Scan {
+    Devices(Vec<Device>),
+    Nothing(String),
+}
+
+/// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`. A device or port that
+/// fails is skipped with one WARN naming it; `Nothing` says why there is no RDMA at all.
+fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
+    if ib_disabled_from_env().map_err(|e| NetError::invalid_argument(e.to_string()))? {
+        return Ok(Scan::Nothing(
+            "NCCL_IB_DISABLE=1: no RDMA devices, TCP only".to_string(),
+        ));
+    }
     let tuning = QpTuning::from_env().map_err(|e| NetError::invalid_argument(e.to_string()))?;
-    let found = discover(&Sysfs::default(), &tuning)
-        .map_err(|e| NetError::system(format!("RDMA device discovery: {e}")))?;
     let hca = match std::env::var("NCCL_IB_HCA")
         .ok()
         .filter(|v| !v.trim().is_empty())
@@ -23,8 +45,22 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
         ),
         None => None,
     };
+    let (found, skipped) = match discover_report(&Sysfs::default(), &tuning) {
+        Ok(Discovery::Found { devices, skipped }) => (devices, skipped),
+        Ok(Discovery::NoLibrary(why)) => {
+            return Ok(Scan::Nothing(format!(
+                "libibverbs.so.1 not loadable ({why}): no RDMA devices, TCP only"
+            )))
+        }
+        Err(e) => return Err(NetError::system(format!("RDMA device discovery: {e}"))),
+    };
+    for s in &skipped {
+        tracing::warn!(target: "dqplb::init", "{s}");
+    }
+    let largest_qps = cfg.plans().iter().map(|p| p.qps).max().unwrap_or(1);
     let mut out = Vec::new();
     for dev in &found {
+        let comms = max_comms(dev.limits, largest_qps);
         for port in &dev.ports {
             let fabric = match &hca {
                 Some(list) => match list.select(&dev.name, u32::from(port.port)) {
@@ -34,11 +70,16 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
                 None => None,
             };
             if port.gid.is_none() && port.lid == 0 {
-                tracing::warn!(target: "dqplb::init", "{} port {}: no usable GID, skipped", dev.name, port.port);
+                tracing::warn!(target: "dqplb::init", "RDMA device {} port {} skipped: no usable GID and no LID", dev.name, port.port);
                 continue;
             }
-            let domain = VerbsDomain::open(dev, port.port, tuning)
-                .map_err(|e| NetError::system(format!("opening {}: {e}", dev.name)))?;
+            let domain = match VerbsDomain::open(dev, port.port, tuning) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(target: "dqplb::init", "RDMA device {} port {} skipped: {e}", dev.name, port.port);
+                    continue;
+                }
+            };
             out.push(Device {
                 kind: DeviceKind::Verbs {
                     ip: boot_ip,
@@ -54,16 +95,29 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
                     speed_mbps: port.speed_mbps.min(i32::MAX as u32) as i32,
                     port: i32::from(port.port),
                     latency_us: 0.0,
-                    max_comms: 65536,
+                    max_comms: comms,
                     max_recvs: 1,
                 },
             });
         }
     }
-    Ok(out)
+    if out.is_empty() {
+        return Ok(Scan::Nothing("no RDMA devices: using TCP".to_string()));
+    }
+    Ok(Scan::Devices(out))
 }
 
-/// The device list init publishes: RDMA ports when the mode allows and any exist, else `tcp`.
+/// RDMA ports as plugin devices (empty when there is no usable one); see `choose_devices`.
+pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>> {
+    match scan(cfg, boot_ip)? {
+        Scan::Devices(d) => Ok(d),
+        Scan::Nothing(_) => Ok(Vec::new()),
+    }
+}
+
+/// The device list init publishes: RDMA ports when the mode allows and any is usable, else `tcp`.
+/// Only `fabric.transport = verbs` turns "no usable RDMA port" (or a failed discovery) into an
+/// init error; auto mode logs why and keeps the TCP devices.
 pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
     let mode = cfg.fabric.transport;
     if mode == TransportKind::Tcp {
@@ -81,22 +135,27 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
         }
         return Ok(tcp);
     };
-    let verbs = verbs_devices(cfg, boot)?;
-    if verbs.is_empty() {
-        if mode == TransportKind::Verbs {
-            return Err(NetError::system(
-                "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but no active RDMA port was found (or NCCL_IB_HCA selects none)",
-            ));
+    match scan(cfg, boot) {
+        Ok(Scan::Devices(verbs)) => Ok(verbs),
+        Ok(Scan::Nothing(why)) if mode == TransportKind::Verbs => Err(NetError::system(format!(
+            "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but no usable RDMA port (or NCCL_IB_HCA selects none): {why}"
+        ))),
+        Ok(Scan::Nothing(why)) => {
+            tracing::info!(target: "dqplb::init", "{why}");
+            Ok(tcp)
         }
-        tracing::info!(target: "dqplb::init", "no RDMA devices: using TCP");
-        return Ok(tcp);
+        Err(e) if mode == TransportKind::Auto && e.code != ErrorCode::InvalidArgument => {
+            tracing::warn!(target: "dqplb::init", "{}; using TCP", e.msg);
+            Ok(tcp)
+        }
+        Err(e) => Err(e),
     }
-    Ok(verbs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::verbs::discover;
 
     #[test]
     fn without_rdma_tcp_devices_stay() {
@@ -112,5 +171,20 @@ mod tests {
         }
         let chosen = choose_devices(&cfg, tcp.clone()).unwrap();
         assert_eq!(chosen, tcp);
+    }
+
+    #[test]
+    fn max_comms_follows_device_limits() {
+        let l = |max_qp, max_cq| DeviceLimits { max_qp, max_cq };
+        // mlx5-like: 262144 QPs, 16M CQs, 16 data QPs per comm -> 262144 / 17
+        assert_eq!(max_comms(l(262_144, 16_777_216), 16), 15_420);
+        // CQs are the tighter bound
+        assert_eq!(max_comms(l(262_144, 1000), 4), 500);
+        // never zero, never above i32::MAX
+        assert_eq!(max_comms(l(3, 100), 4), 1);
+        assert_eq!(max_comms(l(0, 0), 1), 1);
+        assert_eq!(max_comms(l(u32::MAX, u32::MAX), 0), i32::MAX);
+        // rxe: 1048576 QPs and 1048576 CQs with the default 4 data QPs
+        assert_eq!(max_comms(l(1_048_576, 1_048_576), 4), 209_715);
     }
 }

@@ -2,14 +2,11 @@
 //! network to host order) and mapped to errors naming device, QP and `ibv_wc_status_str`.
 
 use super::error::{Result, VerbsError};
-use rdma_sys as ib;
+use super::sys as ib;
 use std::ffi::CStr;
 
 /// Most completions one `CompletionQueue::poll` call returns (its stack buffer size).
 pub const POLL_BATCH: usize = 32;
-
-// IBV_WC_WITH_IMM in `enum ibv_wc_flags`.
-const WC_WITH_IMM: u32 = 1 << 1;
 
 /// What a completion reports (valid only for successful completions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,10 +37,13 @@ pub struct WorkCompletion {
     pub imm: Option<u32>,
 }
 
-/// Text of an `ibv_wc_status` value as libibverbs spells it.
+/// Text of an `ibv_wc_status` value as libibverbs spells it ("status N" without libibverbs).
 pub fn status_str(status: u32) -> String {
+    let Ok(v) = ib::verbs() else {
+        return format!("status {status}");
+    };
     // SAFETY: ibv_wc_status_str returns a static NUL-terminated string for any value.
-    let p = unsafe { ib::ibv_wc_status_str(status) };
+    let p = unsafe { (v.wc_status_str)(status) };
     if p.is_null() {
         return format!("unknown status {status}");
     }
@@ -54,15 +54,15 @@ pub fn status_str(status: u32) -> String {
 impl WorkCompletion {
     pub(crate) fn from_raw(wc: &ib::ibv_wc) -> Self {
         let opcode = match wc.opcode {
-            ib::ibv_wc_opcode::IBV_WC_SEND => WcOpcode::Send,
-            ib::ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
-            ib::ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
-            ib::ibv_wc_opcode::IBV_WC_RECV => WcOpcode::Recv,
-            ib::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+            ib::IBV_WC_SEND => WcOpcode::Send,
+            ib::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+            ib::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+            ib::IBV_WC_RECV => WcOpcode::Recv,
+            ib::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
             _ => WcOpcode::Unknown,
         };
-        let ok = wc.status == ib::ibv_wc_status::IBV_WC_SUCCESS;
-        let imm = if ok && wc.wc_flags & WC_WITH_IMM != 0 {
+        let ok = wc.status == ib::IBV_WC_SUCCESS;
+        let imm = if ok && wc.wc_flags & ib::IBV_WC_WITH_IMM != 0 {
             // SAFETY: with IBV_WC_WITH_IMM set the union holds the immediate (network order).
             Some(u32::from_be(unsafe {
                 wc.imm_data_invalidated_rkey_union.imm_data
@@ -82,12 +82,12 @@ impl WorkCompletion {
     }
 
     pub fn is_success(&self) -> bool {
-        self.status == ib::ibv_wc_status::IBV_WC_SUCCESS
+        self.status == ib::IBV_WC_SUCCESS
     }
 
     /// True for a completion flushed because its QP went to the error state.
     pub fn is_flush(&self) -> bool {
-        self.status == ib::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+        self.status == ib::IBV_WC_WR_FLUSH_ERR
     }
 
     /// Ok for success, else an error naming `device`, the QP and the status text.
@@ -112,11 +112,13 @@ mod tests {
 
     #[test]
     fn status_texts_come_from_libibverbs() {
-        assert_eq!(status_str(ib::ibv_wc_status::IBV_WC_SUCCESS), "success");
-        assert_eq!(
-            status_str(ib::ibv_wc_status::IBV_WC_REM_ACCESS_ERR),
-            "remote access error"
-        );
+        if ib::verbs().is_err() {
+            assert_eq!(status_str(ib::IBV_WC_SUCCESS), "status 0");
+            eprintln!("SKIPPED: libibverbs.so.1 not loadable");
+            return;
+        }
+        assert_eq!(status_str(ib::IBV_WC_SUCCESS), "success");
+        assert_eq!(status_str(ib::IBV_WC_REM_ACCESS_ERR), "remote access error");
     }
 
     #[test]
@@ -124,7 +126,7 @@ mod tests {
         let wc = WorkCompletion {
             wr_id: 7,
             qp_num: 0x11,
-            status: ib::ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
+            status: ib::IBV_WC_WR_FLUSH_ERR,
             ..Default::default()
         };
         assert!(wc.is_flush());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use socket2::Socket;
 
-use super::bootstrap::{encode_open, hello, pull, push, qp_config};
+use super::bootstrap::{encode_open, hello, keepalive, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::fifo::FIFO_ENTRY_BYTES;
 use super::qpset::{ConnInfo, QpSet};
@@ -91,6 +91,7 @@ impl VerbsConnector {
                         self.stage = Stage::Connecting(sock);
                         return Ok(None);
                     }
+                    keepalive(socket2::SockRef::from(&sock), &who)?;
                     let out = std::mem::take(&mut self.open);
                     self.stage = Stage::Open {
                         sock: sock.into(),

@@ -4,7 +4,7 @@
 use super::device::{Context, DeviceInfo, PortInfo};
 use super::error::{Result, VerbsError};
 use super::resources::{MemoryRegion, ProtectionDomain};
-use super::tuning::QpTuning;
+use super::tuning::{QpTuning, RelaxedOrdering};
 use std::sync::Arc;
 
 /// An opened device port ready to carry connections.
@@ -39,7 +39,12 @@ impl VerbsDomain {
                 VerbsError::invalid(format!("{} has no active port {port}", dev.name))
             })?;
         let ctx = Context::open(&dev.name)?;
-        let pd = ProtectionDomain::new(&ctx)?;
+        let relaxed = match tuning.relaxed_ordering {
+            RelaxedOrdering::Off => false,
+            RelaxedOrdering::On => true,
+            RelaxedOrdering::Auto => ctx.verbs().reg_mr_iova2.is_some(),
+        };
+        let pd = ProtectionDomain::with_relaxed_ordering(&ctx, relaxed)?;
         Ok(Arc::new(VerbsDomain {
             pd,
             port: info,

@@ -35,6 +35,8 @@ pub enum VerbsError {
     },
     /// A caller asked for something impossible (bad index, out-of-bounds slice, bad peer info).
     Invalid { what: String },
+    /// libibverbs.so.1 could not be loaded, or lacks a symbol the transport needs.
+    Library(crate::transport::verbs::sys::LoadError),
 }
 
 impl VerbsError {
@@ -94,6 +96,7 @@ impl fmt::Display for VerbsError {
                 write!(f, "environment variable {var}={value:?}: {reason}")
             }
             VerbsError::Invalid { what } => write!(f, "invalid verbs request: {what}"),
+            VerbsError::Library(e) => write!(f, "{e}"),
         }
     }
 }

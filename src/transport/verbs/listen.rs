@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 
-use super::bootstrap::{data_recvs, decode_open_tail, open_len, pull, push, qp_config};
+use super::bootstrap::{data_recvs, decode_open_tail, keepalive, open_len, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::qpset::QpSet;
 use super::recv::VerbsRecvComm;
@@ -27,7 +27,8 @@ enum Stage {
         got: usize,
     },
     Reply {
-        qps: QpSet,
+        // boxed: a QP set dwarfs the other stages
+        qps: Box<QpSet>,
         params: ConnParams,
         fifo: RemoteSlice,
         out: Vec<u8>,
@@ -89,6 +90,10 @@ impl VerbsListenComm {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
+                    if let Err(e) = keepalive(socket2::SockRef::from(&sock), "verbs listener") {
+                        tracing::warn!(target: "dqplb::net", "verbs listener: dropping {peer}: {}", e.msg);
+                        continue;
+                    }
                     self.pending.push(Pending {
                         sock,
                         peer,
@@ -162,7 +167,7 @@ impl VerbsListenComm {
                     }
                     let out = qps.local_info().encode();
                     p.stage = Stage::Reply {
-                        qps,
+                        qps: Box::new(qps),
                         params,
                         fifo,
                         out,
@@ -182,7 +187,7 @@ impl VerbsListenComm {
                     };
                     tracing::info!(target: "dqplb::net", "verbs: accepted {} on {} with {} data QPs, {} outstanding, {} B segments",
                         p.peer, self.domain.name(), params.qps, params.outstanding, params.segment_bytes);
-                    return VerbsRecvComm::new(qps, p.sock, fifo, params, p.peer.to_string())
+                    return VerbsRecvComm::new(*qps, p.sock, fifo, params, p.peer.to_string())
                         .map(Some);
                 }
             }

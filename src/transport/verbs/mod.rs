@@ -1,5 +1,5 @@
-//! Safe RDMA verbs layer over rdma-sys: device discovery, PD/CQ/MR wrappers and RC QP sets
-//! (one control QP + N data QPs) driven without blocking from a progress thread.
+//! Safe RDMA verbs layer over libibverbs (dlopen'ed at run time, see `sys`): device discovery,
+//! PD/CQ/MR wrappers and RC QP sets (one control QP + N data QPs) driven without blocking.
 
 pub mod completion;
 pub mod device;
@@ -7,19 +7,26 @@ pub mod error;
 pub mod qp;
 pub mod qpset;
 pub mod resources;
+pub mod sys;
 pub mod sysfs;
 pub mod tuning;
 
 pub use completion::{status_str, WcOpcode, WorkCompletion, POLL_BATCH};
-pub use device::{discover, discover_system, mtu_bytes, mtu_code, Context, DeviceInfo, PortInfo};
+pub use device::{
+    discover, discover_report, discover_system, mtu_bytes, mtu_code, Context, DeviceInfo,
+    DeviceLimits, Discovery, PortInfo, Skipped,
+};
 pub use error::{Result, VerbsError};
 pub use qp::{QpCaps, QpEndpoint, QpState, RcQp};
 pub use qpset::{ConnInfo, QpRole, QpSet, QpSetConfig, MAX_DATA_QPS};
 pub use resources::{
     CompletionQueue, LocalSlice, MemoryRegion, ProtectionDomain, RegisteredBuffer, RemoteSlice,
 };
-pub use sysfs::{select_gid, GidEntry, GidKind, LinkLayer, Sysfs};
-pub use tuning::QpTuning;
+pub use sysfs::{
+    select_gid, select_gid_with, AddrFamily, AddrRange, GidEntry, GidKind, GidPolicy, LinkLayer,
+    Sysfs,
+};
+pub use tuning::{ib_disabled, ib_disabled_from_env, QpTuning, RelaxedOrdering};
 
 pub mod bootstrap;
 pub mod connect;

@@ -4,8 +4,8 @@
 use super::device::mtu_code;
 use super::error::{Result, VerbsError};
 use super::resources::{CompletionQueue, LocalSlice, ProtectionDomain, RemoteSlice};
+use super::sys as ib;
 use super::tuning::QpTuning;
-use rdma_sys as ib;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -95,6 +95,10 @@ pub enum QpState {
 /// A reliable-connected QP.
 pub struct RcQp {
     raw: NonNull<ib::ibv_qp>,
+    /// `context->ops.post_send` / `post_recv`, read once at creation: verbs.h's inline
+    /// ibv_post_send / ibv_post_recv call exactly these.
+    post_send_fn: ib::PostSendFn,
+    post_recv_fn: ib::PostRecvFn,
     qpn: u32,
     port: u8,
     caps: QpCaps,
@@ -130,20 +134,36 @@ impl RcQp {
         let mut init: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = send_cq.as_ptr();
         init.recv_cq = recv_cq.as_ptr();
-        init.qp_type = ib::ibv_qp_type::IBV_QPT_RC;
+        init.qp_type = ib::IBV_QPT_RC;
         init.sq_sig_all = 0;
         init.cap.max_send_wr = caps.max_send_wr.max(1);
         init.cap.max_recv_wr = caps.max_recv_wr.max(1);
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
+        let v = pd.context().verbs();
         // SAFETY: live PD and CQs of the same context; `init` is fully initialised.
-        let raw = unsafe { ib::ibv_create_qp(pd.as_ptr(), &mut init) };
+        let raw = unsafe { (v.create_qp)(pd.as_ptr(), &mut init) };
         let raw = NonNull::new(raw)
             .ok_or_else(|| VerbsError::last_os("ibv_create_qp", pd.context().name()))?;
-        // SAFETY: a created QP is initialised; qp_num is immutable.
-        let qpn = unsafe { (*raw.as_ptr()).qp_num };
+        // SAFETY: a created QP is initialised; qp_num is immutable, and its context's ops table
+        // was filled in by the provider when the device was opened.
+        let (qpn, ops) = unsafe {
+            let qp = &*raw.as_ptr();
+            let ops = &(*qp.context).ops;
+            (qp.qp_num, (ops.post_send, ops.post_recv))
+        };
+        let (Some(post_send_fn), Some(post_recv_fn)) = ops else {
+            // SAFETY: created above, destroyed exactly once.
+            unsafe { (v.destroy_qp)(raw.as_ptr()) };
+            return Err(VerbsError::invalid(format!(
+                "{}: provider has no post_send/post_recv in ibv_context.ops",
+                pd.context().name()
+            )));
+        };
         Ok(RcQp {
             raw,
+            post_send_fn,
+            post_recv_fn,
             qpn,
             port,
             caps,
@@ -171,7 +191,8 @@ impl RcQp {
 
     fn modify(&self, attr: &mut ib::ibv_qp_attr, mask: u32, step: &'static str) -> Result<()> {
         // SAFETY: live QP; `attr` is initialised for every field named in `mask`.
-        let rc = unsafe { ib::ibv_modify_qp(self.raw.as_ptr(), attr, mask as i32) };
+        let rc =
+            unsafe { (self.pd.context().verbs().modify_qp)(self.raw.as_ptr(), attr, mask as i32) };
         if rc != 0 {
             let errno = if rc > 0 {
                 rc
@@ -196,7 +217,6 @@ impl RcQp {
         remote: &QpEndpoint,
         tuning: &QpTuning,
     ) -> Result<()> {
-        use ib::ibv_qp_attr_mask as m;
         let path_mtu = mtu_code(local.mtu.min(remote.mtu)).ok_or_else(|| {
             VerbsError::invalid(format!(
                 "QP {}: no common MTU (local {}, remote {})",
@@ -208,21 +228,18 @@ impl RcQp {
 
         // SAFETY: plain old data, zero is valid for every field.
         let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ib::ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
+        a.qp_state = ib::IBV_QPS_INIT;
+        a.pkey_index = tuning.pkey_index;
         a.port_num = self.port;
-        a.qp_access_flags = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_PKEY_INDEX.0
-            | m::IBV_QP_PORT.0
-            | m::IBV_QP_ACCESS_FLAGS.0;
+        a.qp_access_flags =
+            ib::IBV_ACCESS_LOCAL_WRITE | ib::IBV_ACCESS_REMOTE_WRITE | ib::IBV_ACCESS_REMOTE_READ;
+        let mask =
+            ib::IBV_QP_STATE | ib::IBV_QP_PKEY_INDEX | ib::IBV_QP_PORT | ib::IBV_QP_ACCESS_FLAGS;
         self.modify(&mut a, mask, "ibv_modify_qp(INIT)")?;
 
         // SAFETY: as above.
         let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ib::ibv_qp_state::IBV_QPS_RTR;
+        a.qp_state = ib::IBV_QPS_RTR;
         a.path_mtu = path_mtu;
         a.dest_qp_num = remote.qpn;
         a.rq_psn = remote.psn;
@@ -239,29 +256,29 @@ impl RcQp {
             a.ah_attr.grh.hop_limit = 255;
             a.ah_attr.grh.traffic_class = tuning.traffic_class;
         }
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_AV.0
-            | m::IBV_QP_PATH_MTU.0
-            | m::IBV_QP_DEST_QPN.0
-            | m::IBV_QP_RQ_PSN.0
-            | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
-            | m::IBV_QP_MIN_RNR_TIMER.0;
+        let mask = ib::IBV_QP_STATE
+            | ib::IBV_QP_AV
+            | ib::IBV_QP_PATH_MTU
+            | ib::IBV_QP_DEST_QPN
+            | ib::IBV_QP_RQ_PSN
+            | ib::IBV_QP_MAX_DEST_RD_ATOMIC
+            | ib::IBV_QP_MIN_RNR_TIMER;
         self.modify(&mut a, mask, "ibv_modify_qp(RTR)")?;
 
         // SAFETY: as above.
         let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ib::ibv_qp_state::IBV_QPS_RTS;
+        a.qp_state = ib::IBV_QPS_RTS;
         a.timeout = tuning.timeout;
         a.retry_cnt = tuning.retry_cnt;
         a.rnr_retry = 7; // infinite: a receiver short of posted receives slows us, never fails us
         a.sq_psn = local.psn;
         a.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_TIMEOUT.0
-            | m::IBV_QP_RETRY_CNT.0
-            | m::IBV_QP_RNR_RETRY.0
-            | m::IBV_QP_SQ_PSN.0
-            | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        let mask = ib::IBV_QP_STATE
+            | ib::IBV_QP_TIMEOUT
+            | ib::IBV_QP_RETRY_CNT
+            | ib::IBV_QP_RNR_RETRY
+            | ib::IBV_QP_SQ_PSN
+            | ib::IBV_QP_MAX_QP_RD_ATOMIC;
         self.modify(&mut a, mask, "ibv_modify_qp(RTS)")
     }
 
@@ -269,12 +286,8 @@ impl RcQp {
     pub fn set_error(&self) -> Result<()> {
         // SAFETY: plain old data, zero is valid for every field.
         let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ib::ibv_qp_state::IBV_QPS_ERR;
-        self.modify(
-            &mut a,
-            ib::ibv_qp_attr_mask::IBV_QP_STATE.0,
-            "ibv_modify_qp(ERR)",
-        )
+        a.qp_state = ib::IBV_QPS_ERR;
+        self.modify(&mut a, ib::IBV_QP_STATE, "ibv_modify_qp(ERR)")
     }
 
     /// Current state as the device reports it.
@@ -285,25 +298,24 @@ impl RcQp {
         let mut init: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: live QP and valid out-pointers.
         let rc = unsafe {
-            ib::ibv_query_qp(
+            (self.pd.context().verbs().query_qp)(
                 self.raw.as_ptr(),
                 &mut a,
-                ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+                ib::IBV_QP_STATE as i32,
                 &mut init,
             )
         };
         if rc != 0 {
             return Err(VerbsError::from_rc("ibv_query_qp", self.device(), rc));
         }
-        use ib::ibv_qp_state as s;
         Ok(match a.qp_state {
-            s::IBV_QPS_RESET => QpState::Reset,
-            s::IBV_QPS_INIT => QpState::Init,
-            s::IBV_QPS_RTR => QpState::Rtr,
-            s::IBV_QPS_RTS => QpState::Rts,
-            s::IBV_QPS_SQD => QpState::Sqd,
-            s::IBV_QPS_SQE => QpState::Sqe,
-            s::IBV_QPS_ERR => QpState::Error,
+            ib::IBV_QPS_RESET => QpState::Reset,
+            ib::IBV_QPS_INIT => QpState::Init,
+            ib::IBV_QPS_RTR => QpState::Rtr,
+            ib::IBV_QPS_RTS => QpState::Rts,
+            ib::IBV_QPS_SQD => QpState::Sqd,
+            ib::IBV_QPS_SQE => QpState::Sqe,
+            ib::IBV_QPS_ERR => QpState::Error,
             _ => QpState::Unknown,
         })
     }
@@ -334,20 +346,23 @@ impl RcQp {
         }
         match imm {
             Some(v) => {
-                wr.opcode = ib::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+                wr.opcode = ib::IBV_WR_RDMA_WRITE_WITH_IMM;
                 wr.imm_data_invalidated_rkey_union.imm_data = v.to_be();
             }
-            None => wr.opcode = ib::ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            None => wr.opcode = ib::IBV_WR_RDMA_WRITE,
         }
         if signaled {
-            wr.send_flags = ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            wr.send_flags = ib::IBV_SEND_SIGNALED;
         }
-        wr.wr.rdma.remote_addr = remote.addr;
-        wr.wr.rdma.rkey = remote.rkey;
+        wr.wr.rdma = ib::ibv_send_wr_rdma {
+            remote_addr: remote.addr,
+            rkey: remote.rkey,
+        };
         let mut bad: *mut ib::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live QP; `wr` and `sge` live across the call (the provider copies them); the
-        // local range was registered (LocalSlice comes from a MemoryRegion).
-        let rc = unsafe { ib::ibv_post_send(self.raw.as_ptr(), &mut wr, &mut bad) };
+        // local range was registered (LocalSlice comes from a MemoryRegion). The ops entry is the
+        // one verbs.h's inline ibv_post_send calls.
+        let rc = unsafe { (self.post_send_fn)(self.raw.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
             return Err(VerbsError::Call {
                 op: "ibv_post_send",
@@ -367,8 +382,9 @@ impl RcQp {
         wr.sg_list = std::ptr::null_mut();
         wr.num_sge = 0;
         let mut bad: *mut ib::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: live QP; `wr` lives across the call and has no SGEs.
-        let rc = unsafe { ib::ibv_post_recv(self.raw.as_ptr(), &mut wr, &mut bad) };
+        // SAFETY: live QP; `wr` lives across the call and has no SGEs; the ops entry is the one
+        // verbs.h's inline ibv_post_recv calls.
+        let rc = unsafe { (self.post_recv_fn)(self.raw.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
             return Err(VerbsError::Call {
                 op: "ibv_post_recv",
@@ -384,7 +400,7 @@ impl Drop for RcQp {
     fn drop(&mut self) {
         // SAFETY: created by us, destroyed exactly once; CQs and PD outlive it (Arcs held).
         unsafe {
-            ib::ibv_destroy_qp(self.raw.as_ptr());
+            (self.pd.context().verbs().destroy_qp)(self.raw.as_ptr());
         }
     }
 }

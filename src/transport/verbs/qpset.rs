@@ -204,11 +204,16 @@ impl QpSet {
                 self.data.len()
             )));
         }
+        // the control QP carries the FIFO announcements: NCCL_IB_FIFO_TC, as NCCL's FIFO QP
+        let control_tuning = QpTuning {
+            traffic_class: self.tuning.fifo_traffic_class,
+            ..self.tuning
+        };
         self.control.connect(
             &self.local.control,
             self.sgid_index,
             &remote.control,
-            &self.tuning,
+            &control_tuning,
         )?;
         for ((qp, local), peer) in self.data.iter().zip(&self.local.data).zip(&remote.data) {
             qp.connect(local, self.sgid_index, peer, &self.tuning)?;

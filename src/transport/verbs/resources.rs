@@ -4,7 +4,7 @@
 use super::completion::{WorkCompletion, POLL_BATCH};
 use super::device::Context;
 use super::error::{Result, VerbsError};
-use rdma_sys as ib;
+use super::sys as ib;
 use std::alloc::{self, Layout};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -14,6 +14,8 @@ use std::sync::Arc;
 pub struct ProtectionDomain {
     raw: NonNull<ib::ibv_pd>,
     ctx: Arc<Context>,
+    /// Register memory with IBV_ACCESS_RELAXED_ORDERING (through ibv_reg_mr_iova2).
+    relaxed_ordering: bool,
 }
 
 // SAFETY: verbs objects may be used from any thread; the PD holds no Rust-side mutable state.
@@ -22,15 +24,36 @@ unsafe impl Send for ProtectionDomain {}
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
+    /// A PD whose memory regions use plain access flags.
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<Self>> {
+        Self::with_relaxed_ordering(ctx, false)
+    }
+
+    /// A PD whose memory regions add IBV_ACCESS_RELAXED_ORDERING when `relaxed` (fails when
+    /// libibverbs lacks ibv_reg_mr_iova2, which that flag needs).
+    pub fn with_relaxed_ordering(ctx: &Arc<Context>, relaxed: bool) -> Result<Arc<Self>> {
+        let v = ctx.verbs();
+        if relaxed && v.reg_mr_iova2.is_none() {
+            return Err(VerbsError::Library(ib::LoadError::MissingSymbol {
+                symbol: "ibv_reg_mr_iova2",
+                version: "IBVERBS_1.8",
+                detail: "needed for NCCL_IB_PCI_RELAXED_ORDERING=1".to_string(),
+            }));
+        }
         // SAFETY: live context.
-        let raw = unsafe { ib::ibv_alloc_pd(ctx.as_ptr()) };
+        let raw = unsafe { (v.alloc_pd)(ctx.as_ptr()) };
         let raw =
             NonNull::new(raw).ok_or_else(|| VerbsError::last_os("ibv_alloc_pd", ctx.name()))?;
         Ok(Arc::new(ProtectionDomain {
             raw,
             ctx: Arc::clone(ctx),
+            relaxed_ordering: relaxed,
         }))
+    }
+
+    /// True when regions of this PD are registered with relaxed ordering.
+    pub fn relaxed_ordering(&self) -> bool {
+        self.relaxed_ordering
     }
 
     pub fn context(&self) -> &Arc<Context> {
@@ -46,7 +69,7 @@ impl Drop for ProtectionDomain {
     fn drop(&mut self) {
         // SAFETY: QPs and MRs hold an Arc to this PD, so none is alive; freed exactly once.
         unsafe {
-            ib::ibv_dealloc_pd(self.raw.as_ptr());
+            (self.ctx.verbs().dealloc_pd)(self.raw.as_ptr());
         }
     }
 }
@@ -56,6 +79,8 @@ pub struct CompletionQueue {
     raw: NonNull<ib::ibv_cq>,
     ctx: Arc<Context>,
     depth: u32,
+    /// `ctx->ops.poll_cq`, read once at creation (the provider never changes it).
+    poll_fn: ib::PollCqFn,
 }
 
 // SAFETY: libibverbs providers serialise CQ access internally; polling from several threads is
@@ -71,7 +96,7 @@ impl CompletionQueue {
             .map_err(|_| VerbsError::invalid(format!("CQ depth {depth} too large")))?;
         // SAFETY: live context; no completion channel, no CQ context pointer.
         let raw = unsafe {
-            ib::ibv_create_cq(
+            (ctx.verbs().create_cq)(
                 ctx.as_ptr(),
                 cqe,
                 std::ptr::null_mut(),
@@ -81,10 +106,22 @@ impl CompletionQueue {
         };
         let raw =
             NonNull::new(raw).ok_or_else(|| VerbsError::last_os("ibv_create_cq", ctx.name()))?;
+        // SAFETY: a created CQ points at its live context, whose ops table the provider filled in
+        // when the device was opened.
+        let poll_fn = unsafe { (*(*raw.as_ptr()).context).ops.poll_cq };
+        let Some(poll_fn) = poll_fn else {
+            // SAFETY: created above, destroyed exactly once.
+            unsafe { (ctx.verbs().destroy_cq)(raw.as_ptr()) };
+            return Err(VerbsError::invalid(format!(
+                "{}: provider has no poll_cq in ibv_context.ops",
+                ctx.name()
+            )));
+        };
         Ok(Arc::new(CompletionQueue {
             raw,
             ctx: Arc::clone(ctx),
             depth,
+            poll_fn,
         }))
     }
 
@@ -110,8 +147,9 @@ impl CompletionQueue {
         }
         let mut raw: [MaybeUninit<ib::ibv_wc>; POLL_BATCH] =
             [const { MaybeUninit::uninit() }; POLL_BATCH];
-        // SAFETY: live CQ; `raw` has room for `want` entries, which the provider fills in.
-        let n = unsafe { ib::ibv_poll_cq(self.as_ptr(), want as i32, raw[0].as_mut_ptr()) };
+        // SAFETY: live CQ; `raw` has room for `want` entries, which the provider fills in. The
+        // call goes through the context's ops table, as verbs.h's inline ibv_poll_cq does.
+        let n = unsafe { (self.poll_fn)(self.as_ptr(), want as i32, raw[0].as_mut_ptr()) };
         if n < 0 {
             return Err(VerbsError::from_rc("ibv_poll_cq", self.ctx.name(), -n));
         }
@@ -133,7 +171,7 @@ impl Drop for CompletionQueue {
     fn drop(&mut self) {
         // SAFETY: QPs hold an Arc to their CQs, so none is attached any more; destroyed once.
         unsafe {
-            ib::ibv_destroy_cq(self.raw.as_ptr());
+            (self.ctx.verbs().destroy_cq)(self.raw.as_ptr());
         }
     }
 }
@@ -183,7 +221,8 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// Registers `len` bytes at `addr` with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ.
+    /// Registers `len` bytes at `addr` with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (and
+    /// RELAXED_ORDERING when the PD asks for it).
     ///
     /// # Safety
     /// The range must be valid memory of this process that stays allocated until this region is
@@ -200,11 +239,24 @@ impl MemoryRegion {
                 pd.context().name()
             )));
         }
-        let access = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-        // SAFETY: live PD; the caller guarantees the range (see the function's contract).
-        let raw = unsafe { ib::ibv_reg_mr(pd.as_ptr(), addr.cast(), len, access as i32) };
+        let access =
+            ib::IBV_ACCESS_LOCAL_WRITE | ib::IBV_ACCESS_REMOTE_WRITE | ib::IBV_ACCESS_REMOTE_READ;
+        let v = pd.context().verbs();
+        let raw = match (pd.relaxed_ordering, v.reg_mr_iova2) {
+            // as verbs.h's ibv_reg_mr macro does for flags in the optional range
+            // SAFETY: live PD; the caller guarantees the range (see the function's contract).
+            (true, Some(reg_iova2)) => unsafe {
+                reg_iova2(
+                    pd.as_ptr(),
+                    addr.cast(),
+                    len,
+                    addr as u64,
+                    access | ib::IBV_ACCESS_RELAXED_ORDERING,
+                )
+            },
+            // SAFETY: as above.
+            _ => unsafe { (v.reg_mr)(pd.as_ptr(), addr.cast(), len, access as i32) },
+        };
         let raw = NonNull::new(raw)
             .ok_or_else(|| VerbsError::last_os("ibv_reg_mr", pd.context().name()))?;
         // SAFETY: a successful ibv_reg_mr returns an initialised ibv_mr.
@@ -281,7 +333,7 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: registered by us and deregistered exactly once.
         unsafe {
-            ib::ibv_dereg_mr(self.raw.as_ptr());
+            (self.pd.context().verbs().dereg_mr)(self.raw.as_ptr());
         }
     }
 }

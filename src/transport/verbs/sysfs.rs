@@ -95,13 +95,109 @@ pub fn format_gid(gid: &[u8; 16]) -> String {
     groups.join(":")
 }
 
-/// Picks the GID for a port. `forced` (NCCL_IB_GID_INDEX) wins and must name a populated entry.
-/// Otherwise on Ethernet: RoCE v2 IPv4-mapped, then RoCE v2 global, then RoCE v2 link-local, then
-/// the first populated entry; on InfiniBand: entry 0. None when the table holds nothing usable.
+/// Address family the automatic GID choice prefers (NCCL_IB_ADDR_FAMILY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddrFamily {
+    /// AF_INET (default): IPv4-mapped GIDs (`::ffff:a.b.c.d`).
+    #[default]
+    Inet,
+    /// AF_INET6: every other GID.
+    Inet6,
+}
+
+/// NCCL_IB_ADDR_RANGE: a prefix GIDs must fall in to be preferred. IPv4 ranges are stored as
+/// their IPv4-mapped GID (prefix length counted on the IPv4 part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddrRange {
+    pub family: AddrFamily,
+    pub addr: [u8; 16],
+    pub prefix_len: u8,
+}
+
+impl AddrRange {
+    /// True when `gid` is inside the range.
+    pub fn contains(&self, gid: &[u8; 16]) -> bool {
+        let (base, cand, bits) = match self.family {
+            AddrFamily::Inet => (&self.addr[12..], &gid[12..], self.prefix_len.min(32)),
+            AddrFamily::Inet6 => (&self.addr[..], &gid[..], self.prefix_len.min(128)),
+        };
+        let full = usize::from(bits / 8);
+        if base[..full] != cand[..full] {
+            return false;
+        }
+        let rest = bits % 8;
+        if rest == 0 {
+            return true;
+        }
+        let mask = 0xffu8 << (8 - rest);
+        (base[full] & mask) == (cand[full] & mask)
+    }
+}
+
+/// How the automatic GID choice ranks a RoCE port's entries (NCCL's ncclIbGetGidIndex rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidPolicy {
+    /// Preferred address family (NCCL_IB_ADDR_FAMILY, default AF_INET).
+    pub family: AddrFamily,
+    /// Preferred RoCE version (NCCL_IB_ROCE_VERSION_NUM, default 2).
+    pub roce_version: u8,
+    /// Preferred address range (NCCL_IB_ADDR_RANGE, default none).
+    pub range: Option<AddrRange>,
+}
+
+impl Default for GidPolicy {
+    fn default() -> Self {
+        GidPolicy {
+            family: AddrFamily::Inet,
+            roce_version: 2,
+            range: None,
+        }
+    }
+}
+
+impl GidPolicy {
+    /// Rank of an entry, highest wins: (family and range match, RoCE version matches, the GID is
+    /// configured and not link-local) compared in that order, as NCCL weighs them.
+    fn rank(&self, e: &GidEntry) -> (bool, bool, bool) {
+        let family = if e.is_ipv4_mapped() {
+            AddrFamily::Inet
+        } else {
+            AddrFamily::Inet6
+        };
+        let in_range = self.range.is_none_or(|r| r.contains(&e.gid));
+        let version = match e.kind {
+            GidKind::RoceV2 => 2,
+            GidKind::IbRoceV1 => 1,
+            GidKind::Unknown => 0,
+        };
+        let configured = e.gid.iter().any(|&b| b != 0);
+        (
+            family == self.family && in_range,
+            version == self.roce_version,
+            configured && !e.is_link_local(),
+        )
+    }
+}
+
+/// Picks the GID for a port with the default policy (AF_INET, RoCE v2, no range); see
+/// `select_gid_with`.
 pub fn select_gid(
     table: &[GidEntry],
     link_layer: LinkLayer,
     forced: Option<u32>,
+) -> Result<Option<GidEntry>> {
+    select_gid_with(table, link_layer, forced, &GidPolicy::default())
+}
+
+/// Picks the GID for a port. `forced` (NCCL_IB_GID_INDEX) wins and must name a populated entry.
+/// On InfiniBand: entry 0. Otherwise the entry `policy` ranks highest (lowest index on ties): by
+/// default an IPv4-mapped RoCE v2 GID, then RoCE v2 ones, then routable ones, then the first.
+/// None when the table holds nothing usable.
+pub fn select_gid_with(
+    table: &[GidEntry],
+    link_layer: LinkLayer,
+    forced: Option<u32>,
+    policy: &GidPolicy,
 ) -> Result<Option<GidEntry>> {
     if let Some(index) = forced {
         return match table.iter().find(|e| e.index == index) {
@@ -116,13 +212,14 @@ pub fn select_gid(
     if link_layer == LinkLayer::InfiniBand {
         return Ok(table.iter().find(|e| e.index == 0).copied());
     }
-    let v2 = || table.iter().filter(|e| e.kind == GidKind::RoceV2);
-    let choice = v2()
-        .find(|e| e.is_ipv4_mapped())
-        .or_else(|| v2().find(|e| !e.is_link_local()))
-        .or_else(|| v2().next())
-        .or_else(|| table.first());
-    Ok(choice.copied())
+    let mut best: Option<(&GidEntry, (bool, bool, bool))> = None;
+    for e in table {
+        let r = policy.rank(e);
+        if best.is_none_or(|(_, b)| r > b) {
+            best = Some((e, r));
+        }
+    }
+    Ok(best.map(|(e, _)| *e))
 }
 
 /// sysfs reader rooted at `root` (normally "/sys").
@@ -299,6 +396,54 @@ mod tests {
         );
         let got = select_gid(&roce_table(), LinkLayer::InfiniBand, None).expect("ok");
         assert_eq!(got.map(|e| e.index), Some(0));
+    }
+
+    #[test]
+    fn policy_family_version_and_range() {
+        let mut table = roce_table();
+        table.push(entry(
+            4,
+            "fd00:0000:0000:0000:0000:0000:0000:0007",
+            GidKind::RoceV2,
+        ));
+        table.push(entry(
+            5,
+            "0000:0000:0000:0000:0000:ffff:c0a8:0107",
+            GidKind::RoceV2,
+        ));
+        let pick = |p: GidPolicy| {
+            select_gid_with(&table, LinkLayer::Ethernet, None, &p)
+                .expect("ok")
+                .map(|e| e.index)
+        };
+        assert_eq!(pick(GidPolicy::default()), Some(3));
+        let v6 = GidPolicy {
+            family: AddrFamily::Inet6,
+            ..GidPolicy::default()
+        };
+        assert_eq!(pick(v6), Some(4), "global IPv6 beats link-local");
+        let v1 = GidPolicy {
+            roce_version: 1,
+            ..GidPolicy::default()
+        };
+        assert_eq!(pick(v1), Some(2));
+        let ranged = GidPolicy {
+            range: Some(AddrRange {
+                family: AddrFamily::Inet,
+                addr: parse_gid("0000:0000:0000:0000:0000:ffff:c0a8:0000").expect("gid"),
+                prefix_len: 16,
+            }),
+            ..GidPolicy::default()
+        };
+        assert_eq!(pick(ranged), Some(5), "192.168/16 wins over 10.77.0.1");
+        let r = ranged.range.expect("range");
+        assert!(r.contains(&table[5].gid) && !r.contains(&table[3].gid));
+        let odd = AddrRange {
+            family: AddrFamily::Inet,
+            addr: parse_gid("0000:0000:0000:0000:0000:ffff:0a40:0000").expect("gid"),
+            prefix_len: 10,
+        };
+        assert!(odd.contains(&table[3].gid), "10.77 is inside 10.64/10");
     }
 
     /// Builds a fake /sys tree for one device with the given GID files.
