@@ -20,6 +20,8 @@ fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
     // entry and a trailing comma: NCCL's parseStringList takes all of these.
     let hca = "mlx5_0::0:0,mlx5_1:1:9:1,,mlx5_1:1:3,";
     std::env::set_var("NCCL_IB_HCA", hca);
+    // NCCL_IB_TIMEOUT=0 (verbs: no ACK timeout) is a value NCCL passes through: accepted.
+    std::env::set_var("NCCL_IB_TIMEOUT", "0");
     for transport in ["tcp", "auto"] {
         lines.lock().unwrap().clear();
         std::env::set_var("NCCL_DQPLB_TRANSPORT", transport);

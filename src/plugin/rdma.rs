@@ -39,9 +39,11 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
         .ok()
         .filter(|v| !v.trim().is_empty())
     {
+        // Lenient, as NCCL reads it; plugin::init already logged what NCCL would ignore.
         Some(v) => Some(
-            HcaList::parse(&v, cfg.fabric.hca_third_field, cfg.fabric.max_rails)
-                .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?,
+            HcaList::parse_lenient(v.trim(), cfg.fabric.hca_third_field, cfg.fabric.max_rails)
+                .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?
+                .0,
         ),
         None => None,
     };
