@@ -218,14 +218,52 @@ fn nccl_versions_2_20_2_24_2_30() {
 /// never tested again), then a fresh communicator after dlclose/dlopen that must work.
 #[test]
 fn abort_with_requests_in_flight_then_new_communicator() {
+    let e = env(&[
+        ("DQPLB_EMU_WORK", "abort"),
+        ("DQPLB_EMU_CHANNELS", "2"),
+        ("DQPLB_EMU_BYTES", "2097152"),
+        ("DQPLB_EMU_COMMS", "2"),
+    ]);
+    let out = spawn::run("abort", 2, &e, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    for (rank, lines) in out.lines.iter().enumerate() {
+        let a = lines
+            .iter()
+            .find(|l| l.starts_with("ABORTED "))
+            .expect("ABORTED line");
+        assert!(
+            field(a, "pending_recvs").unwrap() > 0,
+            "rank {rank}: no receive was in flight at the abort: {a}"
+        );
+        let ok = lines.iter().find(|l| l.starts_with("OK ")).unwrap();
+        assert!(field(ok, "verified").unwrap() > 0, "rank {rank}: {ok}");
+        assert_eq!(field(ok, "dlcloses"), Some(2), "rank {rank}: {ok}");
+    }
+}
+
+/// Small collectives: ring chunks of a few KiB, so that SIMPLE's second slice and whole chunks
+/// past the end of the buffer are 0-byte isends (NCCL posts them), on every protocol.
+#[test]
+fn ring_allreduce_small_sizes_zero_byte_slices() {
+    for bytes in [40 * 1024 + 12, 4096] {
+        let oks = run_ring_small(bytes);
+        assert!(
+            oks.iter().all(|l| field(l, "zero_byte").unwrap() > 0),
+            "{bytes} bytes: no 0-byte message was sent: {oks:?}"
+        );
+    }
+}
+
+fn run_ring_small(bytes: usize) -> Vec<String> {
+    let b = bytes.to_string();
     run(
-        "abort",
-        2,
+        &format!("ring-small-{bytes}"),
+        4,
         &[
-            ("DQPLB_EMU_WORK", "abort"),
-            ("DQPLB_EMU_CHANNELS", "2"),
-            ("DQPLB_EMU_BYTES", "2097152"),
-            ("DQPLB_EMU_COMMS", "2"),
+            ("DQPLB_EMU_WORK", "ring"),
+            ("DQPLB_EMU_CHANNELS", "4"),
+            ("DQPLB_EMU_BYTES", &b),
+            ("DQPLB_EMU_PROTO", "ALL"),
+            ("DQPLB_EMU_COMMS", "1"),
         ],
-    );
+    )
 }

@@ -185,6 +185,10 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
                 // (ncclProxyProgress stores asyncResult; the application then aborts).
                 say(&format!("ABORT-PATH-ERROR {e}"));
             }
+            let (sends, recvs) = super::progress::in_flight(&ops);
+            say(&format!(
+                "ABORTED untested_sends={sends} pending_recvs={recvs}"
+            ));
             rv.barrier("aborted", r, n, STEP_LIMIT)?;
         } else {
             for _ in 0..role.iters {

@@ -288,11 +288,11 @@ impl<'a, 'n> Engine<'a, 'n> {
                     )
                 })?;
                 self.c.isend += 1;
-                if m.size == 0 {
-                    self.c.zero_byte_msgs += 1;
-                }
                 sub.requests[slot] = req;
                 if !req.is_null() {
+                    if m.size == 0 {
+                        self.c.zero_byte_msgs += 1;
+                    }
                     sub.transmitted += a.slice_steps;
                     active = true;
                     continue;
@@ -661,6 +661,22 @@ impl<'a, 'n> Engine<'a, 'n> {
         }
         a.ready = true;
     }
+}
+
+/// After an abort: (sends posted but never tested to completion, receives posted but never
+/// reported done): the requests the closes meet.
+pub fn in_flight(ops: &[Args]) -> (u64, u64) {
+    let (mut s, mut r) = (0, 0);
+    for a in ops {
+        for sub in &a.subs {
+            if a.send {
+                s += (sub.transmitted - sub.done) / a.slice_steps;
+            } else {
+                r += (sub.posted - sub.received) / a.slice_steps;
+            }
+        }
+    }
+    (s, r)
 }
 
 fn dump(ops: &[Args]) -> String {
