@@ -16,11 +16,13 @@ pub enum Loader {
     /// plugin is dlopened once per process, init(ncclDebugLog) is called once, and the library is
     /// never dlclosed (2.20.3 only dlcloses on a failed load).
     Direct,
-    /// NCCL 2.24-2.30: the v8 compat shim (src/net.cc ncclNet_v8_as_v9 in 2.24-2.27,
-    /// src/plugin/net/net_v8.cc ncclNet_init in 2.28-2.30) calls v8 init only when its static
-    /// refCount goes 0 -> 1 and never finalizes the plugin; ncclNetFinalize (src/plugin/net.cc,
-    /// 2.28+; ncclNetPluginUnload in src/net.cc 2.24) dlcloses the library when the last
-    /// communicator using it is destroyed (NCCL_NET_PLUGIN_REF_COUNT default 0).
+    /// NCCL 2.24-2.30: the v8 compat shim calls v8 init once per load: in 2.24-2.27
+    /// ncclNet_v8_as_v9_init (src/net.cc) runs from netGetState while ncclNetStates is Init,
+    /// which ncclNetPluginUnload resets; in 2.28-2.30 ncclNet_init (src/plugin/net/net_v8.cc)
+    /// runs per communicator but calls v8 init only when its static refCount goes 0 -> 1. The
+    /// plugin is never finalized (v8 has no finalize). ncclNetPluginUnload (src/net.cc 2.24) /
+    /// ncclNetFinalize (src/plugin/net.cc 2.28-2.30) dlcloses the library when the last
+    /// communicator using it is destroyed (reference count 0; NCCL_NET_PLUGIN_REF_COUNT default 0).
     Shim,
 }
 
@@ -66,6 +68,8 @@ pub struct Nccl {
     plugin_refs: usize,
     /// Direct loader: init already called in this process.
     direct_inited: bool,
+    /// devices() result of the current load (2.20-2.27 call devices only together with init).
+    ndev: c_int,
     pub dlopens: usize,
     pub inits: usize,
     pub dlcloses: usize,
@@ -89,6 +93,7 @@ impl Nccl {
             shim_refs: 0,
             plugin_refs: 0,
             direct_inited: false,
+            ndev: 0,
             dlopens: 0,
             inits: 0,
             dlcloses: 0,
@@ -138,17 +143,24 @@ impl Nccl {
             self.shim_refs += 1;
         }
         self.plugin_refs += 1;
-        // devices(): ncclNetPluginInit (2.28+, "ndev <= 0" fails the plugin) / netGetState (2.20).
-        let mut ndev: c_int = -1;
-        let devices = net.devices.ok_or("devices is NULL")?;
-        // SAFETY: valid out pointer.
-        ok("devices", unsafe { devices(&mut ndev) })?;
-        if ndev <= 0 {
-            return Err(format!("devices reported {ndev}: NCCL disables the plugin"));
+        // devices(): right after init in netGetState (src/net.cc 2.20-2.27, once per load), per
+        // communicator in ncclNetPluginInit (src/plugin/net.cc 2.28-2.30); ndev <= 0 disables
+        // the plugin in both.
+        if must_init || version() >= 228 {
+            let mut ndev: c_int = -1;
+            let devices = net.devices.ok_or("devices is NULL")?;
+            // SAFETY: valid out pointer.
+            ok("devices", unsafe { devices(&mut ndev) })?;
+            if ndev <= 0 {
+                return Err(format!("devices reported {ndev}: NCCL disables the plugin"));
+            }
+            self.ndev = ndev;
         }
-        // getProperties for every device: ncclTopoGetSystem/ncclTopoFillNet (src/graph/topo.cc,
-        // 2.20-2.30) reads name, pciPath, guid, speed, port, latency, maxComms ("maxconn"), and the
-        // device check (ncclNetCheckDeviceVersion) reads netDeviceType/Version of device 0.
+        let ndev = self.ndev;
+        // getProperties for every device: ncclTopoGetSystem (src/graph/topo.cc, 2.20-2.30) fills
+        // the NET nodes of the topology from name, pciPath, guid, speed, port, latency and
+        // maxComms ("maxconn"); ncclNetCheckDeviceVersion (src/net.cc 2.24, src/plugin/net.cc
+        // 2.28-2.30) reads netDeviceType/Version of device 0.
         let mut props = Vec::new();
         for d in 0..ndev {
             props.push(get_props(net, d)?);
@@ -206,6 +218,28 @@ pub fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
     if p.name.is_null() {
         return Err(format!("getProperties({dev}): name NULL"));
     }
+    // NCCL's struct is uninitialised stack memory: a field the plugin leaves alone is garbage.
+    let u = Props::uninit();
+    let untouched = [
+        ("guid", p.guid == u.guid),
+        ("ptrSupport", p.ptr_support == u.ptr_support),
+        ("regIsGlobal", p.reg_is_global == u.reg_is_global),
+        ("speed", p.speed == u.speed),
+        ("port", p.port == u.port),
+        ("latency", p.latency.is_nan()),
+        ("maxComms", p.max_comms == u.max_comms),
+        ("maxRecvs", p.max_recvs == u.max_recvs),
+        ("netDeviceType", p.net_device_type == u.net_device_type),
+        (
+            "netDeviceVersion",
+            p.net_device_version == u.net_device_version,
+        ),
+    ];
+    if let Some((f, _)) = untouched.iter().find(|(_, t)| *t) {
+        return Err(format!(
+            "getProperties({dev}) left {f} unwritten (NCCL would read stack garbage)"
+        ));
+    }
     // recvProxySetup/sendProxySetup store maxRecvs; recvProxyProgress groups up to it.
     if !(1..=abi::PROXY_MAX_SUBS as c_int).contains(&p.max_recvs) {
         return Err(format!("getProperties({dev}): maxRecvs {}", p.max_recvs));
@@ -225,15 +259,14 @@ pub fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
             p.reg_is_global
         ));
     }
-    // speed (Mbps) becomes the NIC bandwidth of the topology graph (ncclTopoFillNet), maxComms
-    // its "maxconn" = the most channels NCCL puts on the NIC (topo.cc, 2.20-2.30).
-    if p.speed <= 0 || p.max_comms <= 0 {
-        return Err(format!(
-            "getProperties({dev}): speed {} maxComms {}",
-            p.speed, p.max_comms
-        ));
+    // speed (Mbps) and maxComms go into the topology XML ("speed", "maxconn") and come back in
+    // ncclTopoAddNet (src/graph/topo.cc, 2.20-2.30) as net.bw = speed/8000 GB/s, with speed <= 0
+    // replaced by 10000 ("Some NICs define speed = -1"), and net.maxChannels = maxComms: the most
+    // channels NCCL puts on the NIC. maxComms <= 0 would leave NCCL no channel on the device.
+    if p.max_comms <= 0 {
+        return Err(format!("getProperties({dev}): maxComms {}", p.max_comms));
     }
-    if p.latency.is_nan() || p.latency < 0.0 {
+    if p.latency < 0.0 {
         return Err(format!("getProperties({dev}): latency {}", p.latency));
     }
     Ok(p)
