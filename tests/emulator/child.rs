@@ -98,8 +98,8 @@ pub fn run() -> Result<(), String> {
     }
     let warns = nccl.log.count(2);
     say(&format!(
-        "OK rank={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
-        role.rank, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
+        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
+        role.rank, nccl.max_recvs, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
         total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.consumed, total.zero_byte_msgs,
         total.bytes_verified, warns, start.elapsed().as_secs_f64()
     ));
@@ -111,6 +111,7 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
     let cn = nccl.comm_init()?;
     let props = cn.props[cn.dev as usize];
     let max_recvs = props.max_recvs;
+    nccl.max_recvs = max_recvs;
     // maxComms becomes the NIC's "maxconn", the channel limit for the NIC (topo.cc).
     if role.nch > props.max_comms as usize {
         return Err(format!(
@@ -193,8 +194,8 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
         } else {
             for _ in 0..role.iters {
                 if a2a {
-                    for delta in 1..n {
-                        let mut ops = a2a_ops(&eng, role, ci, opid, delta, gc);
+                    for deltas in a2a_batches(n, gc) {
+                        let mut ops = a2a_ops(&eng, role, ci, opid, &deltas, gc);
                         opid += 1;
                         eng.run(&mut ops, STEP_LIMIT, None)?;
                     }
@@ -218,7 +219,10 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
     Ok(counters)
 }
 
-/// A ring all-reduce: one send op (to next, a sub per channel) and one recv op (from prev).
+/// A ring all-reduce: per channel one send op (to next) and one recv op (from prev), each its own
+/// ncclProxyArgs with one sub: ProxyAppend (src/proxy.cc, 2.20-2.30) only merges ops into one
+/// args as subs for shared (p2p) connections with the same opCount; ring connections append
+/// through their own connection->proxyAppend. sub->nbytes = stepSize*sliceSteps (src/enqueue.cc).
 fn ring_ops(
     eng: &Engine,
     role: &Role,
@@ -231,99 +235,91 @@ fn ring_ops(
     let (prev, next) = ((r + n - 1) % n, (r + 1) % n);
     let (slice, chunk) = proto.ring_steps();
     let nbytes = proto.step_size() * slice as usize;
-    let mut send = Vec::new();
-    let mut recv = Vec::new();
+    let mut ops = Vec::new();
     for ch in 0..nch {
-        let m = plan::ring_allreduce(proto, n, nch, ch, r, bytes);
-        let seeds = (0..m.len())
-            .map(|k| plan::seed(r, ch, opid * 4096 + k, ci))
-            .collect();
-        send.push(Sub::new(
-            eng.s.find(
-                true,
-                Key {
-                    peer: next,
-                    ch,
-                    g: 0,
-                },
-            ),
-            ch,
-            m,
-            seeds,
-            slice,
-            nbytes,
-        ));
-        let m = plan::ring_allreduce(proto, n, nch, ch, prev, bytes);
-        let seeds = (0..m.len())
-            .map(|k| plan::seed(prev, ch, opid * 4096 + k, ci))
-            .collect();
-        recv.push(Sub::new(
-            eng.s.find(
-                false,
-                Key {
-                    peer: prev,
-                    ch,
-                    g: 0,
-                },
-            ),
-            ch,
-            m,
-            seeds,
-            slice,
-            nbytes,
-        ));
+        for (send, peer) in [(true, next), (false, prev)] {
+            let sender = if send { r } else { prev };
+            let m = plan::ring_allreduce(proto, n, nch, ch, sender, bytes);
+            let seeds = (0..m.len())
+                .map(|k| plan::seed(sender, ch, opid * 4096 + k, ci))
+                .collect();
+            let conn = eng.s.find(send, Key { peer, ch, g: 0 });
+            let sub = Sub::new(conn, ch, m, seeds, slice, nbytes);
+            ops.push(Args::new(send, proto, slice, chunk, false, vec![sub]));
+        }
     }
-    vec![
-        Args::new(true, proto, slice, chunk, false, send),
-        Args::new(false, proto, slice, chunk, false, recv),
-    ]
+    ops
 }
 
-/// One round of NCCL's p2p schedule for all-to-all (send to r+delta, receive from r-delta), one
-/// op per channel and direction, SIMPLE over the shared buffers, sliceSteps = chunkSteps = 1.
+/// p2p ops per channel and direction batched together at most: NCCL_MAX_WORK_ELEMENTS_P2P = 16
+/// elements, sends and receives (src/include/device.h 2.20-2.23), NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+/// = 8 (src/include/device.h 2.24-2.30); it also keeps maxDepth = NCCL_SHARED_STEPS/nsubs >= 1.
+const MAX_P2P_SUBS: usize = 8;
+
+/// The deltas of NCCL's p2p schedule for all-to-all (send to r+delta, receive from r-delta:
+/// p2pSendOrder/p2pRecvOrder in src/init.cc 2.20, comm->p2pSchedule 2.24-2.30; NCCL permutes the
+/// deltas, the emulator takes them 1..P-1), in batches whose subs fit one ncclProxyArgs.
+pub fn a2a_batches(n: usize, gc: usize) -> Vec<Vec<usize>> {
+    let per = (MAX_P2P_SUBS / gc).max(1);
+    (1..n)
+        .collect::<Vec<_>>()
+        .chunks(per)
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+/// One batch of an all-to-all: per channel and direction ONE ncclProxyArgs whose subs are every
+/// (delta, g) stream of the batch: ProxyAppend merges shared (p2p) ops with the same opCount
+/// through localPeers[tpLocalRank]->{send,recv}.proxyAppend[channelId] (src/proxy.cc 2.20-2.30).
+/// Subs are appended g-major, so that subs sharing a recvComm are NOT adjacent and
+/// recvProxyProgress's grouping must swap them together. SIMPLE over the shared buffers
+/// (resources->shared = 1), sliceSteps = chunkSteps = 1, stepSize = p2pChunkSize,
+/// sub->nbytes = min(bytes, chunkSize) (src/proxy.cc 2.20, src/enqueue.cc 2.24+).
 fn a2a_ops(
     eng: &Engine,
     role: &Role,
     ci: usize,
     opid: usize,
-    delta: usize,
+    deltas: &[usize],
     gc: usize,
 ) -> Vec<Args> {
     let (r, n, nch) = (role.rank, role.nranks, role.nch);
-    let (to, from) = ((r + delta) % n, (r + n - delta) % n);
     let per_peer = role.bytes / (n - 1);
     let mut ops = Vec::new();
     for ch in 0..nch {
         let mut send = Vec::new();
         let mut recv = Vec::new();
         for g in 0..gc {
-            let stream = |sender: usize| {
-                let total = plan::a2a_stream_bytes(per_peer, nch, gc, delta, ch, g);
-                let abs = ((sender * n + delta) * nch + ch) as u64 * (per_peer as u64 + 4096);
-                let m = plan::p2p_msgs(total, abs);
-                let seeds = (0..m.len())
-                    .map(|k| plan::seed(sender * gc + g, ch, opid * 4096 + k, ci))
-                    .collect();
-                (m, seeds, total.min(P2P_CHUNK))
-            };
-            let (m, seeds, nbytes) = stream(r);
-            send.push(Sub::new(
-                eng.s.find(true, Key { peer: to, ch, g }),
-                ch,
-                m,
-                seeds,
-                1,
-                nbytes,
-            ));
-            let (m, seeds, nbytes) = stream(from);
-            recv.push(Sub::new(
-                eng.s.find(false, Key { peer: from, ch, g }),
-                ch,
-                m,
-                seeds,
-                1,
-                nbytes,
-            ));
+            for &delta in deltas {
+                let (to, from) = ((r + delta) % n, (r + n - delta) % n);
+                let stream = |sender: usize| {
+                    let total = plan::a2a_stream_bytes(per_peer, nch, gc, delta, ch, g);
+                    let abs = ((sender * n + delta) * nch + ch) as u64 * (per_peer as u64 + 4096);
+                    let m = plan::p2p_msgs(total, abs);
+                    let seeds = (0..m.len())
+                        .map(|k| plan::seed(sender * gc + g, ch, opid * 4096 + k, ci))
+                        .collect();
+                    (m, seeds, total.min(P2P_CHUNK))
+                };
+                let (m, seeds, nbytes) = stream(r);
+                send.push(Sub::new(
+                    eng.s.find(true, Key { peer: to, ch, g }),
+                    ch,
+                    m,
+                    seeds,
+                    1,
+                    nbytes,
+                ));
+                let (m, seeds, nbytes) = stream(from);
+                recv.push(Sub::new(
+                    eng.s.find(false, Key { peer: from, ch, g }),
+                    ch,
+                    m,
+                    seeds,
+                    1,
+                    nbytes,
+                ));
+            }
         }
         ops.push(Args::new(true, Proto::Simple, 1, 1, true, send));
         ops.push(Args::new(false, Proto::Simple, 1, 1, true, recv));

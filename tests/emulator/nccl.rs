@@ -71,6 +71,8 @@ pub struct Nccl {
     /// devices() result of the current load (2.20-2.27 call devices only together with init).
     ndev: c_int,
     pub dlopens: usize,
+    /// maxRecvs the last communicator used (reported in the OK line).
+    pub max_recvs: c_int,
     pub inits: usize,
     pub dlcloses: usize,
 }
@@ -94,6 +96,7 @@ impl Nccl {
             plugin_refs: 0,
             direct_inited: false,
             ndev: 0,
+            max_recvs: 0,
             dlopens: 0,
             inits: 0,
             dlcloses: 0,

@@ -222,7 +222,10 @@ impl<'a, 'n> Engine<'a, 'n> {
         }
     }
 
-    /// sendProxyProgress. Returns whether anything moved (args->idle == 0).
+    /// sendProxyProgress (src/transport/net.cc, 2.20-2.30): per sub, one action per call (post a
+    /// credit while posted < done + maxDepth, maxDepth = min(NCCL_STEPS, NCCL_SHARED_STEPS/nsubs);
+    /// else isend the next ready step, tag = tpRank, retried while *request comes back NULL;
+    /// else test() the oldest isend). Returns whether anything moved (args->idle == 0).
     fn send_progress(&mut self, a: &mut Args) -> Result<bool, String> {
         let net = self.net();
         let p = a.proto as usize;
@@ -328,7 +331,10 @@ impl<'a, 'n> Engine<'a, 'n> {
         Ok(active)
     }
 
-    /// recvProxyProgress. Returns whether anything moved.
+    /// recvProxyProgress (src/transport/net.cc, 2.20-2.30), its four passes in order, each
+    /// returning early when it did something: post grouped irecvs, test the oldest receive (sizes
+    /// array zeroed, then iflush for GDR buffers), test the flush and hand the step to the GPU,
+    /// then irecvConsumed for steps the GPU consumed. Returns whether anything moved.
     fn recv_progress(&mut self, a: &mut Args) -> Result<bool, String> {
         let net = self.net();
         let p = a.proto as usize;
