@@ -7,6 +7,7 @@ pub mod dl;
 pub mod nccl;
 pub mod plan;
 pub mod progress;
+pub mod recv;
 pub mod rendezvous;
 pub mod setup;
 pub mod spawn;
