@@ -80,10 +80,12 @@ impl Engine<'_, '_> {
                 let step = first.posted;
                 let comm = self.s.conns[first.conn].comm;
                 let mut req: P = std::ptr::null_mut();
-                // v9+ only: NCCL may pre-set *request = NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1)
-                // for single LL/LL128 receives (2.24+ with NCCL_NET_OPTIONAL_RECV_COMPLETION);
-                // the v8 shim (net_v8.cc ncclNet_irecv) clears it back to NULL before calling a
-                // v8 plugin, so a v8 plugin never sees the hint: *request starts NULL here.
+                // v9+ only: since 2.24 recvProxyProgress pre-sets *request =
+                // NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) for single (subCount 1) LL/LL128
+                // receives (NCCL_NET_OPTIONAL_RECV_COMPLETION, default 1); the v8 shim's irecv
+                // (ncclNet_v8_as_v9 in src/net.cc 2.24-2.27, ncclNet_irecv in
+                // src/plugin/net/net_v8.cc 2.28-2.30) resets it to NULL before calling the v8
+                // plugin, and 2.20-2.23 have no hint: a v8 plugin always sees *request = NULL.
                 // SAFETY: n entries of each array are valid; request out pointer valid.
                 ok("irecv", unsafe {
                     irecv(
