@@ -1,0 +1,328 @@
+//! One emulated NCCL rank (a child process): communicators in sequence, each with NCCL's init,
+//! connection setup, collectives through the proxy progress loops, and destroy or abort.
+
+use super::nccl::{self, Nccl};
+use super::plan::{self, Proto, P2P_CHUNK};
+use super::progress::{AbortAt, Args, Counters, Engine, Sub};
+use super::rendezvous::Rendezvous;
+use super::setup::{Key, Setup};
+use std::os::raw::c_int;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+fn env_usize(k: &str, d: usize) -> Result<usize, String> {
+    match std::env::var(k) {
+        Ok(v) => v.parse().map_err(|e| format!("{k}={v}: {e}")),
+        Err(_) => Ok(d),
+    }
+}
+
+/// The child's parameters, from the environment the parent set.
+pub struct Role {
+    pub rank: usize,
+    pub nranks: usize,
+    pub nch: usize,
+    pub work: String,
+    pub bytes: usize,
+    pub protos: Vec<Proto>,
+    pub comms: usize,
+    pub iters: usize,
+    pub dir: PathBuf,
+}
+
+impl Role {
+    pub fn from_env() -> Result<Role, String> {
+        let protos = match std::env::var("DQPLB_EMU_PROTO").as_deref() {
+            Ok("ALL") => Proto::ALL.to_vec(),
+            Ok(p) => vec![Proto::parse(p).ok_or(format!("DQPLB_EMU_PROTO={p}"))?],
+            Err(_) => vec![Proto::Simple],
+        };
+        Ok(Role {
+            rank: env_usize("DQPLB_EMU_RANK", 0)?,
+            nranks: env_usize("DQPLB_EMU_NRANKS", 2)?,
+            nch: env_usize("DQPLB_EMU_CHANNELS", 1)?,
+            work: std::env::var("DQPLB_EMU_WORK").unwrap_or_else(|_| "ring".into()),
+            bytes: env_usize("DQPLB_EMU_BYTES", 1 << 20)?,
+            protos,
+            comms: env_usize("DQPLB_EMU_COMMS", 2)?,
+            iters: env_usize("DQPLB_EMU_ITERS", 2)?,
+            dir: PathBuf::from(std::env::var("DQPLB_EMU_DIR").map_err(|_| "DQPLB_EMU_DIR unset")?),
+        })
+    }
+}
+
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "@@{line}");
+    let _ = o.flush();
+}
+
+pub fn run() -> Result<(), String> {
+    let role = Role::from_env()?;
+    let mut nccl = Nccl::new()?;
+    let start = Instant::now();
+    if role.work == "probe" {
+        // The GDR probe's call sequence on its own, with host memory: one thread connects to
+        // itself (ncclGpuGdrSupport), twice, with dlclose/dlopen in between under 2.24+ rules.
+        for _ in 0..role.comms {
+            let cn = nccl.comm_init()?;
+            for d in 0..cn.ndev {
+                nccl::gdr_probe(cn.net, d, STEP_LIMIT)?;
+            }
+            nccl.comm_finalize()?;
+        }
+        say(&format!(
+            "OK probe inits={} dlopens={} dlcloses={}",
+            nccl.inits, nccl.dlopens, nccl.dlcloses
+        ));
+        return Ok(());
+    }
+    let mut total = Counters::default();
+    for ci in 0..role.comms {
+        // The abort workload aborts the first communicator and destroys the later ones normally.
+        let abort = role.work == "abort" && ci == 0;
+        let c = one_comm(&mut nccl, &role, ci, abort)?;
+        total.isend += c.isend;
+        total.irecv += c.irecv;
+        total.test += c.test;
+        total.consumed += c.consumed;
+        total.irecv_grouped += c.irecv_grouped;
+        total.iflush += c.iflush;
+        total.bytes_verified += c.bytes_verified;
+        total.zero_byte_msgs += c.zero_byte_msgs;
+        total.isend_null += c.isend_null;
+        total.irecv_null += c.irecv_null;
+    }
+    let warns = nccl.log.count(2);
+    say(&format!(
+        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
+        role.rank, nccl.max_recvs, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
+        total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.consumed, total.zero_byte_msgs,
+        total.bytes_verified, warns, start.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// One communicator: ncclCommInitRank, the workload, then ncclCommDestroy or ncclCommAbort.
+fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Counters, String> {
+    let cn = nccl.comm_init()?;
+    let props = cn.props[cn.dev as usize];
+    let max_recvs = props.max_recvs;
+    nccl.max_recvs = max_recvs;
+    // maxComms becomes the NIC's "maxconn", the channel limit for the NIC (topo.cc).
+    if role.nch > props.max_comms as usize {
+        return Err(format!(
+            "{} channels > maxComms {}",
+            role.nch, props.max_comms
+        ));
+    }
+    let rv = Rendezvous::new(role.dir.join(format!("comm{ci}")))?;
+    let mut setup = Setup::new(cn.net, cn.dev, max_recvs);
+    let (r, n, nch) = (role.rank, role.nranks, role.nch);
+    let a2a = role.work == "a2a";
+    // Emulated PXN for all-to-all: with maxRecvs > 1 NCCL shares one comm per (peer, channel)
+    // between connections of different ranks behind one proxy, and groups their receives.
+    let g_count = if a2a && max_recvs > 1 { 3 } else { 1 };
+    let (mut keys_recv, mut keys_send) = (Vec::new(), Vec::new());
+    if a2a {
+        for q in (0..n).filter(|&q| q != r) {
+            for ch in 0..nch {
+                for g in 0..g_count {
+                    keys_recv.push(Key { peer: q, ch, g });
+                    keys_send.push(Key { peer: q, ch, g });
+                }
+            }
+        }
+        setup.alloc_pools(nch);
+    } else {
+        let (prev, next) = ((r + n - 1) % n, (r + 1) % n);
+        for ch in 0..nch {
+            keys_recv.push(Key {
+                peer: prev,
+                ch,
+                g: 0,
+            });
+            keys_send.push(Key {
+                peer: next,
+                ch,
+                g: 0,
+            });
+        }
+    }
+    let gc = g_count;
+    setup.listen_and_close_unaccepted()?;
+    setup.proxy_setup(
+        r,
+        &keys_recv,
+        &keys_send,
+        |k| (r * gc + k.g) as c_int,
+        |k| (k.peer * gc + k.g) as c_int,
+        a2a,
+        &rv,
+    )?;
+    setup.proxy_connect(r, &rv, STEP_LIMIT)?;
+    let cap = nccl::version() < 230;
+    let counters;
+    {
+        let mut eng = Engine::new(&mut setup, max_recvs as usize, cap);
+        let mut opid = 0usize;
+        if abort {
+            // ncclCommAbort mid-collective: the progress thread stops on abortFlag with sends and
+            // receives posted; proxyFree then deregisters and closes without testing them again.
+            // Every rank aborts (the application calls ncclCommAbort on all of them); the
+            // emulator lines the ranks up after their progress threads stopped so that the
+            // closes below meet requests still posted on both sides, not a peer still sending.
+            let proto = Proto::Simple;
+            let mut ops = ring_ops(&eng, role, ci, proto, 0, 1 << 22);
+            let at = AbortAt {
+                sends_posted: 3,
+                recvs_completed: 1,
+            };
+            if let Err(e) = eng.run(&mut ops, STEP_LIMIT, Some(at)) {
+                // A data call failing because a peer went first is NCCL's async error path
+                // (ncclProxyProgress stores asyncResult; the application then aborts).
+                say(&format!("ABORT-PATH-ERROR {e}"));
+            }
+            let (sends, recvs) = super::progress::in_flight(&ops);
+            say(&format!(
+                "ABORTED untested_sends={sends} pending_recvs={recvs}"
+            ));
+            rv.barrier("aborted", r, n, STEP_LIMIT)?;
+        } else {
+            for _ in 0..role.iters {
+                if a2a {
+                    for deltas in a2a_batches(n, gc) {
+                        let mut ops = a2a_ops(&eng, role, ci, opid, &deltas, gc);
+                        opid += 1;
+                        eng.run(&mut ops, STEP_LIMIT, None)?;
+                    }
+                } else {
+                    for &proto in &role.protos {
+                        let mut ops = ring_ops(&eng, role, ci, proto, opid, role.bytes);
+                        opid += 1;
+                        eng.run(&mut ops, STEP_LIMIT, None)?;
+                    }
+                }
+            }
+        }
+        counters = eng.c.clone();
+    }
+    if !abort && max_recvs == 1 && counters.irecv_grouped != 0 {
+        return Err("grouped irecv with maxRecvs = 1".into());
+    }
+    // ncclCommDestroy (no barrier with the peers before the proxy frees its connections).
+    setup.free()?;
+    nccl.comm_finalize()?;
+    Ok(counters)
+}
+
+/// A ring all-reduce: per channel one send op (to next) and one recv op (from prev), each its own
+/// ncclProxyArgs with one sub: ProxyAppend (src/proxy.cc, 2.20-2.30) only merges ops into one
+/// args as subs for shared (p2p) connections with the same opCount; ring connections append
+/// through their own connection->proxyAppend. sub->nbytes = stepSize*sliceSteps (src/enqueue.cc).
+fn ring_ops(
+    eng: &Engine,
+    role: &Role,
+    ci: usize,
+    proto: Proto,
+    opid: usize,
+    bytes: usize,
+) -> Vec<Args> {
+    let (r, n, nch) = (role.rank, role.nranks, role.nch);
+    let (prev, next) = ((r + n - 1) % n, (r + 1) % n);
+    let (slice, chunk) = proto.ring_steps();
+    let nbytes = proto.step_size() * slice as usize;
+    let mut ops = Vec::new();
+    for ch in 0..nch {
+        for (send, peer) in [(true, next), (false, prev)] {
+            let sender = if send { r } else { prev };
+            let m = plan::ring_allreduce(proto, n, nch, ch, sender, bytes);
+            let seeds = (0..m.len())
+                .map(|k| plan::seed(sender, ch, opid * 4096 + k, ci))
+                .collect();
+            let conn = eng.s.find(send, Key { peer, ch, g: 0 });
+            let sub = Sub::new(conn, ch, m, seeds, slice, nbytes);
+            ops.push(Args::new(send, proto, slice, chunk, false, vec![sub]));
+        }
+    }
+    ops
+}
+
+/// p2p ops per channel and direction batched together at most: NCCL_MAX_WORK_ELEMENTS_P2P = 16
+/// elements, sends and receives (src/include/device.h 2.20-2.23), NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+/// = 8 (src/include/device.h 2.24-2.30); it also keeps maxDepth = NCCL_SHARED_STEPS/nsubs >= 1.
+const MAX_P2P_SUBS: usize = 8;
+
+/// The deltas of NCCL's p2p schedule for all-to-all (send to r+delta, receive from r-delta:
+/// p2pSendOrder/p2pRecvOrder in src/init.cc 2.20, comm->p2pSchedule 2.24-2.30; NCCL permutes the
+/// deltas, the emulator takes them 1..P-1), in batches whose subs fit one ncclProxyArgs.
+pub fn a2a_batches(n: usize, gc: usize) -> Vec<Vec<usize>> {
+    let per = (MAX_P2P_SUBS / gc).max(1);
+    (1..n)
+        .collect::<Vec<_>>()
+        .chunks(per)
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+/// One batch of an all-to-all: per channel and direction ONE ncclProxyArgs whose subs are every
+/// (delta, g) stream of the batch: ProxyAppend merges shared (p2p) ops with the same opCount
+/// through localPeers[tpLocalRank]->{send,recv}.proxyAppend[channelId] (src/proxy.cc 2.20-2.30).
+/// Subs are appended g-major, so that subs sharing a recvComm are NOT adjacent and
+/// recvProxyProgress's grouping must swap them together. SIMPLE over the shared buffers
+/// (resources->shared = 1), sliceSteps = chunkSteps = 1, stepSize = p2pChunkSize,
+/// sub->nbytes = min(bytes, chunkSize) (src/proxy.cc 2.20, src/enqueue.cc 2.24+).
+fn a2a_ops(
+    eng: &Engine,
+    role: &Role,
+    ci: usize,
+    opid: usize,
+    deltas: &[usize],
+    gc: usize,
+) -> Vec<Args> {
+    let (r, n, nch) = (role.rank, role.nranks, role.nch);
+    let per_peer = role.bytes / (n - 1);
+    let mut ops = Vec::new();
+    for ch in 0..nch {
+        let mut send = Vec::new();
+        let mut recv = Vec::new();
+        for g in 0..gc {
+            for &delta in deltas {
+                let (to, from) = ((r + delta) % n, (r + n - delta) % n);
+                let stream = |sender: usize| {
+                    let total = plan::a2a_stream_bytes(per_peer, nch, gc, delta, ch, g);
+                    let abs = ((sender * n + delta) * nch + ch) as u64 * (per_peer as u64 + 4096);
+                    let m = plan::p2p_msgs(total, abs);
+                    let seeds = (0..m.len())
+                        .map(|k| plan::seed(sender * gc + g, ch, opid * 4096 + k, ci))
+                        .collect();
+                    (m, seeds, total.min(P2P_CHUNK))
+                };
+                let (m, seeds, nbytes) = stream(r);
+                send.push(Sub::new(
+                    eng.s.find(true, Key { peer: to, ch, g }),
+                    ch,
+                    m,
+                    seeds,
+                    1,
+                    nbytes,
+                ));
+                let (m, seeds, nbytes) = stream(from);
+                recv.push(Sub::new(
+                    eng.s.find(false, Key { peer: from, ch, g }),
+                    ch,
+                    m,
+                    seeds,
+                    1,
+                    nbytes,
+                ));
+            }
+        }
+        ops.push(Args::new(true, Proto::Simple, 1, 1, true, send));
+        ops.push(Args::new(false, Proto::Simple, 1, 1, true, recv));
+    }
+    ops
+}

@@ -1,0 +1,269 @@
+//! NCCL emulator: drives the RELEASE libnccl_net_dqplb.so the way NCCL 2.20-2.30 does (loader, v8
+//! shim, GDR probe, net transport setup, proxy progress loops, destroy/abort, dlclose), written from
+//! NCCL's source (src/transport/net.cc, src/plugin/net*.cc, src/net.cc, src/proxy.cc); every
+//! emulated behaviour in tests/emulator/ names the NCCL file, function and versions it follows.
+//!
+//! Ranks are child processes of this binary (`emulator_child_role`); handles go through files.
+//! Transport: NCCL_DQPLB_TRANSPORT from the environment (default tcp), NCCL_SOCKET_IFNAME=lo.
+//! Build the library first: `cargo test --release --test nccl_emulator` builds target/release/deps/.
+//!
+//! Against a plugin whose vtable sets `irecvConsumed` to a function that fails (the DQPLB vtable
+//! before the fix), every data-moving test here fails at the first consumed receive, exactly where
+//! NCCL's recvProxyProgress would abort; the probe tests still pass.
+
+mod emulator;
+
+use emulator::spawn::{self, field};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Child-process entry point: a no-op unless spawned with DQPLB_EMU_ROLE.
+#[test]
+#[ignore = "entry point of the emulated NCCL ranks (child processes)"]
+fn emulator_child_role() {
+    if std::env::var_os("DQPLB_EMU_ROLE").is_none() {
+        return;
+    }
+    if let Err(e) = emulator::child::run() {
+        emulator::child::say(&format!("FAIL {e}"));
+        eprintln!("emulated rank failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn env(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+/// Runs a workload and checks the OK lines: every rank verified data and, under the 2.24+ loader
+/// with several communicators, dlopened and dlclosed once per communicator.
+fn run(name: &str, nranks: usize, pairs: &[(&'static str, &str)]) -> Vec<String> {
+    let e = env(pairs);
+    let out = spawn::run(name, nranks, &e, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let comms: u64 = pairs
+        .iter()
+        .find(|(k, _)| *k == "DQPLB_EMU_COMMS")
+        .map_or(2, |(_, v)| v.parse().unwrap());
+    let direct = pairs
+        .iter()
+        .any(|(k, v)| *k == "DQPLB_EMU_NCCL" && *v == "2.20");
+    let mut oks = Vec::new();
+    for (rank, lines) in out.lines.iter().enumerate() {
+        let ok = lines.iter().find(|l| l.starts_with("OK ")).unwrap().clone();
+        if !ok.starts_with("OK probe") {
+            assert!(
+                field(&ok, "verified").unwrap() > 0,
+                "{name} rank {rank}: nothing verified: {ok}"
+            );
+        }
+        let (opens, closes, inits) = (
+            field(&ok, "dlopens"),
+            field(&ok, "dlcloses"),
+            field(&ok, "inits"),
+        );
+        if direct {
+            assert_eq!(
+                (opens, closes, inits),
+                (Some(1), Some(0), Some(1)),
+                "{name} rank {rank}: {ok}"
+            );
+        } else {
+            assert_eq!(
+                (opens, closes, inits),
+                (Some(comms), Some(comms), Some(comms)),
+                "{name} rank {rank}: {ok}"
+            );
+        }
+        oks.push(ok);
+    }
+    eprintln!("{name}: {oks:#?}");
+    oks
+}
+
+/// Init through the loader, getProperties, then the GDR probe sequence (listen, connect/accept
+/// alternating in one thread, regMr/deregMr on both comms, close) with host memory, in two
+/// communicators with dlclose/dlopen in between (NCCL 2.28 loader).
+#[test]
+fn gdr_probe_sequence_host_memory_and_reload() {
+    run(
+        "probe",
+        1,
+        &[("DQPLB_EMU_WORK", "probe"), ("DQPLB_EMU_COMMS", "2")],
+    );
+}
+
+/// The 2.20-2.23 loader: dlopen once, init once, never dlclose, for three communicators.
+#[test]
+fn probe_with_direct_v8_loader_of_nccl_2_20() {
+    run(
+        "probe-2.20",
+        1,
+        &[
+            ("DQPLB_EMU_WORK", "probe"),
+            ("DQPLB_EMU_COMMS", "3"),
+            ("DQPLB_EMU_NCCL", "2.20"),
+        ],
+    );
+}
+
+fn ring(policy: &str, p: usize, c: usize, bytes: usize, proto: &str, nccl: &str) {
+    let name = format!("ring-{policy}-p{p}-c{c}-{proto}-{nccl}");
+    let (b, cs) = (bytes.to_string(), c.to_string());
+    run(
+        &name,
+        p,
+        &[
+            ("NCCL_DQPLB_POLICY", policy),
+            ("DQPLB_EMU_WORK", "ring"),
+            ("DQPLB_EMU_CHANNELS", &cs),
+            ("DQPLB_EMU_BYTES", &b),
+            ("DQPLB_EMU_PROTO", proto),
+            ("DQPLB_EMU_NCCL", nccl),
+            ("DQPLB_EMU_COMMS", "2"),
+        ],
+    );
+}
+
+fn a2a(policy: &str, p: usize, c: usize, bytes: usize, nccl: &str) {
+    let name = format!("a2a-{policy}-p{p}-c{c}-{nccl}");
+    let (b, cs) = (bytes.to_string(), c.to_string());
+    run(
+        &name,
+        p,
+        &[
+            ("NCCL_DQPLB_POLICY", policy),
+            ("DQPLB_EMU_WORK", "a2a"),
+            ("DQPLB_EMU_CHANNELS", &cs),
+            ("DQPLB_EMU_BYTES", &b),
+            ("DQPLB_EMU_NCCL", nccl),
+            ("DQPLB_EMU_COMMS", "2"),
+        ],
+    );
+}
+
+const MIB: usize = 1 << 20;
+
+macro_rules! matrix {
+    ($($name:ident: $kind:ident $p:literal x $c:literal, $bytes:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            matrix!(@ $kind $p $c $bytes);
+        }
+    )*};
+    (@ ring $p:literal $c:literal $bytes:expr) => { ring("dqplb", $p, $c, $bytes, "SIMPLE", "2.28") };
+    (@ a2a $p:literal $c:literal $bytes:expr) => { a2a("dqplb", $p, $c, $bytes, "2.28") };
+}
+
+// The full P x C matrix for the dqplb policy: ring all-reduce (SIMPLE) and all-to-all (p2p).
+matrix! {
+    ring_allreduce_dqplb_p2_c1: ring 2 x 1, 8 * MIB;
+    ring_allreduce_dqplb_p2_c4: ring 2 x 4, 8 * MIB;
+    ring_allreduce_dqplb_p2_c8: ring 2 x 8, 8 * MIB;
+    ring_allreduce_dqplb_p4_c1: ring 4 x 1, 4 * MIB;
+    ring_allreduce_dqplb_p4_c4: ring 4 x 4, 4 * MIB;
+    ring_allreduce_dqplb_p4_c8: ring 4 x 8, 4 * MIB;
+    ring_allreduce_dqplb_p8_c1: ring 8 x 1, 2 * MIB;
+    ring_allreduce_dqplb_p8_c4: ring 8 x 4, 2 * MIB;
+    ring_allreduce_dqplb_p8_c8: ring 8 x 8, 2 * MIB;
+    all_to_all_dqplb_p2_c1: a2a 2 x 1, 4 * MIB;
+    all_to_all_dqplb_p2_c4: a2a 2 x 4, 4 * MIB;
+    all_to_all_dqplb_p2_c8: a2a 2 x 8, 4 * MIB;
+    all_to_all_dqplb_p4_c1: a2a 4 x 1, 3 * MIB;
+    all_to_all_dqplb_p4_c4: a2a 4 x 4, 3 * MIB;
+    all_to_all_dqplb_p4_c8: a2a 4 x 8, 3 * MIB;
+    all_to_all_dqplb_p8_c1: a2a 8 x 1, 2 * MIB;
+    all_to_all_dqplb_p8_c4: a2a 8 x 4, 2 * MIB;
+    all_to_all_dqplb_p8_c8: a2a 8 x 8, 2 * MIB;
+}
+
+/// Every engine policy on one P/C combination, all three protocols (LL, LL128, SIMPLE step and
+/// slice sizes), plus an all-to-all.
+fn policy(policy: &str) {
+    ring(policy, 4, 4, 3 * MIB + 4096 * 3, "ALL", "2.28");
+    a2a(policy, 4, 4, 3 * MIB, "2.28");
+}
+
+#[test]
+fn policy_dqplb_all_protocols() {
+    policy("dqplb");
+}
+
+#[test]
+fn policy_static_split_all_protocols() {
+    policy("static-split");
+}
+
+#[test]
+fn policy_round_robin_message_all_protocols() {
+    policy("round-robin-message");
+}
+
+#[test]
+fn policy_single_qp_all_protocols() {
+    policy("single-qp");
+}
+
+/// The other NCCL generations: 2.20 (direct v8, no dlclose), 2.24 (shim, dlclose), 2.30 (receive
+/// sizes no longer capped by nbytes: p2p posts a full 128 KiB chunk even for 0-byte messages).
+#[test]
+fn nccl_versions_2_20_2_24_2_30() {
+    for v in ["2.20", "2.24", "2.30"] {
+        ring("dqplb", 2, 4, 2 * MIB, "ALL", v);
+        a2a("dqplb", 2, 2, MIB, v);
+    }
+}
+
+/// ncclCommAbort with sends and receives in flight (closeSend/closeRecv after deregMr, requests
+/// never tested again), then a fresh communicator after dlclose/dlopen that must work.
+#[test]
+fn abort_with_requests_in_flight_then_new_communicator() {
+    let e = env(&[
+        ("DQPLB_EMU_WORK", "abort"),
+        ("DQPLB_EMU_CHANNELS", "2"),
+        ("DQPLB_EMU_BYTES", "2097152"),
+        ("DQPLB_EMU_COMMS", "2"),
+    ]);
+    let out = spawn::run("abort", 2, &e, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    for (rank, lines) in out.lines.iter().enumerate() {
+        let a = lines
+            .iter()
+            .find(|l| l.starts_with("ABORTED "))
+            .expect("ABORTED line");
+        assert!(
+            field(a, "pending_recvs").unwrap() > 0,
+            "rank {rank}: no receive was in flight at the abort: {a}"
+        );
+        let ok = lines.iter().find(|l| l.starts_with("OK ")).unwrap();
+        assert!(field(ok, "verified").unwrap() > 0, "rank {rank}: {ok}");
+        assert_eq!(field(ok, "dlcloses"), Some(2), "rank {rank}: {ok}");
+    }
+}
+
+/// Small collectives: ring chunks of a few KiB, so that SIMPLE's second slice and whole chunks
+/// past the end of the buffer are 0-byte isends (NCCL posts them), on every protocol.
+#[test]
+fn ring_allreduce_small_sizes_zero_byte_slices() {
+    for bytes in [40 * 1024 + 12, 4096] {
+        let oks = run_ring_small(bytes);
+        assert!(
+            oks.iter().all(|l| field(l, "zero_byte").unwrap() > 0),
+            "{bytes} bytes: no 0-byte message was sent: {oks:?}"
+        );
+    }
+}
+
+fn run_ring_small(bytes: usize) -> Vec<String> {
+    let b = bytes.to_string();
+    run(
+        &format!("ring-small-{bytes}"),
+        4,
+        &[
+            ("DQPLB_EMU_WORK", "ring"),
+            ("DQPLB_EMU_CHANNELS", "4"),
+            ("DQPLB_EMU_BYTES", &b),
+            ("DQPLB_EMU_PROTO", "ALL"),
+            ("DQPLB_EMU_COMMS", "1"),
+        ],
+    )
+}
