@@ -1,6 +1,7 @@
 """The whole scripts/gpu-e2e.sh run offline: a stand-in torch (tests/gpu_e2e/fake_torch), a stand-in
-nvidia-smi, and a small shared library exporting ncclNetPlugin_v8 named DQPLB. Checks the exit
-status, the summary files, and that a wrong element or a fallback to Socket fails the run."""
+nvidia-smi, and a small shared library exporting ncclNetPlugin_v8 named DQPLB with the entry points
+NCCL calls set. Checks the exit status, the summary files, and that a wrong element, a fallback to
+Socket, or a plugin whose vtable is NULL fails the run."""
 
 import csv
 import json
@@ -10,24 +11,16 @@ import subprocess
 import tempfile
 import unittest
 
-from helpers import HERE, REPO, SCRIPT
-
-PLUGIN_C = r"""
-typedef struct { const char* name; void* fns[18]; } net_v8;
-const net_v8 ncclNetPlugin_v8 = { "DQPLB", {0} };
-"""
+from helpers import CC, HERE, NO_CC, REPO, SCRIPT, build_stub_plugin
 
 
-@unittest.skipUnless(shutil.which("cc"), "no C compiler for the stand-in plugin")
+@unittest.skipUnless(CC, NO_CC)
 class OfflineEndToEnd(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="gpu-e2e-offline-")
-        src = os.path.join(cls.tmp, "p.c")
-        with open(src, "w") as fh:
-            fh.write(PLUGIN_C)
-        cls.plugin = os.path.join(cls.tmp, "libnccl-net-dqplb.so")
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", cls.plugin, src], check=True)
+        cls.plugin = build_stub_plugin(cls.tmp)
+        cls.null_plugin = build_stub_plugin(os.path.join(cls.tmp, "null"), set_fields=())
         cls.bin = os.path.join(cls.tmp, "bin")
         os.makedirs(cls.bin)
         smi = os.path.join(cls.bin, "nvidia-smi")
@@ -39,14 +32,14 @@ class OfflineEndToEnd(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
 
-    def run_script(self, name, *extra, **env_extra):
+    def run_script(self, name, *extra, plugin=None, **env_extra):
         out = os.path.join(self.tmp, name)
         xchg = os.path.join(self.tmp, name + "-xchg")
         os.makedirs(xchg)
         env = dict(os.environ, PATH=self.bin + ":" + os.environ["PATH"],
                    PYTHONPATH=os.path.join(HERE, "fake_torch"), FAKE_TORCH_DIR=xchg, PYTHONDONTWRITEBYTECODE="1")
         env.update(env_extra)
-        p = subprocess.run(["bash", SCRIPT, "--plugin", self.plugin, "--out", out, "--max-bytes", "4K", "--quick",
+        p = subprocess.run(["bash", SCRIPT, "--plugin", plugin or self.plugin, "--out", out, "--max-bytes", "4K", "--quick",
                             "--skip-nccl-tests", *extra], capture_output=True, text=True, env=env, cwd=REPO,
                            timeout=600)
         verdict = None
@@ -94,6 +87,15 @@ class OfflineEndToEnd(unittest.TestCase):
             "plugin rank 0 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
             "plugin rank 1 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
         ])
+
+    def test_null_vtable_stops_at_preflight(self):
+        p, out, v = self.run_script("null-vtable", plugin=self.null_plugin)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertIsNone(v)
+        self.assertIn("[MISS] plugin: %s: ncclNetPlugin_v8 'DQPLB' has NULL entry points NCCL calls unchecked: init, "
+                      "devices, getProperties," % self.null_plugin, p.stdout)
+        self.assertIn("required items missing", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "plugin")))
 
 
 if __name__ == "__main__":
