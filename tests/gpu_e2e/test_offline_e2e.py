@@ -62,8 +62,11 @@ class OfflineEndToEnd(unittest.TestCase):
         with open(os.path.join(out, "stages.tsv")) as fh:
             stages = [ln.split("\t")[:2] for ln in fh.read().splitlines()]
         self.assertEqual(stages, [["plugin", "OK"], ["socket", "OK"], ["nccl-tests", "SKIPPED"]])
-        self.assertEqual(v["plugin"]["log_verdicts"]["rank1"]["verdict"], "USED")
-        self.assertEqual(v["socket"]["log_verdicts"]["rank0"]["verdict"], "USED")
+        for label in ("plugin", "socket"):
+            for rank in ("rank0", "rank1"):
+                self.assertEqual(v[label]["log_verdicts"][rank]["verdict"], "USED", (label, rank))
+        self.assertIs(v["gdr_exercised"], False)
+        self.assertIn("GDR exercised: no (0 of 4 plugin channels via GDRDMA)\n", p.stdout)
         with open(os.path.join(out, "plugin", "rank0.log")) as fh:
             self.assertIn("Plugin name set by env to " + self.plugin, fh.read())
         for f in ("summary.md", "env.json", "check-env.txt", "plugin/rank1.jsonl", "socket/run.json"):
@@ -87,6 +90,14 @@ class OfflineEndToEnd(unittest.TestCase):
             "plugin rank 0 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
             "plugin rank 1 log: FELL_BACK (NCCL used network Socket instead of DQPLB)",
         ])
+
+    def test_gdr_channels_reported(self):
+        p, out, v = self.run_script("gdr", "--skip-socket", FAKE_TORCH_GDR="1")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIs(v["gdr_exercised"], True)
+        self.assertIn("GDR exercised: yes (4 of 4 plugin channels via GDRDMA)\n", p.stdout)
+        with open(os.path.join(out, "summary.md")) as fh:
+            self.assertIn("GDR exercised: yes (4 of 4 plugin channels via GDRDMA).", fh.read())
 
     def test_null_vtable_stops_at_preflight(self):
         p, out, v = self.run_script("null-vtable", plugin=self.null_plugin)

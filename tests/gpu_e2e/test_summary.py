@@ -84,6 +84,31 @@ class Summary(unittest.TestCase):
         self.assertIn("Result: **PASS**", md)
         self.assertIn("| sendrecv | float32 | 128 MiB | 67108.9 | 2.000 | 2.000 | 134217.7 | 1.000 | 1.000 | 2.000 | ok/ok |", md)
         self.assertIn("Lowest plugin/Socket busbw ratio at >= 64 MiB: 2.000 (all_reduce float32 64 MiB) (recorded, not enforced).", md)
+        # DQPLB advertises host memory only: the summary says GPUDirect was not exercised.
+        self.assertIs(v["gdr_exercised"], False)
+        self.assertEqual(v["gdr"], {"used": False, "gdr_channels": 0, "net_channels": 8})
+        self.assertIn("\nGDR exercised: no (0 of 8 plugin channels via GDRDMA).\n", md)
+        self.assertIn("- plugin rank0 log: USED (", md)
+        self.assertIn("; 0 of 4 channels via GDRDMA", md)
+
+    def test_gdr_exercised_reported(self):
+        v = self.run_summary(plugin_kw={"log_name": "nccl-2.28-future-gpudirect.log"})
+        self.assertTrue(v["passed"], v["failures"])
+        self.assertIs(v["gdr_exercised"], True)
+        self.assertEqual(v["gdr"], {"used": True, "gdr_channels": 10, "net_channels": 12})
+        md = read(os.path.join(self.dir, "summary.md"))
+        self.assertIn("\nGDR exercised: yes (10 of 12 plugin channels via GDRDMA).\n", md)
+
+    def test_gdr_cli_line(self):
+        import contextlib
+        import io
+
+        write_run(os.path.join(self.dir, "plugin"), "plugin", 2.0, "nccl-2.28-plugin-used.log")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = summary.main(["--out", self.dir, "--skip-socket"])
+        self.assertEqual(rc, 0)
+        self.assertIn("\nGDR exercised: no (0 of 8 plugin channels via GDRDMA)\nsummary: PASS -> ", buf.getvalue())
 
     def test_low_ratio_warns_unless_enforced(self):
         slow = {(r, "sendrecv", MAX): {"time_s": MAX / 0.5e9} for r in (0, 1)}

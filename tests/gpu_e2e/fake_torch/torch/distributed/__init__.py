@@ -1,8 +1,9 @@
 """Stand-in torch.distributed for the offline end-to-end test: ranks exchange buffers through JSON
 files in $FAKE_TORCH_DIR and print NCCL_DEBUG-style lines naming the network NCCL would use.
 
-$FAKE_TORCH_NET overrides that network (to fake a fallback); $FAKE_TORCH_CORRUPT="op:bytes" makes
-rank 1 receive one wrong element for that op and size.
+$FAKE_TORCH_NET overrides that network (to fake a fallback); $FAKE_TORCH_GDR=1 prints the channels
+with /GDRDMA (what NCCL prints for GPUDirect RDMA); $FAKE_TORCH_CORRUPT="op:bytes" makes rank 1
+receive one wrong element for that op and size.
 """
 
 import json
@@ -40,8 +41,9 @@ def init_process_group(backend, init_method=None, rank=0, world_size=1, timeout=
     net = os.environ.get("FAKE_TORCH_NET") or os.environ.get("NCCL_NET", "Socket")
     _info("Using network %s" % net)
     peer = (rank + 1) % world_size
-    _info("Channel 00/0 : %d[0] -> %d[0] [receive] via NET/%s/0" % (peer, rank, net))
-    _info("Channel 00/0 : %d[0] -> %d[0] [send] via NET/%s/0" % (rank, peer, net))
+    gdr = "/GDRDMA" if os.environ.get("FAKE_TORCH_GDR") == "1" else ""
+    _info("Channel 00/0 : %d[0] -> %d[0] [receive] via NET/%s/0%s" % (peer, rank, net, gdr))
+    _info("Channel 00/0 : %d[0] -> %d[0] [send] via NET/%s/0%s" % (rank, peer, net, gdr))
 
 
 def _path(tag, src):
