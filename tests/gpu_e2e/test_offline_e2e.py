@@ -80,8 +80,38 @@ class OfflineEndToEnd(unittest.TestCase):
         self.assertIn("FAIL: plugin: WRONG RESULT all_gather float32 1 KiB", p.stdout)
         with open(os.path.join(out, "plugin", "rank1.jsonl")) as fh:
             bad = [json.loads(x) for x in fh if '"ok": false' in x]
-        self.assertEqual([(r["op"], r["bytes"], r["mismatches_first"], r["mismatches_last"]) for r in bad],
-                         [("all_gather", 1024, 1, 1), ("all_gather", 1024, 1, 1)])
+        self.assertEqual([(r["op"], r["bytes"], r["mismatches"], r["bad_iterations"]) for r in bad],
+                         [("all_gather", 1024, [1] * 6, list(range(6)))] * 2)  # --quick: warm-up + 5
+
+    def test_stale_buffers_fail(self):
+        # Each call after a case's first hands back the previous call's result: only per-iteration
+        # inputs and per-iteration checks see it.
+        stale = ("all_gather", "reduce_scatter", "sendrecv")
+        p, out, v = self.run_script("stale", "--skip-socket", FAKE_TORCH_STALE=",".join(stale))
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        sizes = ["8 B", "16 B", "32 B", "64 B", "128 B", "256 B", "512 B", "1 KiB", "2 KiB", "4 KiB"]
+        self.assertEqual(sorted(v["failures"]), sorted("plugin: WRONG RESULT %s %s %s" % (op, dt, sz)
+                                                       for op in stale for dt in ("float32", "bfloat16")
+                                                       for sz in sizes))
+        for rank in (0, 1):
+            with open(os.path.join(out, "plugin", "rank%d.jsonl" % rank)) as fh:
+                cases = [json.loads(x) for x in fh if '"kind": "case"' in x]
+            self.assertEqual(len(cases), 80)
+            for c in cases:
+                if c["op"] == "all_reduce":
+                    self.assertTrue(c["ok"], c)
+                    continue
+                n_out = c["bytes"] // {"float32": 4, "bfloat16": 2}[c["dtype"]] // (2 if c["op"] == "reduce_scatter" else 1)
+                self.assertFalse(c["ok"], c)
+                # The warm-up is right; every later iteration holds the one before: all elements wrong.
+                self.assertEqual(c["mismatches"], [0] + [n_out] * c["iters"], c)
+                self.assertEqual(c["bad_iterations"], list(range(1, c["iters"] + 1)), c)
+
+    def test_stale_in_place_all_reduce_fails(self):
+        p, _, v = self.run_script("stale-ar", "--skip-socket", FAKE_TORCH_STALE="all_reduce")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertEqual(len(v["failures"]), 20)
+        self.assertTrue(all(f.startswith("plugin: WRONG RESULT all_reduce ") for f in v["failures"]), v["failures"])
 
     def test_fallback_fails(self):
         p, _, v = self.run_script("fallback", "--skip-socket", FAKE_TORCH_NET="Socket")

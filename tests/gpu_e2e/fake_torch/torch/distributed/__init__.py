@@ -3,7 +3,8 @@ files in $FAKE_TORCH_DIR and print NCCL_DEBUG-style lines naming the network NCC
 
 $FAKE_TORCH_NET overrides that network (to fake a fallback); $FAKE_TORCH_GDR=1 prints the channels
 with /GDRDMA (what NCCL prints for GPUDirect RDMA); $FAKE_TORCH_CORRUPT="op:bytes" makes rank 1
-receive one wrong element for that op and size.
+receive one wrong element for that op and size; $FAKE_TORCH_STALE="op,op" (or "all") makes every
+call of those ops after the first of a case hand back the previous call's result (a stale buffer).
 """
 
 import json
@@ -12,7 +13,7 @@ import time
 
 import torch
 
-_state = {"rank": None, "world": None, "seq": 0, "dir": None}
+_state = {"rank": None, "world": None, "seq": 0, "dir": None, "prev": {}}
 _ELSIZE = {"float32": 4, "bfloat16": 2}
 
 
@@ -83,25 +84,36 @@ def _maybe_corrupt(op, out):
             out.data[0] += 1
 
 
+def _stale(op, dtype, values):
+    """values, or under $FAKE_TORCH_STALE the result of the previous call of op at this size."""
+    spec = os.environ.get("FAKE_TORCH_STALE", "")
+    if not spec or (spec != "all" and op not in spec.split(",")):
+        return values
+    key = (op, dtype.name, len(values))
+    prev = _state["prev"].get(key)
+    _state["prev"][key] = list(values)
+    return list(values) if prev is None else prev
+
+
 def _sum(cols, dtype):
     return torch.convert([sum(c) for c in zip(*cols)], dtype)
 
 
 def all_reduce(t):
-    t.data = _sum(_exchange(t.data), t.dtype)
+    t.data = _stale("all_reduce", t.dtype, _sum(_exchange(t.data), t.dtype))
     _maybe_corrupt("all_reduce", t)
 
 
 def all_gather_into_tensor(out, inp):
     got = _exchange(inp.data)
-    out.data = [v for part in got for v in part]
+    out.data = _stale("all_gather", out.dtype, [v for part in got for v in part])
     _maybe_corrupt("all_gather", out)
 
 
 def reduce_scatter_tensor(out, inp):
     s = _sum(_exchange(inp.data), inp.dtype)
     n = len(out.data)
-    out.data = s[_state["rank"] * n:(_state["rank"] + 1) * n]
+    out.data = _stale("reduce_scatter", out.dtype, s[_state["rank"] * n:(_state["rank"] + 1) * n])
     _maybe_corrupt("reduce_scatter", out)
 
 
@@ -130,7 +142,7 @@ def batch_isend_irecv(ops):
             _put("p2p-to%d" % o.peer, o.tensor.data)
     for o in ops:
         if o.op is irecv:
-            o.tensor.data = list(_get("p2p-to%d" % me, o.peer))
+            o.tensor.data = _stale("sendrecv", o.tensor.dtype, list(_get("p2p-to%d" % me, o.peer)))
             _maybe_corrupt("sendrecv", o.tensor)
     _state["seq"] += 1
     return [_Done() for _ in ops]
