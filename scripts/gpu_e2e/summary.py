@@ -33,6 +33,13 @@ def read_jsonl(path) -> List[dict]:
     return recs
 
 
+def _case_ok(r: dict) -> bool:
+    """A case passes only when the rank said ok AND reported no mismatching element in any iteration
+    (a record whose flag and counts disagree is not trusted)."""
+    counts = list(r.get("mismatches") or []) + [r.get("mismatches_first", 0), r.get("mismatches_last", 0)]
+    return bool(r.get("ok")) and not r.get("bad_iterations") and all(int(n or 0) == 0 for n in counts)
+
+
 def merge_ranks(per_rank: List[List[dict]]) -> Dict[Key, dict]:
     """One entry per case present on every rank: time = slowest rank, ok = all ranks ok."""
     by_key: Dict[Key, List[dict]] = {}
@@ -42,7 +49,7 @@ def merge_ranks(per_rank: List[List[dict]]) -> Dict[Key, dict]:
                 by_key.setdefault((r["op"], r["dtype"], int(r["bytes"])), []).append(r)
     out = {}
     for key, recs in by_key.items():
-        out[key] = {"time_s": max(float(r["time_s"]) for r in recs), "ok": all(bool(r["ok"]) for r in recs),
+        out[key] = {"time_s": max(float(r["time_s"]) for r in recs), "ok": all(_case_ok(r) for r in recs),
                     "ranks": len(recs), "iters": max(int(r.get("iters", 0)) for r in recs)}
     return out
 

@@ -8,10 +8,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
-from helpers import CC, HERE, NO_CC, REPO, SCRIPT, build_stub_plugin
+from helpers import CC, HERE, NO_CC, REPO, SCRIPT, SCRIPTS, build_stub_plugin
+
+from gpu_e2e import summary
 
 
 @unittest.skipUnless(CC, NO_CC)
@@ -128,6 +131,24 @@ class OfflineEndToEnd(unittest.TestCase):
         self.assertIn("GDR exercised: yes (4 of 4 plugin channels via GDRDMA)\n", p.stdout)
         with open(os.path.join(out, "summary.md")) as fh:
             self.assertIn("GDR exercised: yes (4 of 4 plugin channels via GDRDMA).", fh.read())
+
+    def test_ranks_check_the_library_they_load(self):
+        # Past the preflight, the stand-in NCCL in each rank loads NCCL_NET_PLUGIN itself: a library
+        # whose vtable names another network cannot pass as DQPLB.
+        other = build_stub_plugin(os.path.join(self.tmp, "other"), name="OTHER")
+        out = os.path.join(self.tmp, "launch-other")
+        xchg = os.path.join(self.tmp, "launch-other-xchg")
+        os.makedirs(xchg)
+        env = dict(os.environ, PYTHONPATH=SCRIPTS + ":" + os.path.join(HERE, "fake_torch"), FAKE_TORCH_DIR=xchg,
+                   PYTHONDONTWRITEBYTECODE="1")
+        p = subprocess.run([sys.executable, "-m", "gpu_e2e.launch", "--mode", "plugin", "--out", os.path.join(out, "plugin"),
+                            "--plugin", other, "--max-bytes", "16", "--nccl-version", "2.21.5", "--timeout-s", "60"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        v = summary.summarize(out, "DQPLB", os.path.basename(other), skip_socket=True)
+        self.assertIn("plugin rank 0 log: LOAD_FAILED (Error: network DQPLB not found.)", v["failures"])
+        self.assertIn("plugin rank 1: RuntimeError: DistBackendError: NCCL error: invalid usage (fake: network DQPLB "
+                      "not found)", v["failures"])
 
     def test_null_vtable_stops_at_preflight(self):
         p, out, v = self.run_script("null-vtable", plugin=self.null_plugin)

@@ -37,7 +37,8 @@ def write_run(folder, mode, speed_gbps, log_name, overrides=None, drop=None, tim
                     if drop and (op, b) == drop:
                         continue
                     rec = {"kind": "case", "op": op, "dtype": "float32", "bytes": b, "iters": 3,
-                           "time_s": b / (speed_gbps * 1e9), "mismatches_first": 0, "mismatches_last": 0, "ok": True}
+                           "time_s": b / (speed_gbps * 1e9), "mismatches": [0, 0, 0, 0], "mismatches_first": 0,
+                           "mismatches_last": 0, "bad_iterations": [], "ok": True}
                     rec.update((overrides or {}).get((rank, op, b), {}))
                     fh.write(json.dumps(rec) + "\n")
             fh.write(json.dumps({"kind": "done", "rank": rank}) + "\n")
@@ -136,6 +137,14 @@ class Summary(unittest.TestCase):
         self.assertIn("Result: **FAIL**", md)
         self.assertIn("| all_reduce | float32 | 1 KiB |", md)
         self.assertIn("| WRONG/ok |", md)
+
+    def test_mismatch_counts_fail_even_if_flagged_ok(self):
+        v = self.run_summary(plugin_kw={"overrides": {
+            (0, "sendrecv", 64): {"mismatches": [0, 0, 2, 0], "bad_iterations": [2]},
+            (1, "all_reduce", 8): {"mismatches_last": 1}}})
+        self.assertFalse(v["passed"])
+        self.assertEqual(v["failures"], ["plugin: WRONG RESULT all_reduce float32 8 B",
+                                         "plugin: WRONG RESULT sendrecv float32 64 B"])
 
     def test_plugin_not_used_fails(self):
         v = self.run_summary(plugin_kw={"log_name": "nccl-2.21-fell-back-socket.log"})

@@ -1,12 +1,17 @@
 """Stand-in torch.distributed for the offline end-to-end test: ranks exchange buffers through JSON
 files in $FAKE_TORCH_DIR and print NCCL_DEBUG-style lines naming the network NCCL would use.
 
+Like NCCL 2.21, init_process_group dlopens $NCCL_NET_PLUGIN (the value, then libnccl-net-<value>.so)
+and takes the network's name from the library's ncclNetPlugin_v8; $NCCL_NET must name an available
+network (the plugin's or "Socket"), otherwise it warns "Error: network <name> not found." and fails.
+
 $FAKE_TORCH_NET overrides that network (to fake a fallback); $FAKE_TORCH_GDR=1 prints the channels
 with /GDRDMA (what NCCL prints for GPUDirect RDMA); $FAKE_TORCH_CORRUPT="op:bytes" makes rank 1
 receive one wrong element for that op and size; $FAKE_TORCH_STALE="op,op" (or "all") makes every
 call of those ops after the first of a case hand back the previous call's result (a stale buffer).
 """
 
+import ctypes
 import json
 import os
 import time
@@ -36,15 +41,52 @@ def init_process_group(backend, init_method=None, rank=0, world_size=1, timeout=
     os.makedirs(folder, exist_ok=True)
     _state.update(rank=rank, world=world_size, seq=0, dir=folder)
     _info("NCCL version 2.21.5+cuda12.4")
+    nets = ["Socket"]
     plugin = os.environ.get("NCCL_NET_PLUGIN")
     if plugin:
-        _info("NET/Plugin: Plugin name set by env to %s" % plugin)
-    net = os.environ.get("FAKE_TORCH_NET") or os.environ.get("NCCL_NET", "Socket")
+        name = _load_plugin(plugin)
+        if name is not None:
+            nets.insert(0, name)
+    want = os.environ.get("NCCL_NET")
+    net = os.environ.get("FAKE_TORCH_NET")
+    if net is None:
+        if want:
+            found = [n for n in nets if n.lower() == want.lower()]
+            if not found:
+                print("fakehost:%d:%d [0] net.cc:0 NCCL WARN Error: network %s not found." % (
+                    os.getpid(), os.getpid(), want), flush=True)
+                raise RuntimeError("DistBackendError: NCCL error: invalid usage (fake: network %s not found)" % want)
+            net = found[0]
+        else:
+            net = nets[0]
     _info("Using network %s" % net)
     peer = (rank + 1) % world_size
     gdr = "/GDRDMA" if os.environ.get("FAKE_TORCH_GDR") == "1" else ""
     _info("Channel 00/0 : %d[0] -> %d[0] [receive] via NET/%s/0%s" % (peer, rank, net, gdr))
     _info("Channel 00/0 : %d[0] -> %d[0] [send] via NET/%s/0%s" % (rank, peer, net, gdr))
+
+
+def _load_plugin(value):
+    """The name in ncclNetPlugin_v8 of the library NCCL 2.21 would load for NCCL_NET_PLUGIN=value,
+    or None (printing NCCL's lines for a missing library or symbol)."""
+    lib = None
+    for cand in (value, "libnccl-net-%s.so" % value):
+        try:
+            lib = ctypes.CDLL(cand, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        _info("NET/Plugin: Could not find: %s libnccl-net-%s.so. Using internal network plugin." % (value, value))
+        return None
+    _info("NET/Plugin: Plugin name set by env to %s" % value)
+    try:
+        name = ctypes.c_char_p.in_dll(lib, "ncclNetPlugin_v8").value
+    except ValueError:
+        _info("NET/Plugin: Failed to find ncclNetPlugin symbol (>= v5). ncclNetPlugin symbols v4 and lower are not "
+              "supported.")
+        return None
+    return name.decode("utf-8", "replace") if name else None
 
 
 def _path(tag, src):
