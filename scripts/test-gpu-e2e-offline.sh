@@ -21,5 +21,16 @@ else
   echo "shellcheck: not installed, skipped (apt-get install -y shellcheck)"
 fi
 
+# The plugin-probe and whole-script tests build stand-in plugin libraries with cc: without it they
+# are skipped, which must not pass unnoticed (DQPLB_REQUIRE_CC=1 makes it a failure, for CI).
+if ! command -v cc >/dev/null 2>&1; then
+  bar=$(printf '!%.0s' {1..78})
+  printf '%s\n%s\n%s\n' "$bar" "cc not found: the plugin-probe and offline end-to-end tests will be SKIPPED" "$bar" >&2
+  if [[ ${DQPLB_REQUIRE_CC:-0} == 1 ]]; then
+    echo "DQPLB_REQUIRE_CC=1: failing instead" >&2
+    exit 1
+  fi
+fi
+
 "$PYTHON" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' scripts/gpu_e2e/*.py
 "$PYTHON" -W error::ResourceWarning -m unittest discover -s tests/gpu_e2e -p 'test_*.py' "$@"

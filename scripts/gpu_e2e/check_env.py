@@ -73,12 +73,48 @@ info["nccl_include"] = inc
 print(json.dumps(info))
 """
 
+# ncclNet_v8_t as NCCL declares it (plugins/net/example/nccl/net_v8.h, v2.30.7-1; the same order in
+# src/include/plugin/net/net_v8.h, v2.28.3-1, and src/include/nccl_net.h, v2.24.3-1): the name, then
+# these 18 function pointers.
+V8_FIELDS = ("init", "devices", "getProperties", "listen", "connect", "accept", "regMr", "regMrDmaBuf",
+             "deregMr", "isend", "irecv", "iflush", "test", "closeSend", "closeRecv", "closeListen",
+             "getDeviceMr", "irecvConsumed")
+
+# Entry points NCCL calls without checking them for NULL, so a NULL one crashes NCCL (read in
+# NVIDIA/nccl v2.24.3-1, v2.28.3-1 and v2.30.7-1):
+# - the v8 shim copies every pointer unchecked: src/net.cc ncclNet_v8_as_v9_init (2.24),
+#   src/plugin/net/net_v8.cc ncclNet_init (2.26+); only name and init are read when loading;
+# - init and devices: src/plugin/net.cc ncclNetPluginInit (src/net.cc netGetState in 2.24);
+#   getProperties: ncclNetCheckDeviceVersion and src/transport/net.cc sendProxySetup/recvProxySetup;
+# - listen (recvProxySetup), connect (sendProxyConnect), accept (recvProxyConnect), regMr
+#   (send/recvProxyConnect, for every NCCL buffer), deregMr, closeSend, closeRecv, closeListen
+#   (send/recvProxyFree, recvProxyConnect), isend/test (sendProxyProgress), irecv/test/iflush
+#   (recvProxyProgress; iflush whenever a GPUDirect receive needs a flush, which depends on
+#   getProperties' ptrSupport at run time, so it is required here too).
+REQUIRED_V8 = ("init", "devices", "getProperties", "listen", "connect", "accept", "regMr", "deregMr",
+               "isend", "irecv", "iflush", "test", "closeSend", "closeRecv", "closeListen")
+# NULL allowed: NCCL tests these before calling them.
+# - regMrDmaBuf: src/init.cc dmaBufSupported ("regMrDmaBuf == NULL" -> no DMA-BUF);
+# - getDeviceMr: src/transport/net.cc sendProxyConnect calls it only with a device handle from
+#   connect, recvProxyConnect only when netDeviceType != NCCL_NET_DEVICE_HOST: never for a
+#   host-offload plugin, so a non-NULL one is harmless there (reported, not failed);
+# - irecvConsumed: src/transport/net.cc recvProxyProgress calls it, when non-NULL, after EVERY
+#   consumed receive whatever netDeviceType is (v2.20.5-1 .. v2.30.7-1), through NCCLCHECK. A
+#   host-offload plugin has nothing to do there (NCCL's net_ib and net_socket leave it NULL), and
+#   one that answers anything but ncclSuccess fails the first receive of every communicator, so a
+#   non-NULL irecvConsumed is refused: the preflight cannot see what it returns, and DQPLB is
+#   host-offload only (docs/abi.md).
+MUST_BE_NULL_V8 = ("irecvConsumed",)
+
 _PLUGIN_PROBE = r"""
 import ctypes, json, os, sys
+FIELDS = %r
+class NcclNetV8(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p)] + [(f, ctypes.c_void_p) for f in FIELDS]
 try:
     lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
 except OSError as e:
-    print(json.dumps({"error": "dlopen failed: %s" % e})); sys.exit(0)
+    print(json.dumps({"error": "dlopen failed: %%s" %% e})); sys.exit(0)
 out = {}
 for sym in ("ncclNetPlugin_v8", "ncclNetPlugin_v9", "ncclNetPlugin_v10"):
     try:
@@ -86,8 +122,12 @@ for sym in ("ncclNetPlugin_v8", "ncclNetPlugin_v9", "ncclNetPlugin_v10"):
         out[sym] = name.decode("utf-8", "replace") if name is not None else None
     except ValueError:
         pass
-print(json.dumps({"symbols": out}))
-"""
+res = {"symbols": out}
+if "ncclNetPlugin_v8" in out:
+    v8 = NcclNetV8.in_dll(lib, "ncclNetPlugin_v8")
+    res["v8_null"] = [f for f in FIELDS if not getattr(v8, f)]
+print(json.dumps(res))
+""" % (V8_FIELDS,)
 
 
 class Report:
@@ -164,6 +204,27 @@ def find_nccl_tests(given, repo_root):
     return None
 
 
+def judge_v8_vtable(r, plugin, name, null):
+    """The verdict on ncclNetPlugin_v8's entry points (null: the fields the probe read as NULL)."""
+    if null is None:
+        r.miss("plugin", "%s: ncclNetPlugin_v8 entry points not read" % plugin)
+        return
+    missing = [f for f in REQUIRED_V8 if f in null]
+    extra = [f for f in MUST_BE_NULL_V8 if f not in null]
+    if missing:
+        r.miss("plugin", "%s: ncclNetPlugin_v8 %r has NULL entry points NCCL calls unchecked: %s" % (
+            plugin, name, ", ".join(missing)))
+    if extra:
+        r.miss("plugin", "%s: ncclNetPlugin_v8 %r sets %s: NCCL calls it after every consumed receive "
+               "whatever the device type, a host-offload plugin must leave it NULL" % (
+                   plugin, name, ", ".join(extra)))
+    if missing or extra:
+        return
+    r.ok("plugin", "%s exports ncclNetPlugin_v8 named %r, every entry point NCCL calls is set" % (plugin, name))
+    if "getDeviceMr" not in null:
+        r.opt("plugin getDeviceMr", "set, but NCCL never calls it for a host-offload (netDeviceType HOST) plugin")
+
+
 def check(args):
     r = Report()
     repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -231,7 +292,7 @@ def check(args):
         elif name.lower() != args.plugin_name.lower():
             r.miss("plugin", "%s calls itself %r, expected %r" % (plugin, name, args.plugin_name))
         else:
-            r.ok("plugin", "%s exports ncclNetPlugin_v8 named %r" % (plugin, name))
+            judge_v8_vtable(r, plugin, name, pr.get("v8_null"))
     elif args.can_build:
         r.note("plugin", "%s absent; scripts/build.sh will build it" % plugin)
     else:

@@ -67,6 +67,13 @@ class Channel:
             return parts[1]
         return None
 
+    @property
+    def gdr(self) -> bool:
+        """GPUDirect RDMA: transport/net.cc prints "NET/<name>/<dev>[(proxy)][/GDRDMA[(PCI)]][/Shared]"
+        (the same in 2.19 .. 2.30; "(PCI)" since 2.28), /GDRDMA only when useGdr is set."""
+        parts = self.transport.split("/")
+        return self.net_name is not None and any(p == "GDRDMA" or p.startswith("GDRDMA(") for p in parts[3:])
+
 
 @dataclass
 class LogReport:
@@ -78,6 +85,12 @@ class LogReport:
     failures: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     reason: str = ""
+    net_channels: int = 0  # channels through the named network
+    gdr_channels: int = 0  # of those, channels with /GDRDMA (GPUDirect RDMA used)
+
+    @property
+    def gdr_used(self) -> bool:
+        return self.gdr_channels > 0
 
 
 def _names_plugin(text: str, plugin_name: str, lib_basename: Optional[str]) -> bool:
@@ -133,6 +146,9 @@ def parse_log(
                     rep.failures.append(msg)
                 break
     rep.verdict, rep.reason = _decide(rep, plugin_name, require_load)
+    ours = [c for c in rep.channels if (c.net_name or "").lower() == want]
+    rep.net_channels = len(ours)
+    rep.gdr_channels = sum(1 for c in ours if c.gdr)
     return rep
 
 
@@ -193,7 +209,8 @@ def main(argv=None) -> int:
     for path in args.logs:
         with open(path, "r", encoding="utf-8", errors="replace") as fh:
             rep = parse_log(fh.read(), args.plugin_name, os.path.basename(args.lib) if args.lib else None)
-        print(json.dumps({"log": path, "verdict": rep.verdict, "nccl_version": rep.nccl_version, "reason": rep.reason}))
+        print(json.dumps({"log": path, "verdict": rep.verdict, "nccl_version": rep.nccl_version, "reason": rep.reason,
+                          "gdr": rep.gdr_used, "gdr_channels": rep.gdr_channels, "net_channels": rep.net_channels}))
         if rep.verdict != USED:
             rc = 1
     return rc

@@ -43,6 +43,7 @@ class PerfOutput:
     out_of_bounds: Optional[int] = None
     avg_busbw: Optional[float] = None
     wrong_lines: List[str] = field(default_factory=list)
+    validation: Optional[int] = None  # the header's "validation: N" (the -c check count)
 
     def verdict(self):
         """(ok, reason)."""
@@ -50,6 +51,13 @@ class PerfOutput:
             return False, "no result rows in the all_reduce_perf output"
         if self.out_of_bounds is None:
             return False, "no 'Out of bounds values' footer (the run did not finish)"
+        # With -c 0 nothing is compared, yet the footer still says "0 OK": #wrong is then "N/A"
+        # (older nccl-tests) or -1 (newer), and the header says "validation: 0".
+        unchecked = [r.size for r in self.rows if r.oop_wrong is None or r.oop_wrong < 0
+                     or r.ip_wrong is None or r.ip_wrong < 0]
+        if self.validation == 0 or unchecked:
+            return False, "results not checked (validation %s, #wrong N/A or -1 at sizes %s)" % (
+                self.validation, unchecked)
         bad = [r.size for r in self.rows if (r.oop_wrong or 0) > 0 or (r.ip_wrong or 0) > 0]
         if self.out_of_bounds != 0 or bad or self.wrong_lines:
             return False, "wrong results: %d out of bounds, sizes %s" % (self.out_of_bounds, bad)
@@ -68,6 +76,12 @@ def parse_perf_output(text: str) -> PerfOutput:
         s = line.strip()
         if s.startswith("# Out of bounds values"):
             out.out_of_bounds = int(s.split(":", 1)[1].split()[0])
+            continue
+        if s.startswith("# nThread ") and " validation: " in s:
+            try:
+                out.validation = int(s.split(" validation: ", 1)[1].split()[0])
+            except ValueError:
+                pass
             continue
         if s.startswith("# Avg bus bandwidth"):
             out.avg_busbw = float(s.split(":", 1)[1].split()[0])
@@ -116,7 +130,7 @@ def mpirun_cmd(mpirun, flavor, is_root, wrapper, binary, max_bytes, env_names):
             cmd += ["-x", name]
     elif env_names:  # MPICH/Hydra
         cmd += ["-envlist", ",".join(env_names)]
-    return cmd + [wrapper, binary, "-b", "8", "-e", str(max_bytes), "-f", "2", "-g", "1"]
+    return cmd + [wrapper, binary, "-b", "8", "-e", str(max_bytes), "-f", "2", "-g", "1", "-c", "1"]
 
 
 def make_nccl_home(dst, include_dir, lib_path):

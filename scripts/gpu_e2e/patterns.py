@@ -1,62 +1,72 @@
-"""Input and expected-output value patterns for the workload's exact result checks.
+"""Input and expected-output values for the workload's exact result checks.
 
-Every value is a small integer (<= 256 before a power-of-n scale), so float32 and bfloat16 sums are
-exact; the workload builds the same formula with torch, the tests check it by simulating each op.
+Every element of every input depends on the sending rank, the iteration and the element index:
+
+    value(i, rank, it) = (A*i + i // m + B*rank + C*it) % m + 1        (1 .. m)
+
+with m = modulus(world), the largest prime with world * m <= 256, so every sum over the ranks is an
+integer <= 256 and exact in float32 and bfloat16. A, B, C are coprime to m, so
+
+- two iterations t != t' (|t - t'| < m) differ at EVERY element, for every op: an output left over
+  from an earlier iteration (a stale buffer) mismatches everywhere;
+- the ranks' inputs differ at every element: swapped or misplaced chunks mismatch;
+- neighbouring elements differ, and the i // m term breaks the period m: a shifted buffer mismatches.
+
+The functions take Python ints or torch tensors for i / j (and rank), using only + * // %, so the
+workload builds them on the GPU and the tests evaluate the same formulas in plain Python.
 """
 
-from dataclasses import dataclass
+A, B, C = 5, 7, 3
 
 
-@dataclass(frozen=True)
-class Pattern:
-    """value(i) = scale * (a * ((i + offset) % m) + cc * ((i + offset) // chunk) + b)."""
-
-    m: int
-    a: int
-    b: int
-    offset: int = 0
-    chunk: int = 1
-    cc: int = 0
-    scale: int = 1
-
-    def value(self, i: int) -> int:
-        j = i + self.offset
-        return self.scale * (self.a * (j % self.m) + self.cc * (j // self.chunk) + self.b)
-
-    def unscaled_max(self, count: int) -> int:
-        """Largest value before scaling over elements 0..count-1 (all terms are non-negative)."""
-        last = count - 1 + self.offset
-        return self.a * (self.m - 1) + self.cc * (last // self.chunk) + self.b
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n ** 0.5) + 1))
 
 
-def send_pattern(op: str, rank: int, nranks: int, chunk: int) -> Pattern:
-    """What `rank` puts in its input buffer. chunk = elements per rank (all_gather input length,
-    reduce_scatter output length); unused for all_reduce and sendrecv."""
+def modulus(world: int) -> int:
+    """The largest prime m with world * m <= 256 (127 for two ranks)."""
+    if world < 1:
+        raise ValueError("world must be >= 1, got %d" % world)
+    m = 256 // world
+    while m >= 2 and not _is_prime(m):
+        m -= 1
+    if m <= max(A, B, C):
+        raise ValueError("world %d too large for exact bfloat16 sums" % world)
+    return m
+
+
+def value(i, rank, it, m):
+    """What `rank` sends at element i in iteration `it` (ints or tensors for i and rank)."""
+    return (i * A + i // m + rank * B + it * C) % m + 1
+
+
+def send_value(op, rank, world, chunk, it, i):
+    """Element i of `rank`'s input buffer for op in iteration `it` (the same formula for every op;
+    chunk is unused, kept so send and expected take the same arguments)."""
+    if op not in ("all_reduce", "all_gather", "reduce_scatter", "sendrecv"):
+        raise ValueError("unknown op %r" % op)
+    return value(i, rank, it, modulus(world))
+
+
+def expected_value(op, rank, world, chunk, it, j):
+    """Element j of `rank`'s output buffer after one call of op in iteration `it`. chunk = elements
+    per rank: the all_gather input length, the reduce_scatter output length."""
+    m = modulus(world)
     if op == "all_reduce":
-        return Pattern(m=7, a=1, b=rank + 1)
+        total = value(j, 0, it, m)
+        for s in range(1, world):
+            total = total + value(j, s, it, m)
+        return total
     if op == "all_gather":
-        return Pattern(m=11, a=1, b=1, offset=rank * chunk, chunk=chunk, cc=16)
+        return value(j % chunk, j // chunk, it, m)
     if op == "reduce_scatter":
-        return Pattern(m=5, a=1, b=2 * rank + 1, chunk=chunk, cc=8)
+        k = j + rank * chunk
+        total = value(k, 0, it, m)
+        for s in range(1, world):
+            total = total + value(k, s, it, m)
+        return total
     if op == "sendrecv":
-        return Pattern(m=13, a=1, b=32 * rank + 1)
-    raise ValueError("unknown op %r" % op)
-
-
-def expected_pattern(op: str, rank: int, nranks: int, chunk: int, calls: int = 1) -> Pattern:
-    """What `rank` must hold in its output buffer after `calls` identical calls of op. Only the
-    in-place all_reduce changes with calls: each call multiplies the (rank-equal) buffer by nranks."""
-    if calls < 1:
-        raise ValueError("calls must be >= 1, got %d" % calls)
-    n = nranks
-    if op == "all_reduce":
-        return Pattern(m=7, a=n, b=n * (n + 1) // 2, scale=n ** (calls - 1))
-    if op == "all_gather":
-        return Pattern(m=11, a=1, b=1, chunk=chunk, cc=16)
-    if op == "reduce_scatter":
-        return Pattern(m=5, a=n, b=n * n, offset=rank * chunk, chunk=chunk, cc=8 * n)
-    if op == "sendrecv":
-        return Pattern(m=13, a=1, b=32 * ((rank - 1) % n) + 1)
+        return value(j, peers(rank, world)[1], it, m)
     raise ValueError("unknown op %r" % op)
 
 

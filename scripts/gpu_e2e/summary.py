@@ -33,6 +33,13 @@ def read_jsonl(path) -> List[dict]:
     return recs
 
 
+def _case_ok(r: dict) -> bool:
+    """A case passes only when the rank said ok AND reported no mismatching element in any iteration
+    (a record whose flag and counts disagree is not trusted)."""
+    counts = list(r.get("mismatches") or []) + [r.get("mismatches_first", 0), r.get("mismatches_last", 0)]
+    return bool(r.get("ok")) and not r.get("bad_iterations") and all(int(n or 0) == 0 for n in counts)
+
+
 def merge_ranks(per_rank: List[List[dict]]) -> Dict[Key, dict]:
     """One entry per case present on every rank: time = slowest rank, ok = all ranks ok."""
     by_key: Dict[Key, List[dict]] = {}
@@ -42,7 +49,7 @@ def merge_ranks(per_rank: List[List[dict]]) -> Dict[Key, dict]:
                 by_key.setdefault((r["op"], r["dtype"], int(r["bytes"])), []).append(r)
     out = {}
     for key, recs in by_key.items():
-        out[key] = {"time_s": max(float(r["time_s"]) for r in recs), "ok": all(bool(r["ok"]) for r in recs),
+        out[key] = {"time_s": max(float(r["time_s"]) for r in recs), "ok": all(_case_ok(r) for r in recs),
                     "ranks": len(recs), "iters": max(int(r.get("iters", 0)) for r in recs)}
     return out
 
@@ -88,7 +95,8 @@ def check_run(run_dir, label, plugin_name, lib_basename) -> Tuple[Dict[Key, dict
         else:
             rep = nccl_log.parse_log(text, plugin_name, lib_basename)
         facts["log_verdicts"]["rank%d" % rank] = {"verdict": rep.verdict, "reason": rep.reason,
-                                                  "nccl_version": rep.nccl_version}
+                                                  "nccl_version": rep.nccl_version, "net_channels": rep.net_channels,
+                                                  "gdr_channels": rep.gdr_channels}
         if rep.verdict != nccl_log.USED:
             fails.append("%s rank %d log: %s (%s)" % (label, rank, rep.verdict, rep.reason))
     merged = merge_ranks(per_rank)
@@ -208,12 +216,14 @@ def summarize(out_dir, plugin_name="DQPLB", lib_basename=None, enforce_ratio=Fal
     for st in read_stages(os.path.join(out_dir, "stages.tsv")):
         if len(st) >= 2 and st[1] in ("FAILED", "TIMEOUT") and not any(x.startswith(st[0]) for x in failures):
             failures.append("stage %s: %s %s" % (st[0], st[1], st[3] if len(st) > 3 else ""))
+    gdr = gdr_facts(pfacts)
     big = [r for r in rows if r["bytes"] >= ratio_min_bytes and r["ratio"] is not None]
     worst = min(big, key=lambda r: r["ratio"]) if big else None
     verdict = {"passed": not failures, "failures": failures, "warnings": warnings,
                "enforce_ratio": enforce_ratio, "ratio_min_bytes": ratio_min_bytes,
                "min_ratio_at_or_above": None if worst is None else {
                    "ratio": worst["ratio"], "op": worst["op"], "dtype": worst["dtype"], "bytes": worst["bytes"]},
+               "gdr_exercised": gdr["used"], "gdr": gdr,
                "plugin": pfacts, "socket": sfacts, "nccl_tests": nt}
     with open(os.path.join(out_dir, "verdict.json"), "w", encoding="utf-8") as fh:
         json.dump(verdict, fh, indent=2)
@@ -223,12 +233,28 @@ def summarize(out_dir, plugin_name="DQPLB", lib_basename=None, enforce_ratio=Fal
     return verdict
 
 
+def gdr_facts(pfacts: dict) -> dict:
+    """Whether the plugin run used GPUDirect RDMA: any of its channels through the plugin, on any
+    rank, printed with /GDRDMA."""
+    lv = pfacts.get("log_verdicts", {}).values()
+    net = sum(int(v.get("net_channels", 0)) for v in lv)
+    gdr = sum(int(v.get("gdr_channels", 0)) for v in lv)
+    return {"used": gdr > 0, "gdr_channels": gdr, "net_channels": net}
+
+
+def gdr_line(verdict: dict) -> str:
+    g = verdict["gdr"]
+    return "GDR exercised: %s (%d of %d plugin channels via GDRDMA)" % (
+        "yes" if g["used"] else "no", g["gdr_channels"], g["net_channels"])
+
+
 def render_markdown(verdict: dict, rows: List[dict], stages: List[List[str]]) -> str:
     p = verdict["plugin"]
     lines = ["# DQPLB plugin end-to-end run", "",
              "Result: **%s**" % ("PASS" if verdict["passed"] else "FAIL"), "",
              "NCCL %s, torch %s, %s ranks on one GPU; busbw in the nccl-tests convention (GB/s = 1e9 B/s)." % (
-                 p.get("nccl", "?"), p.get("torch", "?"), p.get("world", "?")), ""]
+                 p.get("nccl", "?"), p.get("torch", "?"), p.get("world", "?")), "",
+             gdr_line(verdict) + ".", ""]
     w = verdict["min_ratio_at_or_above"]
     if w:
         lines += ["Lowest plugin/Socket busbw ratio at >= %s: %.3f (%s %s %s)%s." % (
@@ -243,7 +269,8 @@ def render_markdown(verdict: dict, rows: List[dict], stages: List[List[str]]) ->
     lines += ["## NCCL logs", ""]
     for label in ("plugin", "socket"):
         for rank, v in sorted(verdict[label].get("log_verdicts", {}).items()):
-            lines.append("- %s %s log: %s (%s)" % (label, rank, v["verdict"], v["reason"]))
+            lines.append("- %s %s log: %s (%s); %d of %d channels via GDRDMA" % (
+                label, rank, v["verdict"], v["reason"], v.get("gdr_channels", 0), v.get("net_channels", 0)))
     nt = verdict.get("nccl_tests")
     if nt:
         lines += ["", "nccl-tests all_reduce_perf: %s (%s)" % (nt.get("status"), nt.get("reason"))]
@@ -265,6 +292,7 @@ def main(argv=None):
         print("FAIL: " + x)
     for x in v["warnings"]:
         print("warn: " + x)
+    print(gdr_line(v))
     print("summary: %s -> %s" % ("PASS" if v["passed"] else "FAIL", os.path.join(a.out, "summary.md")))
     return 0 if v["passed"] else 1
 

@@ -1,7 +1,10 @@
 """One rank of the end-to-end workload: torch.distributed (NCCL backend) collectives and send/recv.
 
-Each case checks exact results after the first call and after the timed loop, times the loop, and
-appends one JSON line to --results; launch.py starts two of these with their own NCCL environment.
+Each case runs one untimed warm-up call and `iters` timed calls, each on its own input and output
+buffers, with inputs that differ per rank, iteration and element (patterns.py); after the timed loop
+every iteration's output is checked element by element against its own expected values, so a stale
+result (an output equal to an earlier iteration's) fails. One JSON line per case goes to --results;
+launch.py starts two of these with their own NCCL environment.
 """
 
 import argparse
@@ -18,78 +21,77 @@ if __package__ in (None, ""):
 from gpu_e2e import metrics, patterns  # noqa: E402
 
 
-def _build(torch, pat, count, dtype, device):
-    idx = torch.arange(count, dtype=torch.int64, device=device) + pat.offset
-    vals = (idx % pat.m) * pat.a + (idx // pat.chunk) * pat.cc + pat.b
-    return (vals * pat.scale).to(dtype)
-
-
-def _mismatches(torch, got, pat, dtype):
-    want = _build(torch, pat, got.numel(), dtype, got.device)
-    return int((got != want).sum().item())
+def _fill(torch, fn, count, dtype, device):
+    """fn(index tensor) evaluated on the device, converted to dtype (exact: values are <= 256)."""
+    return fn(torch.arange(count, dtype=torch.int64, device=device)).to(dtype)
 
 
 class Case:
-    """Buffers and one call of one op at one size."""
+    """Buffers and calls of one op at one size."""
 
     def __init__(self, torch, dist, op, nbytes, dtype, elsize, rank, world, device):
         counts = metrics.element_counts(op, nbytes, elsize, world)
         if counts is None:
             raise ValueError("%s: %d bytes do not split into %d-byte elements per rank" % (op, nbytes, elsize))
         self.torch, self.dist, self.op = torch, dist, op
-        self.rank, self.world, self.dtype = rank, world, dtype
-        n_in, n_out = counts
-        self.chunk = n_in if op == "all_gather" else n_out
-        self.inp = _build(torch, patterns.send_pattern(op, rank, world, self.chunk), n_in, dtype, device)
-        if op == "all_reduce":
-            self.out = self.inp  # in place, as torch.distributed.all_reduce works
-        else:
-            self.out = torch.empty(n_out, dtype=dtype, device=device)
-        self.calls = 0
+        self.rank, self.world, self.dtype, self.device = rank, world, dtype, device
+        self.n_in, self.n_out = counts
+        self.chunk = self.n_in if op == "all_gather" else self.n_out
 
-    def call(self):
+    def buffers(self, it):
+        """(input, output) of iteration `it`: the input filled for that iteration, the output empty
+        (for the in-place all_reduce both are the same tensor)."""
+        inp = _fill(self.torch, lambda i: patterns.send_value(self.op, self.rank, self.world, self.chunk, it, i),
+                    self.n_in, self.dtype, self.device)
+        if self.op == "all_reduce":
+            return inp, inp  # in place, as torch.distributed.all_reduce works
+        return inp, self.torch.empty(self.n_out, dtype=self.dtype, device=self.device)
+
+    def call(self, inp, out):
         d, op = self.dist, self.op
         if op == "all_reduce":
-            d.all_reduce(self.out)
+            d.all_reduce(out)
         elif op == "all_gather":
-            d.all_gather_into_tensor(self.out, self.inp)
+            d.all_gather_into_tensor(out, inp)
         elif op == "reduce_scatter":
-            d.reduce_scatter_tensor(self.out, self.inp)
+            d.reduce_scatter_tensor(out, inp)
         else:
             to, frm = patterns.peers(self.rank, self.world)
-            reqs = d.batch_isend_irecv([d.P2POp(d.isend, self.inp, to), d.P2POp(d.irecv, self.out, frm)])
+            reqs = d.batch_isend_irecv([d.P2POp(d.isend, inp, to), d.P2POp(d.irecv, out, frm)])
             for r in reqs:
                 r.wait()
-        self.calls += 1
 
-    def check(self):
-        pat = patterns.expected_pattern(self.op, self.rank, self.world, self.chunk, self.calls)
-        return _mismatches(self.torch, self.out, pat, self.dtype)
+    def mismatches(self, out, it):
+        """Elements of iteration `it`'s output that differ from what that iteration must give."""
+        want = _fill(self.torch, lambda j: patterns.expected_value(self.op, self.rank, self.world, self.chunk, it, j),
+                     self.n_out, self.dtype, self.device)
+        return int((out != want).sum().item())
 
 
 def run_case(torch, dist, args, op, dtype_name, nbytes, device):
     dtype = getattr(torch, dtype_name)
     case = Case(torch, dist, op, nbytes, dtype, metrics.DTYPES[dtype_name], args.rank, args.world, device)
-    case.call()  # first call doubles as warm-up
-    torch.cuda.synchronize()
-    first_bad = case.check()
     iters = metrics.iterations(nbytes, args.quick)
+    bufs = [case.buffers(it) for it in range(iters + 1)]  # 0: warm-up, 1 .. iters: timed
+    case.call(*bufs[0])
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(iters):
-        case.call()
+    for it in range(1, iters + 1):
+        case.call(*bufs[it])
     torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / iters
-    last_bad = case.check()
+    bad = [case.mismatches(out, it) for it, (_, out) in enumerate(bufs)]
     return {
         "op": op,
         "dtype": dtype_name,
         "bytes": nbytes,
         "iters": iters,
         "time_s": dt,
-        "mismatches_first": first_bad,
-        "mismatches_last": last_bad,
-        "ok": first_bad == 0 and last_bad == 0,
+        "mismatches": bad,
+        "mismatches_first": bad[0],
+        "mismatches_last": bad[-1],
+        "bad_iterations": [it for it, n in enumerate(bad) if n],
+        "ok": not any(bad),
     }
 
 
@@ -138,9 +140,8 @@ def main(argv=None):
                     rec["kind"] = "case"
                     emit(rec)
                     if not rec["ok"]:
-                        print("rank %d: WRONG RESULT %s %s %d B: %d/%d mismatches (first/last)" % (
-                            args.rank, op, dtype_name, nbytes, rec["mismatches_first"], rec["mismatches_last"]),
-                            file=sys.stderr, flush=True)
+                        print("rank %d: WRONG RESULT %s %s %d B: mismatches per iteration %s" % (
+                            args.rank, op, dtype_name, nbytes, rec["mismatches"]), file=sys.stderr, flush=True)
         dist.barrier(device_ids=[args.device])
         dist.destroy_process_group()
         emit({"kind": "done", "rank": args.rank})

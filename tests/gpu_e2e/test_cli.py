@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from helpers import REPO, SCRIPT
+from helpers import CC, NO_CC, REPO, SCRIPT, SOCKET_LIKE, V8_ENTRY_POINTS, build_stub_plugin
 
 from gpu_e2e import check_env
 
@@ -113,23 +113,23 @@ class Environment(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(out, "plugin")))
 
 
-PLUGIN_C = r"""
-typedef struct { const char* name; void* fns[18]; } net_v8;
-const net_v8 ncclNetPlugin_v8 = { "%s", {0} };
-"""
+REQUIRED = ("init", "devices", "getProperties", "listen", "connect", "accept", "regMr", "deregMr", "isend", "irecv",
+            "iflush", "test", "closeSend", "closeRecv", "closeListen")
 
 
-@unittest.skipUnless(shutil.which("cc"), "no C compiler")
+@unittest.skipUnless(CC, NO_CC)
 class PluginProbe(unittest.TestCase):
-    def build(self, d, name, symbol=True):
-        src = os.path.join(d, "p.c")
-        with open(src, "w") as fh:
-            fh.write(PLUGIN_C % name if symbol else "int unrelated = 1;\n")
-        lib = os.path.join(d, "libnccl-net-dqplb.so")
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, src], check=True)
-        return lib
+    """check_env's probe reads ncclNetPlugin_v8 from real shared libraries built here with cc."""
 
-    def probe(self, lib):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gpu-e2e-probe-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def probe(self, **build):
+        lib = build_stub_plugin(self.dir, **build)
+
         class A:
             plugin = lib
             plugin_name = "DQPLB"
@@ -137,26 +137,73 @@ class PluginProbe(unittest.TestCase):
             nccl_tests_dir = None
             can_build = False
         rep, env = check_env.check(A())
-        return [ln for ln in rep.lines if " plugin:" in ln][0], env
+        lines = [ln for ln in rep.lines if ln[7:].startswith("plugin")]
+        return lib, lines, env
 
-    def test_named_plugin_ok(self):
-        with tempfile.TemporaryDirectory() as d:
-            line, env = self.probe(self.build(d, "DQPLB"))
-            self.assertTrue(line.startswith("[ OK ] plugin:"), line)
-            self.assertEqual(env["plugin"]["probe"], {"symbols": {"ncclNetPlugin_v8": "DQPLB"}})
-            self.assertNotIn("plugin", env["missing"])
-            self.assertIn("torch", env["missing"])
+    def test_struct_matches_ncclNet_v8(self):
+        self.assertEqual(check_env.V8_FIELDS, V8_ENTRY_POINTS)
+        self.assertEqual(check_env.REQUIRED_V8, REQUIRED)
+
+    def test_complete_host_plugin_ok(self):
+        lib, lines, env = self.probe()
+        self.assertEqual(lines, ["[ OK ] plugin: %s exports ncclNetPlugin_v8 named 'DQPLB', every entry point NCCL "
+                                 "calls is set" % lib])
+        self.assertEqual(env["plugin"]["probe"], {"symbols": {"ncclNetPlugin_v8": "DQPLB"},
+                                                  "v8_null": ["regMrDmaBuf", "getDeviceMr", "irecvConsumed"]})
+        self.assertNotIn("plugin", env["missing"])
+        self.assertIn("torch", env["missing"])
+
+    def test_null_vtable_refused(self):
+        lib, lines, env = self.probe(set_fields=())
+        self.assertEqual(lines, ["[MISS] plugin: %s: ncclNetPlugin_v8 'DQPLB' has NULL entry points NCCL calls "
+                                 "unchecked: %s" % (lib, ", ".join(REQUIRED))])
+        self.assertEqual(env["plugin"]["probe"]["v8_null"], list(V8_ENTRY_POINTS))
+        self.assertIn("plugin", env["missing"])
+
+    def test_each_required_entry_point_null_refused(self):
+        # Also pins the field order: the one NULL field is reported under its own name.
+        optional_null = ["regMrDmaBuf", "getDeviceMr", "irecvConsumed"]
+        for f in REQUIRED:
+            lib, lines, env = self.probe(set_fields=[x for x in SOCKET_LIKE if x != f])
+            self.assertEqual(lines, ["[MISS] plugin: %s: ncclNetPlugin_v8 'DQPLB' has NULL entry points NCCL calls "
+                                     "unchecked: %s" % (lib, f)], f)
+            self.assertEqual(env["plugin"]["probe"]["v8_null"],
+                             [x for x in V8_ENTRY_POINTS if x == f or x in optional_null], f)
+            self.assertIn("plugin", env["missing"], f)
+
+    def test_dmabuf_entry_point_optional(self):
+        lib, lines, env = self.probe(set_fields=SOCKET_LIKE + ("regMrDmaBuf",))
+        self.assertEqual(env["plugin"]["probe"]["v8_null"], ["getDeviceMr", "irecvConsumed"])
+        self.assertTrue(lines[0].startswith("[ OK ] plugin:"), lines)
+        self.assertEqual(len(lines), 1)
+
+    def test_get_device_mr_set_only_warns(self):
+        lib, lines, env = self.probe(set_fields=SOCKET_LIKE + ("getDeviceMr",))
+        self.assertEqual(env["plugin"]["probe"]["v8_null"], ["regMrDmaBuf", "irecvConsumed"])
+        self.assertEqual(lines[1:], ["[warn] plugin getDeviceMr: set, but NCCL never calls it for a host-offload "
+                                     "(netDeviceType HOST) plugin (optional)"])
+        self.assertTrue(lines[0].startswith("[ OK ] plugin:"), lines)
+        self.assertNotIn("plugin", env["missing"])
+
+    def test_irecv_consumed_set_refused(self):
+        # Every entry point set, as DQPLB's vtable had it: NCCL would call irecvConsumed per receive.
+        lib, lines, env = self.probe(set_fields=V8_ENTRY_POINTS)
+        self.assertEqual(env["plugin"]["probe"]["v8_null"], [])
+        self.assertEqual(lines, ["[MISS] plugin: %s: ncclNetPlugin_v8 'DQPLB' sets irecvConsumed: NCCL calls it "
+                                 "after every consumed receive whatever the device type, a host-offload plugin must "
+                                 "leave it NULL" % lib])
+        self.assertIn("plugin", env["missing"])
 
     def test_wrong_name(self):
-        with tempfile.TemporaryDirectory() as d:
-            line, _ = self.probe(self.build(d, "OTHER"))
-            self.assertTrue(line.startswith("[MISS] plugin:"), line)
-            self.assertIn("calls itself 'OTHER', expected 'DQPLB'", line)
+        _, lines, _ = self.probe(name="OTHER")
+        self.assertEqual(len(lines), 1)
+        self.assertTrue(lines[0].startswith("[MISS] plugin:"), lines)
+        self.assertIn("calls itself 'OTHER', expected 'DQPLB'", lines[0])
 
     def test_no_symbol(self):
-        with tempfile.TemporaryDirectory() as d:
-            line, _ = self.probe(self.build(d, "", symbol=False))
-            self.assertIn("exports no ncclNetPlugin_v8 with a name", line)
+        lib, lines, env = self.probe(symbol=False)
+        self.assertEqual(lines, ["[MISS] plugin: %s exports no ncclNetPlugin_v8 with a name" % lib])
+        self.assertEqual(env["plugin"]["probe"], {"symbols": {}})
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ class PerfOutput(unittest.TestCase):
         self.assertEqual([r.size for r in out.rows], [8, 1024, 67108864, 268435456])
         self.assertEqual(out.rows[2].oop_busbw, 3.2)
         self.assertEqual(out.rows[3].ip_time_us, 83800.0)
-        self.assertEqual((out.out_of_bounds, out.avg_busbw), (0, 1.6105))
+        self.assertEqual((out.out_of_bounds, out.avg_busbw, out.validation), (0, 1.6105, 1))
         self.assertEqual(out.verdict(), (True, "4 sizes, avg busbw 1.6105 GB/s"))
 
     def test_wrong(self):
@@ -99,6 +99,19 @@ class PerfOutput(unittest.TestCase):
         self.assertEqual([(r.oop_wrong, r.ip_wrong) for r in out.rows], [(0, 0), (3, 0), (0, 5)])
         self.assertEqual(out.wrong_lines, ["rank=1 #wrong=3"])
         self.assertEqual(out.verdict(), (False, "wrong results: 8 out of bounds, sizes [1048576, 2097152]"))
+
+    def test_unchecked_run_is_not_ok(self):
+        # -c 0: the footer says "0 OK" although nothing was compared.
+        out = self.parse("all_reduce_perf-unchecked.txt")
+        self.assertEqual((out.out_of_bounds, out.validation), (0, 0))
+        self.assertEqual([(r.oop_wrong, r.ip_wrong) for r in out.rows], [(-1, -1), (-1, -1)])
+        self.assertEqual(out.verdict(), (False, "results not checked (validation 0, #wrong N/A or -1 at sizes [8, 1024])"))
+        # Older nccl-tests print N/A instead of -1; a header without "validation" is judged by the rows.
+        with open(os.path.join(LOGS, "all_reduce_perf-unchecked.txt"), encoding="utf-8") as fh:
+            text = fh.read().replace("     -1", "    N/A").replace(" validation: 0", "")
+        out = nccl_tests.parse_perf_output(text)
+        self.assertIsNone(out.validation)
+        self.assertEqual(out.verdict(), (False, "results not checked (validation None, #wrong N/A or -1 at sizes [8, 1024])"))
 
     def test_truncated(self):
         out = self.parse("all_reduce_perf-truncated.txt")
@@ -130,12 +143,13 @@ class Commands(unittest.TestCase):
                                     268435456, ["NCCL_NET", "LD_LIBRARY_PATH"])
         self.assertEqual(cmd, ["/usr/bin/mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none",
                                "--allow-run-as-root", "-x", "NCCL_NET", "-x", "LD_LIBRARY_PATH", "/o/w.sh",
-                               "/o/build/all_reduce_perf", "-b", "8", "-e", "268435456", "-f", "2", "-g", "1"])
+                               "/o/build/all_reduce_perf", "-b", "8", "-e", "268435456", "-f", "2", "-g", "1",
+                               "-c", "1"])
 
     def test_mpirun_mpich(self):
         cmd = nccl_tests.mpirun_cmd("mpiexec", "mpich", False, "w.sh", "arp", "1M", ["A", "B"])
         self.assertEqual(cmd, ["mpiexec", "-np", "2", "-envlist", "A,B", "w.sh", "arp", "-b", "8", "-e", "1M",
-                               "-f", "2", "-g", "1"])
+                               "-f", "2", "-g", "1", "-c", "1"])
 
     def test_nccl_home_links(self):
         with tempfile.TemporaryDirectory() as d:

@@ -80,19 +80,18 @@ class Sizes(unittest.TestCase):
                          ["8 B", "1 KiB", "3 MiB", "1 GiB", "1536 B"])
 
 
-def simulate(op, world, chunk, total, calls=1):
-    """Outputs per rank after `calls` calls of op, computed from the send patterns alone."""
-    sends = []
-    for r in range(world):
-        n_in = chunk if op == "all_gather" else total
-        p = patterns.send_pattern(op, r, world, chunk)
-        sends.append([p.value(i) for i in range(n_in)])
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
+
+
+def simulate(op, world, chunk, it):
+    """Outputs per rank of one call of op in iteration `it`, computed from the send values alone
+    with each collective's own semantics (concatenate, sum, scatter, ring)."""
+    total = chunk * world
+    n_in = chunk if op == "all_gather" else total
+    sends = [[patterns.send_value(op, r, world, chunk, it, i) for i in range(n_in)] for r in range(world)]
     if op == "all_reduce":
-        buf = sends
-        for _ in range(calls):
-            s = [sum(col) for col in zip(*buf)]
-            buf = [list(s) for _ in range(world)]
-        return buf
+        s = [sum(col) for col in zip(*sends)]
+        return [list(s) for _ in range(world)]
     if op == "all_gather":
         flat = [v for r in range(world) for v in sends[r]]
         return [list(flat) for _ in range(world)]
@@ -104,61 +103,76 @@ def simulate(op, world, chunk, total, calls=1):
     raise ValueError(op)
 
 
+def expected(op, rank, world, chunk, it, n):
+    return [patterns.expected_value(op, rank, world, chunk, it, j) for j in range(n)]
+
+
 class Patterns(unittest.TestCase):
-    def check(self, op, world, chunk, calls=1):
-        total = chunk * world
-        outs = simulate(op, world, chunk, total, calls)
-        for r in range(world):
-            p = patterns.expected_pattern(op, r, world, chunk, calls)
-            want = [p.value(i) for i in range(len(outs[r]))]
-            self.assertEqual(outs[r], want, "%s world %d chunk %d rank %d" % (op, world, chunk, r))
-
     def test_every_op_matches_simulation(self):
-        for op in ("all_reduce", "all_gather", "reduce_scatter", "sendrecv"):
+        for op in OPS:
             for world in (2, 3, 4):
-                for chunk in (1, 2, 5, 11, 37):
-                    self.check(op, world, chunk)
+                for chunk in (1, 2, 5, 11, 37, 300):
+                    for it in (0, 1, 7, 20):
+                        outs = simulate(op, world, chunk, it)
+                        for r in range(world):
+                            self.assertEqual(outs[r], expected(op, r, world, chunk, it, len(outs[r])),
+                                             "%s world %d chunk %d it %d rank %d" % (op, world, chunk, it, r))
 
-    def test_repeated_in_place_all_reduce(self):
-        for calls in (1, 2, 5, 21):
-            self.check("all_reduce", 2, 9, calls)
-        self.assertEqual(patterns.expected_pattern("all_reduce", 0, 2, 1, 21).scale, 1 << 20)
+    def test_modulus(self):
+        self.assertEqual([patterns.modulus(w) for w in (1, 2, 3, 4, 8)], [251, 127, 83, 61, 31])
+        with self.assertRaisesRegex(ValueError, "world must be >= 1"):
+            patterns.modulus(0)
 
     def test_values_exact_in_bfloat16(self):
-        # bfloat16 holds every integer up to 256 exactly; scales are powers of two (exact).
-        world = 2
-        for op in ("all_reduce", "all_gather", "reduce_scatter", "sendrecv"):
-            for r in range(world):
-                for chunk in (1, 7, 1 << 20):
-                    total = chunk * world
-                    p_in = patterns.send_pattern(op, r, world, chunk)
-                    p_out = patterns.expected_pattern(op, r, world, chunk)
-                    n_in = chunk if op == "all_gather" else total
-                    n_out = total if op in ("all_gather", "all_reduce", "sendrecv") else chunk
-                    self.assertLessEqual(p_in.unscaled_max(n_in), 256, op)
-                    self.assertLessEqual(p_out.unscaled_max(n_out), 256, op)
+        # bfloat16 holds every integer up to 256 exactly: every input and every sum stays within.
+        for world in (2, 3, 4):
+            m = patterns.modulus(world)
+            self.assertLessEqual(world * m, 256)
+            for op in OPS:
+                for r in range(world):
+                    for it in (0, 1, 20):
+                        outs = expected(op, r, world, 64, it, 64 * world if op != "reduce_scatter" else 64)
+                        self.assertGreaterEqual(min(outs), 1)
+                        self.assertLessEqual(max(outs), 256, op)
 
-    def test_unscaled_max_is_the_maximum(self):
-        p = patterns.expected_pattern("reduce_scatter", 1, 2, 13)
-        self.assertEqual(p.unscaled_max(13), max(p.value(i) for i in range(13)))
-        p = patterns.expected_pattern("all_gather", 0, 2, 13)
-        self.assertEqual(p.unscaled_max(26), max(p.value(i) for i in range(26)))
+    def test_every_iteration_differs_everywhere(self):
+        # A stale output (an earlier iteration's result) mismatches at every element, for every op:
+        # the workload runs at most 21 iterations (warm-up + 20).
+        for world in (2, 4):
+            for op in OPS:
+                for r in range(world):
+                    n = 300 * world if op != "reduce_scatter" else 300
+                    outs = [expected(op, r, world, 300, it, n) for it in range(21)]
+                    for t in range(21):
+                        for u in range(t):
+                            same = sum(1 for a, b in zip(outs[t], outs[u]) if a == b)
+                            self.assertEqual(same, 0, "%s world %d rank %d: iterations %d and %d" % (op, world, r, u, t))
 
-    def test_ranks_send_distinct_data(self):
+    def test_inputs_depend_on_rank_iteration_and_index(self):
+        for op in OPS:
+            a = [patterns.send_value(op, 0, 2, 16, 3, i) for i in range(300)]
+            b = [patterns.send_value(op, 1, 2, 16, 3, i) for i in range(300)]
+            c = [patterns.send_value(op, 0, 2, 16, 4, i) for i in range(300)]
+            self.assertTrue(all(x != y for x, y in zip(a, b)), op)  # ranks differ everywhere
+            self.assertTrue(all(x != y for x, y in zip(a, c)), op)  # iterations differ everywhere
+            self.assertTrue(all(x != y for x, y in zip(a, a[1:])), op)  # neighbours differ
+            self.assertNotEqual(a[:127], a[127:254], op)  # no period of m elements
+
+    def test_ranks_see_distinct_data(self):
         # A transport swapping the two ranks' data must not go unnoticed.
         for op in ("all_gather", "sendrecv", "reduce_scatter"):
-            a = patterns.expected_pattern(op, 0, 2, 16)
-            b = patterns.expected_pattern(op, 1, 2, 16)
+            a = expected(op, 0, 2, 16, 1, 32 if op == "all_gather" else 16)
+            b = expected(op, 1, 2, 16, 1, 32 if op == "all_gather" else 16)
             if op == "all_gather":
-                self.assertNotEqual([a.value(i) for i in range(16)], [a.value(i) for i in range(16, 32)])
+                self.assertTrue(all(x != y for x, y in zip(a[:16], a[16:])))
             else:
-                self.assertNotEqual([a.value(i) for i in range(16)], [b.value(i) for i in range(16)])
+                self.assertTrue(all(x != y for x, y in zip(a, b)), op)
 
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "unknown op 'gather'"):
-            patterns.send_pattern("gather", 0, 2, 1)
-        with self.assertRaisesRegex(ValueError, "calls must be >= 1"):
-            patterns.expected_pattern("all_reduce", 0, 2, 1, 0)
+            patterns.send_value("gather", 0, 2, 1, 0, 0)
+        with self.assertRaisesRegex(ValueError, "unknown op 'gather'"):
+            patterns.expected_value("gather", 0, 2, 1, 0, 0)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ class PluginUsedPerVersion(unittest.TestCase):
         self.assertEqual(rep.verdict, nccl_log.USED)
         self.assertEqual(rep.load_evidence, ["NET/Plugin: Plugin name set by env to " + PLUGIN_PATH])
         self.assertEqual(len(rep.channels), 6)
-        self.assertEqual(rep.channels[0].transport, "NET/DQPLB/0/GDRDMA")
-        self.assertEqual(rep.channels[-1].transport, "NET/DQPLB/0/GDRDMA/Shared")
+        self.assertEqual(rep.channels[0].transport, "NET/DQPLB/0")
+        self.assertEqual(rep.channels[-1].transport, "NET/DQPLB/0/Shared")
         self.assertEqual(rep.failures, [])
+        self.assertEqual((rep.net_channels, rep.gdr_channels, rep.gdr_used), (6, 0, False))
 
     def test_2_24_loaded_v8_after_v9_lookup(self):
         rep = verdict("nccl-2.24-plugin-used.log")
@@ -61,6 +62,50 @@ class PluginUsedPerVersion(unittest.TestCase):
     def test_plugin_name_matches_case_insensitively(self):
         rep = nccl_log.parse_log(read_log("nccl-2.28-plugin-used.log"), "dqplb", LIB)
         self.assertEqual(rep.verdict, nccl_log.USED)
+
+
+FUTURE_GDR = "nccl-2.28-future-gpudirect.log"
+
+
+class GpuDirect(unittest.TestCase):
+    def test_fixtures_show_what_dqplb_produces(self):
+        # DQPLB advertises NCCL_PTR_HOST only: no sample but the labelled future one may show GDR.
+        import os
+        from helpers import LOGS
+
+        names = sorted(n for n in os.listdir(LOGS) if n.endswith(".log"))
+        self.assertIn(FUTURE_GDR, names)
+        for name in names:
+            if name == FUTURE_GDR:
+                continue
+            body = [ln for ln in read_log(name).splitlines() if not ln.startswith("#")]
+            self.assertEqual([ln for ln in body if "GDRDMA" in ln], [], name)
+            rep = verdict(name)
+            self.assertEqual(rep.gdr_channels, 0, name)
+            self.assertFalse(rep.gdr_used, name)
+
+    def test_future_gpudirect_reported(self):
+        self.assertIn("FUTURE GPUDirect case", read_log(FUTURE_GDR))
+        rep = verdict(FUTURE_GDR)
+        self.assertEqual(rep.verdict, nccl_log.USED)
+        self.assertEqual((rep.net_channels, rep.gdr_channels, rep.gdr_used), (6, 5, True))
+
+    def test_channel_gdr_flag(self):
+        def gdr(t):
+            return nccl_log.Channel(0, "send", t).gdr
+        self.assertTrue(gdr("NET/DQPLB/0/GDRDMA"))
+        self.assertTrue(gdr("NET/DQPLB/1(3)/GDRDMA/Shared"))
+        self.assertTrue(gdr("NET/DQPLB/0/GDRDMA(PCI)/Shared"))
+        self.assertFalse(gdr("NET/DQPLB/0"))
+        self.assertFalse(gdr("NET/DQPLB/0/Shared"))
+        self.assertFalse(gdr("NET/GDRDMA/0"))  # a network named so is not the flag
+        self.assertFalse(gdr("P2P/CUMEM/read"))
+
+    def test_socket_channels_counted_for_socket_only(self):
+        rep = nccl_log.parse_socket_log(read_log("nccl-2.21-socket-baseline.log"))
+        self.assertEqual((rep.net_channels, rep.gdr_channels), (2, 0))
+        rep = verdict("nccl-2.21-fell-back-socket.log")
+        self.assertEqual((rep.net_channels, rep.gdr_channels), (0, 0))
 
 
 class Failures(unittest.TestCase):
@@ -158,6 +203,7 @@ class Cli(unittest.TestCase):
         self.assertEqual((good, bad), (0, 1))
         self.assertEqual(buf.getvalue().count('"verdict": "USED"'), 2)
         self.assertEqual(buf.getvalue().count('"verdict": "LOAD_FAILED"'), 1)
+        self.assertEqual(buf.getvalue().count('"gdr": false, "gdr_channels": 0, "net_channels": 4'), 2)
 
 
 if __name__ == "__main__":

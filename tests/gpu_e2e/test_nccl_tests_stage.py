@@ -94,7 +94,7 @@ class Stage(unittest.TestCase):
         self.assertIn("NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90", make)
         mpi = self.read("mpirun-args.txt")
         self.assertEqual(mpi[:5], ["-np", "2", "--oversubscribe", "--bind-to", "none"])
-        self.assertEqual(mpi[-8:], ["-b", "8", "-e", "268435456", "-f", "2", "-g", "1"])
+        self.assertEqual(mpi[-10:], ["-b", "8", "-e", "268435456", "-f", "2", "-g", "1", "-c", "1"])
         self.assertIn("NCCL_NET_PLUGIN", mpi)
         envs = []
         for f in sorted(os.listdir(self.out)):
@@ -111,6 +111,12 @@ class Stage(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual((st["status"], st["reason"]),
                          ("FAILED", "wrong results: 8 out of bounds, sizes [1048576, 2097152]"))
+
+    def test_unchecked_results_fail(self):
+        p, st = self.stage("all_reduce_perf-unchecked.txt")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual((st["status"], st["reason"]),
+                         ("FAILED", "results not checked (validation 0, #wrong N/A or -1 at sizes [8, 1024])"))
 
     def test_fallback_fails(self):
         p, st = self.stage(FAKE_NET="Socket")

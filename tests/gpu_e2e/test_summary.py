@@ -37,7 +37,8 @@ def write_run(folder, mode, speed_gbps, log_name, overrides=None, drop=None, tim
                     if drop and (op, b) == drop:
                         continue
                     rec = {"kind": "case", "op": op, "dtype": "float32", "bytes": b, "iters": 3,
-                           "time_s": b / (speed_gbps * 1e9), "mismatches_first": 0, "mismatches_last": 0, "ok": True}
+                           "time_s": b / (speed_gbps * 1e9), "mismatches": [0, 0, 0, 0], "mismatches_first": 0,
+                           "mismatches_last": 0, "bad_iterations": [], "ok": True}
                     rec.update((overrides or {}).get((rank, op, b), {}))
                     fh.write(json.dumps(rec) + "\n")
             fh.write(json.dumps({"kind": "done", "rank": rank}) + "\n")
@@ -84,6 +85,31 @@ class Summary(unittest.TestCase):
         self.assertIn("Result: **PASS**", md)
         self.assertIn("| sendrecv | float32 | 128 MiB | 67108.9 | 2.000 | 2.000 | 134217.7 | 1.000 | 1.000 | 2.000 | ok/ok |", md)
         self.assertIn("Lowest plugin/Socket busbw ratio at >= 64 MiB: 2.000 (all_reduce float32 64 MiB) (recorded, not enforced).", md)
+        # DQPLB advertises host memory only: the summary says GPUDirect was not exercised.
+        self.assertIs(v["gdr_exercised"], False)
+        self.assertEqual(v["gdr"], {"used": False, "gdr_channels": 0, "net_channels": 8})
+        self.assertIn("\nGDR exercised: no (0 of 8 plugin channels via GDRDMA).\n", md)
+        self.assertIn("- plugin rank0 log: USED (", md)
+        self.assertIn("; 0 of 4 channels via GDRDMA", md)
+
+    def test_gdr_exercised_reported(self):
+        v = self.run_summary(plugin_kw={"log_name": "nccl-2.28-future-gpudirect.log"})
+        self.assertTrue(v["passed"], v["failures"])
+        self.assertIs(v["gdr_exercised"], True)
+        self.assertEqual(v["gdr"], {"used": True, "gdr_channels": 10, "net_channels": 12})
+        md = read(os.path.join(self.dir, "summary.md"))
+        self.assertIn("\nGDR exercised: yes (10 of 12 plugin channels via GDRDMA).\n", md)
+
+    def test_gdr_cli_line(self):
+        import contextlib
+        import io
+
+        write_run(os.path.join(self.dir, "plugin"), "plugin", 2.0, "nccl-2.28-plugin-used.log")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = summary.main(["--out", self.dir, "--skip-socket"])
+        self.assertEqual(rc, 0)
+        self.assertIn("\nGDR exercised: no (0 of 8 plugin channels via GDRDMA)\nsummary: PASS -> ", buf.getvalue())
 
     def test_low_ratio_warns_unless_enforced(self):
         slow = {(r, "sendrecv", MAX): {"time_s": MAX / 0.5e9} for r in (0, 1)}
@@ -111,6 +137,14 @@ class Summary(unittest.TestCase):
         self.assertIn("Result: **FAIL**", md)
         self.assertIn("| all_reduce | float32 | 1 KiB |", md)
         self.assertIn("| WRONG/ok |", md)
+
+    def test_mismatch_counts_fail_even_if_flagged_ok(self):
+        v = self.run_summary(plugin_kw={"overrides": {
+            (0, "sendrecv", 64): {"mismatches": [0, 0, 2, 0], "bad_iterations": [2]},
+            (1, "all_reduce", 8): {"mismatches_last": 1}}})
+        self.assertFalse(v["passed"])
+        self.assertEqual(v["failures"], ["plugin: WRONG RESULT all_reduce float32 8 B",
+                                         "plugin: WRONG RESULT sendrecv float32 64 B"])
 
     def test_plugin_not_used_fails(self):
         v = self.run_summary(plugin_kw={"log_name": "nccl-2.21-fell-back-socket.log"})
