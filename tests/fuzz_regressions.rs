@@ -106,7 +106,7 @@ fn tcp_recv_rejects_segment_at_wrong_offset() {
     let a = peer.announce();
     let hdr = SegHeader {
         imm: imm::encode(0, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 512,
         len: 100,
     };
@@ -140,7 +140,7 @@ fn tcp_recv_rejects_segment_for_another_receive() {
     let a2 = peer.announce();
     let hdr = SegHeader {
         imm: imm::encode(0, true),
-        slot: a2.slot,
+        slot: a2.buffer_id(),
         offset: 0,
         len: 16,
     };
@@ -169,6 +169,8 @@ fn tcp_send_rejects_ack_for_unsent_segment() {
     let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
         slot: 0,
         tag: 0,
+        index: 0,
+        count: 1,
         capacity: 1 << 20,
     };
     peer.ctrl.write_all(&ann.encode()).expect("announce");
@@ -205,7 +207,7 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
     // Stream 2: a 100-byte segment for the same receive, only 10 payload bytes sent for now.
     let torn = SegHeader {
         imm: imm::encode(1, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 16,
         len: 100,
     };
@@ -214,7 +216,7 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
     // Stream 1: the whole message in one segment; the receive completes and is returned.
     let whole = SegHeader {
         imm: imm::encode(0, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 0,
         len: 16,
     };

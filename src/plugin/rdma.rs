@@ -55,7 +55,7 @@ pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>
                     port: i32::from(port.port),
                     latency_us: 0.0,
                     max_comms: 65536,
-                    max_recvs: 1,
+                    max_recvs: crate::transport::slots::MAX_RECVS as i32,
                 },
             });
         }

@@ -1,7 +1,16 @@
 //! Request slots shared by every transport comm: a fixed table (allocated once) of requests that
 //! are free, in flight with their transport data, or done with their size, plus the free list.
 
+use std::collections::VecDeque;
+
 use crate::transport::{NetError, NetResult};
+
+/// Most buffers in one grouped receive: NCCL's net_ib value (NCCL_NET_IB_MAX_RECVS), reported
+/// as maxRecvs in every device's properties.
+pub const MAX_RECVS: usize = 8;
+
+/// Received sizes of a completed grouped receive, one per buffer in posting order.
+pub type RecvSizes = arrayvec::ArrayVec<usize, MAX_RECVS>;
 
 #[derive(Debug, Clone, Copy)]
 enum State<T> {
@@ -120,6 +129,147 @@ pub fn check_send_matches(
         )));
     }
     Ok(())
+}
+
+/// One buffer of a grouped receive as the sender sees it: tag, capacity and where it lives on
+/// the receiver (`R`: a buffer id for TCP, address and rkey for verbs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Target<R> {
+    pub tag: i32,
+    pub capacity: u64,
+    pub remote: R,
+}
+
+/// Marks a buffer of a group that no isend has matched yet.
+const UNMATCHED: u32 = u32::MAX;
+
+/// A grouped receive the receiver announced, and the send requests matched to its buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Group<R> {
+    n: usize,
+    targets: [Target<R>; MAX_RECVS],
+    sends: [u32; MAX_RECVS],
+    matched: usize,
+}
+
+impl<R: Copy> Group<R> {
+    /// The send request of each buffer, in buffer order (complete groups only).
+    pub fn sends(&self) -> &[u32] {
+        &self.sends[..self.n]
+    }
+
+    pub fn targets(&self) -> &[Target<R>] {
+        &self.targets[..self.n]
+    }
+}
+
+/// Where an isend goes, by [`GroupMatcher::find`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Buffer `i` of the first incomplete group.
+    Buffer(usize),
+    /// No group is announced yet.
+    NoGroup,
+    /// The first incomplete group carries this tag, but every buffer with it is matched already
+    /// (the send belongs to a later group): try again once this group is complete.
+    Busy,
+}
+
+/// The sender's queue of announced groups, matched strictly in order: an isend goes to the
+/// unmatched buffer with its tag in the first group not yet complete; a group is handed to the
+/// engine (in buffer order) once every buffer has its isend, as net_ib's multi-send does.
+#[derive(Debug)]
+pub struct GroupMatcher<R> {
+    queue: VecDeque<Group<R>>,
+    cap: usize,
+}
+
+impl<R: Copy + Default> GroupMatcher<R> {
+    /// Room for `groups` announced groups (allocated once).
+    pub fn new(groups: usize) -> GroupMatcher<R> {
+        GroupMatcher {
+            queue: VecDeque::with_capacity(groups),
+            cap: groups,
+        }
+    }
+
+    /// Groups announced and not yet complete.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Queues an announced group of 1..=MAX_RECVS buffers; Err(why) when it cannot be one (the
+    /// caller turns it into a protocol error naming the peer).
+    pub fn push(&mut self, targets: &[Target<R>]) -> Result<(), String> {
+        if targets.is_empty() || targets.len() > MAX_RECVS {
+            return Err(format!(
+                "a receive group of {} buffers (accepted 1..={MAX_RECVS})",
+                targets.len()
+            ));
+        }
+        if self.queue.len() >= self.cap {
+            return Err(format!("more than {} receive groups at once", self.cap));
+        }
+        let mut g = Group {
+            n: targets.len(),
+            targets: [Target::default(); MAX_RECVS],
+            sends: [UNMATCHED; MAX_RECVS],
+            matched: 0,
+        };
+        g.targets[..targets.len()].copy_from_slice(targets);
+        self.queue.push_back(g);
+        Ok(())
+    }
+
+    /// Where a send of `len` bytes with `tag` goes. A tag absent from the first incomplete group,
+    /// or a send larger than the buffer it matches, is NCCL misuse (ncclInvalidUsage).
+    pub fn find(&self, peer: &dyn std::fmt::Display, len: usize, tag: i32) -> NetResult<Match> {
+        let Some(g) = self.queue.front() else {
+            return Ok(Match::NoGroup);
+        };
+        let targets = g.targets();
+        let free = (0..g.n).find(|&i| g.sends[i] == UNMATCHED && targets[i].tag == tag);
+        match free {
+            Some(i) => {
+                let t = targets[i];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Ok(Match::Buffer(i))
+            }
+            None if targets.iter().any(|t| t.tag == tag) => Ok(Match::Busy),
+            None => {
+                let tags: arrayvec::ArrayVec<i32, MAX_RECVS> =
+                    targets.iter().map(|t| t.tag).collect();
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} matches none of the tags {tags:?} of the {}-buffer receive the peer posted next",
+                    g.n
+                )))
+            }
+        }
+    }
+
+    /// The buffer `find` chose.
+    pub fn target(&self, i: usize) -> Option<Target<R>> {
+        self.queue.front().filter(|g| i < g.n).map(|g| g.targets[i])
+    }
+
+    /// Records send request `slot` for buffer `i` of the first group; hands the group back once
+    /// every buffer has its send (it then leaves the queue).
+    pub fn assign(&mut self, i: usize, slot: u32) -> Option<Group<R>> {
+        let g = self.queue.front_mut()?;
+        if i >= g.n || g.sends[i] != UNMATCHED {
+            return None;
+        }
+        g.sends[i] = slot;
+        g.matched += 1;
+        if g.matched < g.n {
+            return None;
+        }
+        self.queue.pop_front()
+    }
 }
 
 /// The first fatal error of a comm, returned by every later call (a failed comm stays failed).

@@ -356,8 +356,11 @@ fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
     if p.max_comms <= 0 {
         return bad(format!("maxComms {}", p.max_comms));
     }
-    if p.max_recvs != 1 {
-        return bad(format!("maxRecvs {} (contract says 1)", p.max_recvs));
+    if p.max_recvs != 8 {
+        return bad(format!(
+            "maxRecvs {} (contract says 8, as net_ib)",
+            p.max_recvs
+        ));
     }
     if p.net_device_type != 0 || p.net_device_version != 0 {
         return bad(format!(
