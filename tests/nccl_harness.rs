@@ -166,6 +166,30 @@ fn self_connect_in_one_thread() {
     }
 }
 
+/// Grouped receives (n = 1..=8, zero-byte buffers, permuted send tags) through the C ABI with
+/// one size per buffer from test(); n = 0 and 9 are ncclInvalidArgument, a tag absent from the
+/// group ncclInvalidUsage; then aws-ofi-nccl's inflight_close: 32 receives posted and the
+/// recvComm closed: all 32 isends accepted, their test() ncclRemoteError, a 33rd isend too.
+#[test]
+fn grouped_receives_and_inflight_close_through_the_abi() {
+    let (tx, rx) = channel::<Event>();
+    let mut p = Peer::spawn("self-grouped", 0, &policy_env("dqplb"), tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "grouped child failed: {lines:?}");
+    for want in [
+        "GROUPED moved 108 buffers",
+        "GROUPED n=0 and n=9 rejected with ncclInvalidArgument",
+        "GROUPED tag mismatch is ncclInvalidUsage",
+        "INFLIGHT-CLOSE 32 sends accepted after the receiver closed, test gave ncclRemoteError",
+    ] {
+        assert!(
+            lines.iter().any(|l| l == want),
+            "missing {want:?}: {lines:?}"
+        );
+    }
+}
+
 /// Four communicators in one process at once, each on its own thread (NCCL runs one proxy thread
 /// per communicator): setup and transfers must not interfere.
 #[test]
