@@ -236,3 +236,46 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
         "peer violation reported as {r:?}"
     );
 }
+
+/// A receiver that announces buffer 1 of a group before buffer 0: a protocol error
+/// (RemoteError), never a match against a half-known group.
+#[test]
+fn tcp_send_rejects_group_announced_out_of_order() {
+    let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
+    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+        slot: 0,
+        tag: 0,
+        index: 1,
+        count: 2,
+        capacity: 64,
+    };
+    peer.ctrl.write_all(&ann.encode()).expect("announce");
+    let mut msg = vec![1u8; 8];
+    let r = poll_until(|| tx.isend(UserBuf::from_slice(&mut msg), 0));
+    assert!(
+        matches!(&r, Err(e) if e.code == ErrorCode::RemoteError && e.msg.contains("out of order")),
+        "{r:?}"
+    );
+}
+
+/// A receiver that closes after announcing 1 of the 2 buffers of a group: the next isend fails
+/// with RemoteError instead of waiting forever for the rest of the group.
+#[test]
+fn tcp_send_fails_on_close_inside_a_group_announcement() {
+    let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
+    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+        slot: 0,
+        tag: 0,
+        index: 0,
+        count: 2,
+        capacity: 64,
+    };
+    peer.ctrl.write_all(&ann.encode()).expect("announce");
+    drop(peer);
+    let mut msg = vec![1u8; 8];
+    let r = poll_until(|| tx.isend(UserBuf::from_slice(&mut msg), 0));
+    assert!(
+        matches!(&r, Err(e) if e.code == ErrorCode::RemoteError),
+        "{r:?}"
+    );
+}

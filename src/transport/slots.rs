@@ -330,6 +330,49 @@ mod tests {
     }
 
     #[test]
+    fn groups_match_by_tag_in_order_and_complete_in_buffer_order() {
+        let peer = "10.0.0.1:5";
+        let t = |tag, capacity, remote| Target {
+            tag,
+            capacity,
+            remote,
+        };
+        let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
+        assert_eq!(m.find(&peer, 1, 1).unwrap(), Match::NoGroup);
+        m.push(&[t(1, 10, 100), t(2, 20, 101)]).unwrap();
+        m.push(&[t(1, 5, 200)]).unwrap();
+        assert!(m.push(&[t(1, 5, 300)]).unwrap_err().contains("more than 2"));
+        // Sends come in any tag order within the first group.
+        assert_eq!(m.find(&peer, 20, 2).unwrap(), Match::Buffer(1));
+        assert_eq!(m.target(1).unwrap().remote, 101);
+        assert!(m.assign(1, 7).is_none());
+        // Tag 2 is taken in the first group: the send belongs to a later one.
+        assert_eq!(m.find(&peer, 1, 2).unwrap(), Match::Busy);
+        let absent = m.find(&peer, 1, 3).unwrap_err();
+        assert_eq!(absent.code, crate::transport::ErrorCode::InvalidUsage);
+        assert!(
+            absent.msg.contains("tag 3") && absent.msg.contains("[1, 2]"),
+            "{absent}"
+        );
+        let big = m.find(&peer, 11, 1).unwrap_err();
+        assert_eq!(big.code, crate::transport::ErrorCode::InvalidUsage);
+        assert_eq!(m.find(&peer, 10, 1).unwrap(), Match::Buffer(0));
+        let g = m.assign(0, 9).expect("group complete");
+        assert_eq!(
+            g.sends(),
+            &[9, 7],
+            "sends in buffer order, not posting order"
+        );
+        assert_eq!(g.targets()[1].remote, 101);
+        assert_eq!(m.len(), 1);
+        // The next group is matched only now; its smaller buffer is checked.
+        assert!(m.find(&peer, 6, 1).is_err());
+        assert_eq!(m.find(&peer, 0, 1).unwrap(), Match::Buffer(0));
+        assert!(m.push(&[]).is_err());
+        assert!(m.push(&[t(0, 0, 0); MAX_RECVS + 1]).is_err());
+    }
+
+    #[test]
     fn sticky_keeps_the_first_error() {
         let mut st = Sticky::default();
         assert!(st.check().is_ok());

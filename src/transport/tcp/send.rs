@@ -255,7 +255,14 @@ impl TcpSendComm {
                 &self.ctrl_name,
             )? {
                 Fill::Partial => return Ok(()),
-                Fill::Eof if self.ctrl_got == 0 => self.ctrl_closed = true,
+                Fill::Eof if self.ctrl_got == 0 && self.partial_n == 0 => self.ctrl_closed = true,
+                Fill::Eof if self.ctrl_got == 0 => {
+                    self.ctrl_closed = true;
+                    return Err(NetError::remote(format!(
+                        "{}: peer closed after announcing {} of the {} buffers of receive group {}",
+                        self.ctrl_name, self.partial_n, self.partial_of.1, self.partial_of.0
+                    )));
+                }
                 Fill::Eof => {
                     return Err(NetError::remote(format!(
                         "{}: peer closed in the middle of an announcement",
