@@ -240,6 +240,15 @@ impl<R: Copy + Default> GroupMatcher<R> {
                 Ok(Match::Buffer(i))
             }
             None if targets.iter().any(|t| t.tag == tag) => Ok(Match::Busy),
+            None if g.n == 1 => {
+                // The one-buffer wording of the shared rule ("does not match the tag ...").
+                let t = targets[0];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} does not match the tag {} of the receive the peer posted next",
+                    t.tag
+                )))
+            }
             None => {
                 let tags: arrayvec::ArrayVec<i32, MAX_RECVS> =
                     targets.iter().map(|t| t.tag).collect();
@@ -368,6 +377,12 @@ mod tests {
         // The next group is matched only now; its smaller buffer is checked.
         assert!(m.find(&peer, 6, 1).is_err());
         assert_eq!(m.find(&peer, 0, 1).unwrap(), Match::Buffer(0));
+        // A one-buffer receive keeps the single-receive wording.
+        let one = m.find(&peer, 0, 8).unwrap_err();
+        assert!(
+            one.msg.contains("tag 8") && one.msg.contains("does not match the tag 1"),
+            "{one}"
+        );
         assert!(m.push(&[]).is_err());
         assert!(m.push(&[t(0, 0, 0); MAX_RECVS + 1]).is_err());
     }

@@ -218,7 +218,19 @@ impl VerbsSendComm {
             return Ok(Some(n));
         }
         self.progress()?;
-        self.slots.test(slot, "send")
+        let done = self.slots.test(slot, "send")?;
+        // RDMA alone shows a vanished receiver only once a write exhausts its retries (tens of
+        // seconds, or never for a send still held back for its group): the bootstrap socket's
+        // EOF, after PeerWatch's grace for completions on their way, fails it now.
+        if done.is_none() && self.watch.gone() {
+            let e = NetError::remote(format!(
+                "{} {} while send {slot} was still pending",
+                self.peer,
+                self.watch.why()
+            ));
+            return Err(self.fail(e));
+        }
+        Ok(done)
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
