@@ -26,8 +26,9 @@ def hello(qps=4, outst=8, seg=65536, maxm=32, fabric=3, policy=0, stream=0):
     return bytes(b)
 
 
-def announce(slot=1, tag=-1, cap=1 << 20):
-    return struct.pack("<IIiIQ", 0x414E4E31, slot, tag, 0, cap)
+def announce(slot=1, tag=-1, cap=1 << 20, index=0, count=1):
+    # Version 2 ("2NNA"): buffer `index` of a grouped receive of `count` buffers.
+    return struct.pack("<IIiBBHQ", 0x414E4E32, slot, tag, index, count, 0, cap)
 
 
 def seg(imm=0x80000000, slot=0, off=128, ln=64):
@@ -54,7 +55,7 @@ def handle(v6=False, port=4242):
 # wire_frames: flag byte, then hello | announce | segment header | ack | handle.
 put("wire_frames", "valid", b"\x00" + hello() + announce() + seg() + ack() + handle())
 put("wire_frames", "valid-v6-static", b"\x00" + hello(policy=1, qps=128, outst=256)
-    + announce() + seg(imm=7) + ack() + handle(v6=True))
+    + announce(index=7, count=8) + seg(imm=7) + ack() + handle(v6=True))
 put("wire_frames", "bad-params", b"\x1f" + hello(qps=0, seg=100, maxm=0, policy=9)
     + announce(cap=0) + seg(off=(1 << 64) - 1, ln=0xFFFFFFFF) + ack() + handle(port=0))
 put("wire_frames", "zeros", bytes(250))

@@ -41,7 +41,8 @@ fn guard_contains_panics_errors_and_writes_outputs() {
             ncclResult_t::ncclSuccess
         );
         assert_eq!(std::ffi::CStr::from_ptr(props.name).to_str().unwrap(), "lo");
-        assert_eq!((props.ptrSupport, props.maxRecvs), (1, 1));
+        // maxRecvs 8, as NCCL's net_ib (NCCL_NET_IB_MAX_RECVS).
+        assert_eq!((props.ptrSupport, props.maxRecvs), (1, 8));
         assert_eq!(
             v().getProperties.unwrap()(5, &mut props),
             ncclResult_t::ncclInvalidArgument
@@ -69,12 +70,9 @@ fn guard_contains_panics_errors_and_writes_outputs() {
         assert_eq!(r, ncclResult_t::ncclInvalidArgument);
         assert!(req.is_null(), "request is written NULL on error");
 
-        let mut dptr: *mut c_void = NonNull::dangling().as_ptr();
-        assert_eq!(
-            v().getDeviceMr.unwrap()(null_mut(), null_mut(), &mut dptr),
-            ncclResult_t::ncclInternalError
-        );
-        assert!(dptr.is_null());
+        // NULL as in net_ib/net_socket: NCCL's net.cc calls irecvConsumed after every consumed
+        // receive whenever it is set, and getDeviceMr is for device-offload plugins only.
+        assert!(v().getDeviceMr.is_none() && v().irecvConsumed.is_none());
         let mut mh: *mut c_void = NonNull::dangling().as_ptr();
         let r = v().regMrDmaBuf.unwrap()(listen, null_mut(), 0, 4, 0, -1, &mut mh);
         assert_eq!(r, ncclResult_t::ncclInvalidArgument);

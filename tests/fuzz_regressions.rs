@@ -106,7 +106,7 @@ fn tcp_recv_rejects_segment_at_wrong_offset() {
     let a = peer.announce();
     let hdr = SegHeader {
         imm: imm::encode(0, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 512,
         len: 100,
     };
@@ -140,7 +140,7 @@ fn tcp_recv_rejects_segment_for_another_receive() {
     let a2 = peer.announce();
     let hdr = SegHeader {
         imm: imm::encode(0, true),
-        slot: a2.slot,
+        slot: a2.buffer_id(),
         offset: 0,
         len: 16,
     };
@@ -169,6 +169,8 @@ fn tcp_send_rejects_ack_for_unsent_segment() {
     let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
         slot: 0,
         tag: 0,
+        index: 0,
+        count: 1,
         capacity: 1 << 20,
     };
     peer.ctrl.write_all(&ann.encode()).expect("announce");
@@ -205,7 +207,7 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
     // Stream 2: a 100-byte segment for the same receive, only 10 payload bytes sent for now.
     let torn = SegHeader {
         imm: imm::encode(1, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 16,
         len: 100,
     };
@@ -214,7 +216,7 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
     // Stream 1: the whole message in one segment; the receive completes and is returned.
     let whole = SegHeader {
         imm: imm::encode(0, true),
-        slot: a.slot,
+        slot: a.buffer_id(),
         offset: 0,
         len: 16,
     };
@@ -232,5 +234,48 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
     assert!(
         matches!(&r, Err(e) if e.code == ErrorCode::RemoteError),
         "peer violation reported as {r:?}"
+    );
+}
+
+/// A receiver that announces buffer 1 of a group before buffer 0: a protocol error
+/// (RemoteError), never a match against a half-known group.
+#[test]
+fn tcp_send_rejects_group_announced_out_of_order() {
+    let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
+    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+        slot: 0,
+        tag: 0,
+        index: 1,
+        count: 2,
+        capacity: 64,
+    };
+    peer.ctrl.write_all(&ann.encode()).expect("announce");
+    let mut msg = vec![1u8; 8];
+    let r = poll_until(|| tx.isend(UserBuf::from_slice(&mut msg), 0));
+    assert!(
+        matches!(&r, Err(e) if e.code == ErrorCode::RemoteError && e.msg.contains("out of order")),
+        "{r:?}"
+    );
+}
+
+/// A receiver that closes after announcing 1 of the 2 buffers of a group: the next isend fails
+/// with RemoteError instead of waiting forever for the rest of the group.
+#[test]
+fn tcp_send_fails_on_close_inside_a_group_announcement() {
+    let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
+    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+        slot: 0,
+        tag: 0,
+        index: 0,
+        count: 2,
+        capacity: 64,
+    };
+    peer.ctrl.write_all(&ann.encode()).expect("announce");
+    drop(peer);
+    let mut msg = vec![1u8; 8];
+    let r = poll_until(|| tx.isend(UserBuf::from_slice(&mut msg), 0));
+    assert!(
+        matches!(&r, Err(e) if e.code == ErrorCode::RemoteError),
+        "{r:?}"
     );
 }

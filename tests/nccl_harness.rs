@@ -33,7 +33,11 @@ fn plugin_library_is_built_and_exports_the_v8_vtable() {
     let path = harness::dl::plugin_path();
     let p = harness::dl::Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.name(), "DQPLB");
-    assert!(p.net.init.is_some() && p.net.test.is_some() && p.net.irecv_consumed.is_some());
+    assert!(p.net.init.is_some() && p.net.test.is_some());
+    // NULL, as in NCCL's net_ib and net_socket: recvProxyProgress in NCCL's src/transport/net.cc
+    // (v2.20.3 through v2.30.7) calls irecvConsumed after every consumed receive whenever the
+    // pointer is non-NULL; getDeviceMr is only for device-offload plugins.
+    assert!(p.net.irecv_consumed.is_none() && p.net.get_device_mr.is_none());
     p.lib.close().unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -158,6 +162,30 @@ fn self_connect_in_one_thread() {
             lines.iter().filter(|l| l.starts_with("CYCLE ")).count(),
             2,
             "{policy}: {lines:?}"
+        );
+    }
+}
+
+/// Grouped receives (n = 1..=8, zero-byte buffers, permuted send tags) through the C ABI with
+/// one size per buffer from test(); n = 0 and 9 are ncclInvalidArgument, a tag absent from the
+/// group ncclInvalidUsage; then aws-ofi-nccl's inflight_close: 32 receives posted and the
+/// recvComm closed: all 32 isends accepted, their test() ncclRemoteError, a 33rd isend too.
+#[test]
+fn grouped_receives_and_inflight_close_through_the_abi() {
+    let (tx, rx) = channel::<Event>();
+    let mut p = Peer::spawn("self-grouped", 0, &policy_env("dqplb"), tx);
+    let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    assert!(status.success(), "grouped child failed: {lines:?}");
+    for want in [
+        "GROUPED moved 108 buffers",
+        "GROUPED n=0 and n=9 rejected with ncclInvalidArgument",
+        "GROUPED tag mismatch is ncclInvalidUsage",
+        "INFLIGHT-CLOSE 32 sends accepted after the receiver closed, test gave ncclRemoteError",
+    ] {
+        assert!(
+            lines.iter().any(|l| l == want),
+            "missing {want:?}: {lines:?}"
         );
     }
 }

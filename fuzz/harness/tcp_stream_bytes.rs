@@ -17,7 +17,7 @@ const GUARD_BYTE: u8 = 0xC3;
 
 #[derive(Debug, Arbitrary)]
 enum Op {
-    /// A framed segment; `slot` indexes the announced slots (or is used raw past them).
+    /// A framed segment; `slot` indexes the announced buffers (or is used raw past them).
     Seg {
         stream: u8,
         seq: u8,
@@ -78,17 +78,39 @@ pub fn check(data: &[u8]) {
         .iter()
         .map(|&c| vec![GUARD_BYTE; c + 2 * GUARD])
         .collect();
-    let mut posted: Vec<(u32, usize)> = Vec::new();
+    // The high bit of `qps` selects grouped receives (chunks of 1..=4 buffers, tags 0, 1, ..);
+    // otherwise every buffer is its own receive, as before grouped receives existed.
+    let group = if input.qps >= 128 {
+        1 + usize::from(input.qps / 3) % 4
+    } else {
+        1
+    };
+    let mut posted: Vec<(u32, Vec<usize>)> = Vec::new();
     let mut failed: Option<NetError> = None;
-    for (m, &cap) in mem.iter_mut().zip(&caps) {
-        let buf = UserBuf::from_slice(&mut m[GUARD..GUARD + cap]);
-        match rx.irecv(buf, 0) {
-            Ok(Some(slot)) => posted.push((slot, cap)),
+    let mut rest: &mut [Vec<u8>] = &mut mem;
+    let mut cap_chunks = caps.chunks(group);
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at_mut(group.min(rest.len()));
+        rest = tail;
+        let group_caps = cap_chunks.next().expect("one cap per buffer").to_vec();
+        let bufs: Vec<(UserBuf, i32)> = chunk
+            .iter_mut()
+            .zip(&group_caps)
+            .enumerate()
+            .map(|(i, (m, &cap))| (UserBuf::from_slice(&mut m[GUARD..GUARD + cap]), i as i32))
+            .collect();
+        match rx.irecv_group(&bufs) {
+            Ok(Some(slot)) => posted.push((slot, group_caps)),
             Ok(None) => panic!("no free receive slot with 32 allowed"),
             Err(e) => panic!("irecv failed before any peer byte: {e}"),
         }
     }
-    let slots: Vec<u32> = posted.iter().map(|_| peer.announce().slot).collect();
+    // Wire ids of every announced buffer, in posting order.
+    let slots: Vec<u32> = posted
+        .iter()
+        .flat_map(|(_, c)| c.iter())
+        .map(|_| peer.announce().buffer_id())
+        .collect();
     let mut written = 0usize;
     for op in input.ops {
         if written > 1 << 16 {
@@ -161,7 +183,7 @@ pub fn check(data: &[u8]) {
 /// One progress round and a test of every posted receive; checks sizes and sticky failure.
 fn drive(
     rx: &mut nccl_net_dqplb::transport::tcp::TcpRecvComm,
-    posted: &[(u32, usize)],
+    posted: &[(u32, Vec<usize>)],
     failed: &mut Option<NetError>,
 ) {
     let r = rx.progress();
@@ -174,9 +196,14 @@ fn drive(
         *failed = Some(e);
         return;
     }
-    for &(slot, cap) in posted {
-        match rx.test(slot) {
-            Ok(Some(size)) => assert!(size <= cap, "receive of {size} bytes into {cap}"),
+    for (slot, caps) in posted {
+        match rx.test_sizes(*slot) {
+            Ok(Some(sizes)) => {
+                assert_eq!(sizes.len(), caps.len(), "one size per buffer of the group");
+                for (size, cap) in sizes.iter().zip(caps) {
+                    assert!(size <= cap, "receive of {size} bytes into {cap}");
+                }
+            }
             Ok(None) => {}
             // A receive already returned is no longer in flight: a usage error, not a finding.
             Err(e) if e.code == ErrorCode::InvalidUsage => {}

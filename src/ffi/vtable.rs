@@ -9,6 +9,7 @@ use super::sys::{
     ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclNet_v8_t, ncclResult_t,
 };
 use crate::plugin::{self, log, ListenComm, MemHandle, RecvComm, SendComm};
+use crate::transport::slots::MAX_RECVS;
 use crate::transport::tcp::HANDLE_BYTES;
 use crate::transport::{NetError, NetResult, UserBuf};
 
@@ -39,8 +40,11 @@ pub static ncclNetPlugin_v8: PluginVtable = PluginVtable(ncclNet_v8_t {
     closeSend: Some(close_send),
     closeRecv: Some(close_recv),
     closeListen: Some(close_listen),
-    getDeviceMr: Some(get_device_mr),
-    irecvConsumed: Some(irecv_consumed),
+    // NULL as in NCCL's own net_ib and net_socket: net.cc's recvProxyProgress calls
+    // irecvConsumed after every consumed receive whenever the pointer is set (v2.20.3 through
+    // v2.30.7), and getDeviceMr is only for device-offload (non-HOST) plugins.
+    getDeviceMr: None,
+    irecvConsumed: None,
 });
 
 /// Request pointers NCCL holds are addresses of these cells, owned by their comm.
@@ -49,6 +53,8 @@ struct ReqCell {
     owner: *mut c_void,
     is_send: bool,
     slot: u32,
+    /// Buffers of the receive request now in this cell (test() writes that many sizes).
+    n: u32,
 }
 
 /// A comm as NCCL holds it: the plugin's comm plus the request cells that point back at it.
@@ -84,6 +90,7 @@ fn cells(n: usize, is_send: bool) -> Box<[ReqCell]> {
             owner: std::ptr::null_mut(),
             is_send,
             slot: i as u32,
+            n: 1,
         })
         .collect()
 }
@@ -434,24 +441,29 @@ unsafe extern "C" fn irecv(
             {
                 return Err(null("irecv: recvComm, request, data, sizes or tags"));
             }
-            if n != 1 {
+            let count = usize::try_from(n).unwrap_or(0);
+            if count == 0 || count > MAX_RECVS {
                 return Err(NetError::invalid_argument(format!(
-                    "irecv with n = {n}: this plugin advertises maxRecvs = 1"
+                    "irecv with n = {n}: accepted 1..={MAX_RECVS} (this plugin advertises maxRecvs = {MAX_RECVS})"
                 )));
             }
-            // SAFETY: n == 1, so each array has one element (NCCL contract).
-            let (ptr, size, tag) = unsafe { (*data, *sizes, *tags) };
-            // SAFETY: NCCL keeps the receive buffer valid until test() says done.
-            let buf = unsafe { user_buf("irecv", ptr, size)? };
-            // SAFETY: mhandles has n entries when non-null.
-            let mh = if mhandles.is_null() {
-                None
-            } else {
-                unsafe { mem_handle(*mhandles) }
-            };
+            let mut bufs = [(UserBuf::empty(), 0); MAX_RECVS];
+            let mut mhs: [Option<&MemHandle>; MAX_RECVS] = [None; MAX_RECVS];
+            for i in 0..count {
+                // SAFETY: data, sizes and tags have n entries, and mhandles too when non-NULL
+                // (NCCL contract); 0 <= i < n.
+                let (ptr, size, tag) = unsafe { (*data.add(i), *sizes.add(i), *tags.add(i)) };
+                // SAFETY: NCCL keeps the receive buffers valid until test() says done.
+                bufs[i] = (unsafe { user_buf("irecv", ptr, size)? }, tag);
+                if !mhandles.is_null() {
+                    // SAFETY: as above; see mem_handle.
+                    mhs[i] = unsafe { mem_handle(*mhandles.add(i)) };
+                }
+            }
             // SAFETY: recv_comm came from our accept.
             let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
-            if let Some(slot) = r.comm.irecv(&[(buf, tag)], &[mh])? {
+            if let Some(slot) = r.comm.irecv(&bufs[..count], &mhs[..count])? {
+                r.cells[slot as usize].n = count as u32;
                 put(request, cell_ptr(&mut r.cells, slot));
             }
             Ok(())
@@ -490,33 +502,55 @@ unsafe extern "C" fn test(
     guard(
         "test",
         || {
-            maybe_panic("test");
+            // done is written before anything can panic or fail: NCCL reads it on every return.
             if !done.is_null() {
                 // SAFETY: non-null output pointer from NCCL.
                 unsafe { *done = 0 };
             }
+            maybe_panic("test");
             if request.is_null() || done.is_null() {
                 return Err(null("test: request or done"));
             }
             // SAFETY: request is a cell of a live comm (NCCL never tests after done or close).
             let cell = unsafe { &*(request as *const ReqCell) };
-            let got = if cell.is_send {
+            let clamp = |size: usize| size.min(c_int::MAX as usize) as c_int;
+            if cell.is_send {
                 // SAFETY: send cells are owned by an FfiSend.
-                unsafe { &mut *(cell.owner as *mut FfiSend) }
+                let got = unsafe { &mut *(cell.owner as *mut FfiSend) }
                     .comm
-                    .test(cell.slot)?
+                    .test(cell.slot)?;
+                if let Some(size) = got {
+                    // SAFETY: non-null outputs from NCCL; sizes may be NULL, else one int.
+                    unsafe {
+                        *done = 1;
+                        if !sizes.is_null() {
+                            *sizes = clamp(size);
+                        }
+                    }
+                }
             } else {
                 // SAFETY: receive cells are owned by an FfiRecv.
-                unsafe { &mut *(cell.owner as *mut FfiRecv) }
+                let got = unsafe { &mut *(cell.owner as *mut FfiRecv) }
                     .comm
-                    .test(cell.slot)?
-            };
-            if let Some(size) = got {
-                // SAFETY: non-null outputs from NCCL; sizes may be NULL.
-                unsafe {
-                    *done = 1;
-                    if !sizes.is_null() {
-                        *sizes = size.min(c_int::MAX as usize) as c_int;
+                    .test_sizes(cell.slot)?;
+                if let Some(got) = got {
+                    if got.len() != cell.n as usize {
+                        return Err(NetError::internal(format!(
+                            "test: receive request {} of {} buffers completed with {} sizes",
+                            cell.slot,
+                            cell.n,
+                            got.len()
+                        )));
+                    }
+                    // SAFETY: non-null outputs from NCCL; sizes may be NULL, else it has the n
+                    // entries of the irecv that made this request.
+                    unsafe {
+                        *done = 1;
+                        if !sizes.is_null() {
+                            for (i, size) in got.iter().enumerate() {
+                                *sizes.add(i) = clamp(*size);
+                            }
+                        }
                     }
                 }
             }
@@ -552,36 +586,4 @@ unsafe extern "C" fn close_recv(recv_comm: *mut c_void) -> ncclResult_t {
 
 unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> ncclResult_t {
     close_box::<ListenComm>("closeListen", listen_comm)
-}
-
-unsafe extern "C" fn get_device_mr(
-    _comm: *mut c_void,
-    _mhandle: *mut c_void,
-    dptr: *mut *mut c_void,
-) -> ncclResult_t {
-    guard(
-        "getDeviceMr",
-        || {
-            Err(NetError::internal(
-                "getDeviceMr: DQPLB never offloads to the device (netDeviceType HOST)",
-            ))
-        },
-        || put(dptr, std::ptr::null_mut()),
-    )
-}
-
-unsafe extern "C" fn irecv_consumed(
-    _recv_comm: *mut c_void,
-    _n: c_int,
-    _request: *mut c_void,
-) -> ncclResult_t {
-    guard(
-        "irecvConsumed",
-        || {
-            Err(NetError::internal(
-                "irecvConsumed: DQPLB never offloads to the device (netDeviceType HOST)",
-            ))
-        },
-        || {},
-    )
 }

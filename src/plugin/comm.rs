@@ -4,12 +4,15 @@
 #[cfg(feature = "verbs")]
 use std::sync::{Arc, OnceLock};
 
+use crate::transport::slots::{RecvSizes, MAX_RECVS};
 use crate::transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
 #[cfg(feature = "verbs")]
 use crate::transport::verbs::{
     MemoryRegion, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
 };
 use crate::transport::{NetError, NetResult, UserBuf};
+#[cfg(feature = "verbs")]
+use arrayvec::ArrayVec;
 
 pub(super) enum ListenInner {
     Tcp(TcpListenComm),
@@ -228,38 +231,52 @@ impl RecvComm {
         }
     }
 
-    /// NCCL's grouped receive; this plugin advertises maxRecvs = 1.
+    /// NCCL's grouped receive: 1..=MAX_RECVS buffers (maxRecvs) with their tags and memory
+    /// handles, one request.
     pub fn irecv(
         &mut self,
         bufs: &[(UserBuf, i32)],
         mhs: &[Option<&MemHandle>],
     ) -> NetResult<Option<u32>> {
-        let [(buf, tag)] = bufs else {
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
             return Err(NetError::invalid_argument(format!(
-                "irecv with {} buffers: this plugin advertises maxRecvs = 1",
+                "irecv with {} buffers: this plugin advertises maxRecvs = {MAX_RECVS}",
                 bufs.len()
             )));
-        };
-        let mh = mhs.first().copied().flatten();
-        check_mr(buf, mh, "irecv")?;
+        }
+        let mh = |i: usize| mhs.get(i).copied().flatten();
+        for (i, (buf, _)) in bufs.iter().enumerate() {
+            check_mr(buf, mh(i), "irecv")?;
+        }
         match &mut self.inner {
-            RecvInner::Tcp(t) => t.irecv(*buf, *tag),
+            RecvInner::Tcp(t) => t.irecv_group(bufs),
             #[cfg(feature = "verbs")]
             RecvInner::Verbs(v, domain) => {
-                let mr = match mh {
-                    Some(m) => m.verbs_mr(domain)?,
-                    None => None,
-                };
-                v.irecv(*buf, *tag, mr)
+                let mut group: ArrayVec<(UserBuf, i32, Option<&MemoryRegion>), MAX_RECVS> =
+                    ArrayVec::new();
+                for (i, &(buf, tag)) in bufs.iter().enumerate() {
+                    let mr = match mh(i) {
+                        Some(m) => m.verbs_mr(domain)?,
+                        None => None,
+                    };
+                    group.push((buf, tag, mr));
+                }
+                v.irecv_group(&group)
             }
         }
     }
 
+    /// Some(total bytes received) once every buffer of the request is complete.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        Ok(self.test_sizes(slot)?.map(|s| s.iter().sum()))
+    }
+
+    /// Some(size of each buffer, in posting order) once the grouped receive is complete.
+    pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
         match &mut self.inner {
-            RecvInner::Tcp(t) => t.test(slot),
+            RecvInner::Tcp(t) => t.test_sizes(slot),
             #[cfg(feature = "verbs")]
-            RecvInner::Verbs(v, _) => v.test(slot),
+            RecvInner::Verbs(v, _) => v.test_sizes(slot),
         }
     }
 }

@@ -91,7 +91,7 @@ pub fn tcp_devices(ifname_filter: Option<&str>, fabric_id: u32) -> NetResult<Vec
                 port: 0,
                 latency_us: 0.0,
                 max_comms: 65536,
-                max_recvs: 1,
+                max_recvs: crate::transport::slots::MAX_RECVS as i32,
             },
         })
         .collect())
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].props.name.to_bytes(), b"lo");
         assert_eq!(d[0].props.ptr_support, PTR_HOST);
-        assert_eq!(d[0].props.max_recvs, 1);
+        assert_eq!(d[0].props.max_recvs, 8);
         assert_eq!(d[0].fabric_id, 5);
         assert!(d[0].props.speed_mbps > 0);
     }

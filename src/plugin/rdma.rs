@@ -98,7 +98,7 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
                     port: i32::from(port.port),
                     latency_us: 0.0,
                     max_comms: comms,
-                    max_recvs: 1,
+                    max_recvs: crate::transport::slots::MAX_RECVS as i32,
                 },
             });
         }

@@ -1,7 +1,16 @@
 //! Request slots shared by every transport comm: a fixed table (allocated once) of requests that
 //! are free, in flight with their transport data, or done with their size, plus the free list.
 
+use std::collections::VecDeque;
+
 use crate::transport::{NetError, NetResult};
+
+/// Most buffers in one grouped receive: NCCL's net_ib value (NCCL_NET_IB_MAX_RECVS), reported
+/// as maxRecvs in every device's properties.
+pub const MAX_RECVS: usize = 8;
+
+/// Received sizes of a completed grouped receive, one per buffer in posting order.
+pub type RecvSizes = arrayvec::ArrayVec<usize, MAX_RECVS>;
 
 #[derive(Debug, Clone, Copy)]
 enum State<T> {
@@ -122,6 +131,156 @@ pub fn check_send_matches(
     Ok(())
 }
 
+/// One buffer of a grouped receive as the sender sees it: tag, capacity and where it lives on
+/// the receiver (`R`: a buffer id for TCP, address and rkey for verbs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Target<R> {
+    pub tag: i32,
+    pub capacity: u64,
+    pub remote: R,
+}
+
+/// Marks a buffer of a group that no isend has matched yet.
+const UNMATCHED: u32 = u32::MAX;
+
+/// A grouped receive the receiver announced, and the send requests matched to its buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Group<R> {
+    n: usize,
+    targets: [Target<R>; MAX_RECVS],
+    sends: [u32; MAX_RECVS],
+    matched: usize,
+}
+
+impl<R: Copy> Group<R> {
+    /// The send request of each buffer, in buffer order (complete groups only).
+    pub fn sends(&self) -> &[u32] {
+        &self.sends[..self.n]
+    }
+
+    pub fn targets(&self) -> &[Target<R>] {
+        &self.targets[..self.n]
+    }
+}
+
+/// Where an isend goes, by [`GroupMatcher::find`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Buffer `i` of the first incomplete group.
+    Buffer(usize),
+    /// No group is announced yet.
+    NoGroup,
+    /// The first incomplete group carries this tag, but every buffer with it is matched already
+    /// (the send belongs to a later group): try again once this group is complete.
+    Busy,
+}
+
+/// The sender's queue of announced groups, matched strictly in order: an isend goes to the
+/// unmatched buffer with its tag in the first group not yet complete; a group is handed to the
+/// engine (in buffer order) once every buffer has its isend, as net_ib's multi-send does.
+#[derive(Debug)]
+pub struct GroupMatcher<R> {
+    queue: VecDeque<Group<R>>,
+    cap: usize,
+}
+
+impl<R: Copy + Default> GroupMatcher<R> {
+    /// Room for `groups` announced groups (allocated once).
+    pub fn new(groups: usize) -> GroupMatcher<R> {
+        GroupMatcher {
+            queue: VecDeque::with_capacity(groups),
+            cap: groups,
+        }
+    }
+
+    /// Groups announced and not yet complete.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Queues an announced group of 1..=MAX_RECVS buffers; Err(why) when it cannot be one (the
+    /// caller turns it into a protocol error naming the peer).
+    pub fn push(&mut self, targets: &[Target<R>]) -> Result<(), String> {
+        if targets.is_empty() || targets.len() > MAX_RECVS {
+            return Err(format!(
+                "a receive group of {} buffers (accepted 1..={MAX_RECVS})",
+                targets.len()
+            ));
+        }
+        if self.queue.len() >= self.cap {
+            return Err(format!("more than {} receive groups at once", self.cap));
+        }
+        let mut g = Group {
+            n: targets.len(),
+            targets: [Target::default(); MAX_RECVS],
+            sends: [UNMATCHED; MAX_RECVS],
+            matched: 0,
+        };
+        g.targets[..targets.len()].copy_from_slice(targets);
+        self.queue.push_back(g);
+        Ok(())
+    }
+
+    /// Where a send of `len` bytes with `tag` goes. A tag absent from the first incomplete group,
+    /// or a send larger than the buffer it matches, is NCCL misuse (ncclInvalidUsage).
+    pub fn find(&self, peer: &dyn std::fmt::Display, len: usize, tag: i32) -> NetResult<Match> {
+        let Some(g) = self.queue.front() else {
+            return Ok(Match::NoGroup);
+        };
+        let targets = g.targets();
+        let free = (0..g.n).find(|&i| g.sends[i] == UNMATCHED && targets[i].tag == tag);
+        match free {
+            Some(i) => {
+                let t = targets[i];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Ok(Match::Buffer(i))
+            }
+            None if targets.iter().any(|t| t.tag == tag) => Ok(Match::Busy),
+            None if g.n == 1 => {
+                // The one-buffer wording of the shared rule ("does not match the tag ...").
+                let t = targets[0];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} does not match the tag {} of the receive the peer posted next",
+                    t.tag
+                )))
+            }
+            None => {
+                let tags: arrayvec::ArrayVec<i32, MAX_RECVS> =
+                    targets.iter().map(|t| t.tag).collect();
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} matches none of the tags {tags:?} of the {}-buffer receive the peer posted next",
+                    g.n
+                )))
+            }
+        }
+    }
+
+    /// The buffer `find` chose.
+    pub fn target(&self, i: usize) -> Option<Target<R>> {
+        self.queue.front().filter(|g| i < g.n).map(|g| g.targets[i])
+    }
+
+    /// Records send request `slot` for buffer `i` of the first group; hands the group back once
+    /// every buffer has its send (it then leaves the queue).
+    pub fn assign(&mut self, i: usize, slot: u32) -> Option<Group<R>> {
+        let g = self.queue.front_mut()?;
+        if i >= g.n || g.sends[i] != UNMATCHED {
+            return None;
+        }
+        g.sends[i] = slot;
+        g.matched += 1;
+        if g.matched < g.n {
+            return None;
+        }
+        self.queue.pop_front()
+    }
+}
+
 /// The first fatal error of a comm, returned by every later call (a failed comm stays failed).
 #[derive(Debug, Default)]
 pub struct Sticky(Option<NetError>);
@@ -177,6 +336,55 @@ mod tests {
             "{tag}"
         );
         assert_eq!(tag.code, crate::transport::ErrorCode::InvalidUsage);
+    }
+
+    #[test]
+    fn groups_match_by_tag_in_order_and_complete_in_buffer_order() {
+        let peer = "10.0.0.1:5";
+        let t = |tag, capacity, remote| Target {
+            tag,
+            capacity,
+            remote,
+        };
+        let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
+        assert_eq!(m.find(&peer, 1, 1).unwrap(), Match::NoGroup);
+        m.push(&[t(1, 10, 100), t(2, 20, 101)]).unwrap();
+        m.push(&[t(1, 5, 200)]).unwrap();
+        assert!(m.push(&[t(1, 5, 300)]).unwrap_err().contains("more than 2"));
+        // Sends come in any tag order within the first group.
+        assert_eq!(m.find(&peer, 20, 2).unwrap(), Match::Buffer(1));
+        assert_eq!(m.target(1).unwrap().remote, 101);
+        assert!(m.assign(1, 7).is_none());
+        // Tag 2 is taken in the first group: the send belongs to a later one.
+        assert_eq!(m.find(&peer, 1, 2).unwrap(), Match::Busy);
+        let absent = m.find(&peer, 1, 3).unwrap_err();
+        assert_eq!(absent.code, crate::transport::ErrorCode::InvalidUsage);
+        assert!(
+            absent.msg.contains("tag 3") && absent.msg.contains("[1, 2]"),
+            "{absent}"
+        );
+        let big = m.find(&peer, 11, 1).unwrap_err();
+        assert_eq!(big.code, crate::transport::ErrorCode::InvalidUsage);
+        assert_eq!(m.find(&peer, 10, 1).unwrap(), Match::Buffer(0));
+        let g = m.assign(0, 9).expect("group complete");
+        assert_eq!(
+            g.sends(),
+            &[9, 7],
+            "sends in buffer order, not posting order"
+        );
+        assert_eq!(g.targets()[1].remote, 101);
+        assert_eq!(m.len(), 1);
+        // The next group is matched only now; its smaller buffer is checked.
+        assert!(m.find(&peer, 6, 1).is_err());
+        assert_eq!(m.find(&peer, 0, 1).unwrap(), Match::Buffer(0));
+        // A one-buffer receive keeps the single-receive wording.
+        let one = m.find(&peer, 0, 8).unwrap_err();
+        assert!(
+            one.msg.contains("tag 8") && one.msg.contains("does not match the tag 1"),
+            "{one}"
+        );
+        assert!(m.push(&[]).is_err());
+        assert!(m.push(&[t(0, 0, 0); MAX_RECVS + 1]).is_err());
     }
 
     #[test]

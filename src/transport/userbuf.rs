@@ -22,6 +22,14 @@ impl UserBuf {
         UserBuf { ptr, len }
     }
 
+    /// The empty buffer (placeholder for table entries; never dereferenced).
+    pub const fn empty() -> UserBuf {
+        UserBuf {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        }
+    }
+
     /// A buffer over a Rust slice (tests, perf): valid while the slice is.
     pub fn from_slice(s: &mut [u8]) -> UserBuf {
         UserBuf {

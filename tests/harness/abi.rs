@@ -9,7 +9,11 @@ pub const MAX_REQUESTS: usize = 32;
 
 pub const SUCCESS: c_int = 0;
 pub const SYSTEM_ERROR: c_int = 2;
+pub const INVALID_ARGUMENT: c_int = 4;
+pub const INVALID_USAGE: c_int = 5;
 pub const REMOTE_ERROR: c_int = 6;
+/// maxRecvs the plugin reports (net_ib's NCCL_NET_IB_MAX_RECVS).
+pub const MAX_RECVS: usize = 8;
 
 /// `ncclDebugLogger_t`; the harness passes a C-compiled variadic function of this type.
 pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);

@@ -261,6 +261,73 @@ impl Net {
         Ok((!req.is_null()).then_some(req))
     }
 
+    /// A grouped irecv of `bufs.len()` (data, capacity, tag) buffers in region `mh`, as NCCL's
+    /// recvProxyProgress posts them; n outside 1..=8 is passed through unchecked.
+    ///
+    /// # Safety
+    /// As for `irecv`, for every buffer.
+    pub unsafe fn irecv_group(
+        &self,
+        comm: Ptr,
+        bufs: &[(*mut u8, usize, c_int)],
+        mh: Ptr,
+    ) -> CallResult<Option<Ptr>> {
+        let f = entry!(self.net, irecv);
+        let n = bufs.len();
+        let mut data: Vec<Ptr> = bufs.iter().map(|b| b.0 as Ptr).collect();
+        let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
+        let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
+        let mut mhs: Vec<Ptr> = vec![mh; n.max(1)];
+        data.push(null_mut());
+        sizes.push(0);
+        tags.push(0);
+        let mut req: Ptr = std::ptr::without_provenance_mut(1);
+        check(
+            || format!("irecv(n = {n})"),
+            f(
+                comm,
+                n as c_int,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut req,
+            ),
+        )?;
+        if req == std::ptr::without_provenance_mut(1) {
+            return Err(CallError {
+                what: "irecv left *request untouched".into(),
+                rc: 0,
+            });
+        }
+        Ok((!req.is_null()).then_some(req))
+    }
+
+    /// test() of a grouped receive of `n` buffers: Ok(Some(sizes)) once done; exactly `n` sizes
+    /// must be written (the entries past them are poisoned and checked untouched).
+    pub fn test_group(&self, req: Ptr, n: usize) -> CallResult<Option<Vec<usize>>> {
+        let f = entry!(self.net, test);
+        let mut done: c_int = 0;
+        let mut sizes = [-7 as c_int; abi::MAX_RECVS + 1];
+        // SAFETY: req is a live request; sizes has room for more than n entries.
+        check(|| format!("test(n = {n})"), unsafe {
+            f(req, &mut done, sizes.as_mut_ptr())
+        })?;
+        let bad = |what: String| Err(CallError { what, rc: 0 });
+        match done {
+            0 if sizes.iter().all(|s| *s == -7) => Ok(None),
+            0 => bad(format!("test wrote sizes {sizes:?} without done")),
+            1 if sizes[n..].iter().any(|s| *s != -7) => bad(format!(
+                "test of a {n}-buffer receive wrote sizes {sizes:?} past entry {n}"
+            )),
+            1 if sizes[..n].iter().any(|s| *s < 0) => {
+                bad(format!("test done with sizes {:?}", &sizes[..n]))
+            }
+            1 => Ok(Some(sizes[..n].iter().map(|s| *s as usize).collect())),
+            d => bad(format!("test set done={d}")),
+        }
+    }
+
     /// test() with a NULL `sizes` argument (allowed by the ABI); Ok(true) when done.
     pub fn test_without_size(&self, req: Ptr) -> CallResult<bool> {
         let f = entry!(self.net, test);
@@ -356,8 +423,11 @@ fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
     if p.max_comms <= 0 {
         return bad(format!("maxComms {}", p.max_comms));
     }
-    if p.max_recvs != 1 {
-        return bad(format!("maxRecvs {} (contract says 1)", p.max_recvs));
+    if p.max_recvs != 8 {
+        return bad(format!(
+            "maxRecvs {} (contract says 8, as net_ib)",
+            p.max_recvs
+        ));
     }
     if p.net_device_type != 0 || p.net_device_version != 0 {
         return bad(format!(

@@ -131,6 +131,7 @@ pub fn run_from_env() -> Result<(), String> {
         "sender" => sender(&cfg, &logger),
         "self" => self_connect(&cfg, &logger),
         "self-threads" => self_threads(&cfg, &logger),
+        "self-grouped" => self_grouped(&logger),
         "short-receiver" => short_receiver(&logger),
         "bad-init" => bad_init(&logger),
         "long-sender" => long_sender(&logger),
@@ -402,6 +403,214 @@ fn self_transfer(net: &Net, seed: u64, random: usize, big: bool) -> Result<usize
     net.close_listen(lc).map_err(err)?;
     drop((src, dst));
     Ok(plan.len())
+}
+
+/// listen, then connect/accept alternately on this thread: (listenComm, sendComm, recvComm).
+fn self_pair(net: &Net) -> Result<(Ptr, Ptr, Ptr), String> {
+    let (mut handle, lc) = net.listen(0).map_err(err)?;
+    let (mut sc, mut rc) = (None::<Ptr>, None::<Ptr>);
+    let start = Instant::now();
+    while sc.is_none() || rc.is_none() {
+        if sc.is_none() {
+            sc = net.connect_once(0, &mut handle).map_err(err)?;
+        }
+        if rc.is_none() {
+            rc = net.accept_once(lc).map_err(err)?;
+        }
+        if start.elapsed() > SETUP_LIMIT {
+            return Err(format!("self-connect did not finish in {SETUP_LIMIT:?}"));
+        }
+    }
+    match (sc, rc) {
+        (Some(s), Some(r)) => Ok((lc, s, r)),
+        _ => Err("self-connect lost a comm".into()),
+    }
+}
+
+/// Retries `f` while it returns a NULL request, up to STALL_LIMIT.
+fn until_request(
+    what: &str,
+    mut f: impl FnMut() -> Result<Option<Ptr>, CallError>,
+) -> Result<Ptr, CallError> {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = f()? {
+            return Ok(r);
+        }
+        if start.elapsed() > STALL_LIMIT {
+            return Err(CallError {
+                what: format!("{what}: NULL request for {STALL_LIMIT:?}"),
+                rc: 0,
+            });
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Capacity of every buffer of a grouped receive in `self_grouped`.
+const GROUP_CAP: usize = 100_000;
+
+/// Grouped receives through the C ABI as NCCL's recvProxyProgress posts them (n = 1..=8, zero-
+/// byte buffers, sends in a permuted tag order), the n and tag checks, then aws-ofi-nccl's
+/// inflight_close: 32 receives posted and the recvComm closed before any send.
+fn self_grouped(logger: &CLogger) -> Result<(), String> {
+    const SEED: u64 = 0x6e0b;
+    let (plugin, net) = open(logger)?;
+    let (lc, sc, rc) = self_pair(&net)?;
+    let mut src = vec![0u8; abi::MAX_RECVS * GROUP_CAP];
+    let mut dst = vec![CANARY; abi::MAX_RECVS * GROUP_CAP];
+    let smh = net.reg_mr(sc, &mut src).map_err(err)?;
+    let rmh = net.reg_mr(rc, &mut dst).map_err(err)?;
+    let (sbase, rbase) = (src.as_mut_ptr(), dst.as_mut_ptr());
+    let mut moved = 0;
+    for n in 1..=abi::MAX_RECVS {
+        for round in 0..3 {
+            let sizes: Vec<usize> = (0..n)
+                .map(|k| match (k + round) % 5 {
+                    0 => 0,
+                    1 => 1,
+                    2 => 4096 + k,
+                    3 => 70_000 + 13 * k,
+                    _ => 129,
+                })
+                .collect();
+            let index = |k: usize| (n * 100 + round * 10 + k) as u64;
+            for (k, &size) in sizes.iter().enumerate() {
+                let at = k * GROUP_CAP;
+                pattern::fill(&mut src[at..at + size], SEED, index(k));
+            }
+            dst.fill(CANARY);
+            let tag = |k: usize| 100 + k as i32;
+            let bufs: Vec<(*mut u8, usize, i32)> = (0..n)
+                // SAFETY: inside the registered receive arena.
+                .map(|k| (unsafe { rbase.add(k * GROUP_CAP) }, GROUP_CAP, tag(k)))
+                .collect();
+            // SAFETY: the buffers stay valid and untouched until the receive completes.
+            let rreq = until_request("irecv", || unsafe { net.irecv_group(rc, &bufs, rmh) })
+                .map_err(err)?;
+            let mut order: Vec<usize> = (0..n).rev().collect();
+            order.rotate_left(round % n);
+            let mut sreqs = Vec::new();
+            for &k in &order {
+                // SAFETY: inside the registered send arena, valid until the send completes.
+                let r = until_request("isend", || unsafe {
+                    net.isend(sc, sbase.add(k * GROUP_CAP), sizes[k], tag(k), smh)
+                })
+                .map_err(err)?;
+                sreqs.push(Some(r));
+            }
+            let (mut got, start) = (None, Instant::now());
+            while got.is_none() || sreqs.iter().any(Option::is_some) {
+                for r in sreqs.iter_mut() {
+                    if let Some(q) = *r {
+                        if net.test(q).map_err(err)?.is_some() {
+                            *r = None;
+                        }
+                    }
+                }
+                if got.is_none() {
+                    got = net.test_group(rreq, n).map_err(err)?;
+                }
+                if start.elapsed() > STALL_LIMIT {
+                    return Err(format!("group of {n} (round {round}) stalled"));
+                }
+            }
+            if got.as_deref() != Some(&sizes[..]) {
+                return Err(format!(
+                    "group of {n} (round {round}): sizes {got:?}, sent {sizes:?}"
+                ));
+            }
+            for (k, &size) in sizes.iter().enumerate() {
+                let at = k * GROUP_CAP;
+                pattern::verify(&dst[at..at + GROUP_CAP], size, SEED, index(k))
+                    .map_err(|e| format!("group of {n} (round {round}) buffer {k}: {e}"))?;
+            }
+            moved += n;
+        }
+    }
+    say(&format!("GROUPED moved {moved} buffers"));
+    for n in [0usize, abi::MAX_RECVS + 1] {
+        let bufs = vec![(rbase, 16usize, 1); n];
+        // SAFETY: as above; the plugin must refuse before touching anything.
+        match unsafe { net.irecv_group(rc, &bufs, rmh) } {
+            Err(e) if e.rc == abi::INVALID_ARGUMENT => {}
+            other => return Err(format!("irecv(n = {n}) answered {other:?}")),
+        }
+    }
+    say("GROUPED n=0 and n=9 rejected with ncclInvalidArgument");
+    // SAFETY: as above.
+    let bufs = unsafe { [(rbase, 64usize, 1), (rbase.add(GROUP_CAP), 64, 2)] };
+    // SAFETY: as above.
+    until_request("irecv", || unsafe { net.irecv_group(rc, &bufs, rmh) }).map_err(err)?;
+    let start = Instant::now();
+    let rc_mismatch = loop {
+        // SAFETY: as above.
+        match unsafe { net.isend(sc, sbase, 8, 3, smh) } {
+            Ok(None) if start.elapsed() < STALL_LIMIT => std::thread::yield_now(),
+            Ok(r) => return Err(format!("isend with a tag absent from the group gave {r:?}")),
+            Err(e) => break e.rc,
+        }
+    };
+    if rc_mismatch != abi::INVALID_USAGE {
+        return Err(format!("tag mismatch gave ncclResult_t {rc_mismatch}"));
+    }
+    say("GROUPED tag mismatch is ncclInvalidUsage");
+    net.dereg_mr(sc, smh).map_err(err)?;
+    net.dereg_mr(rc, rmh).map_err(err)?;
+    net.close_send(sc).map_err(err)?;
+    net.close_recv(rc).map_err(err)?;
+    net.close_listen(lc).map_err(err)?;
+
+    let (lc, sc, rc) = self_pair(&net)?;
+    const N: usize = abi::MAX_REQUESTS;
+    const MSG: usize = 4096;
+    let mut src = vec![0x11u8; N * MSG];
+    let mut dst = vec![0u8; N * MSG];
+    let smh = net.reg_mr(sc, &mut src).map_err(err)?;
+    let rmh = net.reg_mr(rc, &mut dst).map_err(err)?;
+    let (sbase, rbase) = (src.as_mut_ptr(), dst.as_mut_ptr());
+    for i in 0..N {
+        // SAFETY: inside the registered arena; the comm is closed before the arena is dropped.
+        until_request("irecv", || unsafe {
+            net.irecv(rc, rbase.add(i * MSG), MSG, TAG, rmh)
+        })
+        .map_err(err)?;
+    }
+    net.dereg_mr(rc, rmh).map_err(err)?;
+    net.close_recv(rc).map_err(err)?;
+    let mut sreqs = Vec::new();
+    for i in 0..N {
+        // SAFETY: inside the registered send arena, valid until the comm is closed.
+        let r = until_request("isend", || unsafe {
+            net.isend(sc, sbase.add(i * MSG), MSG, TAG, smh)
+        })
+        .map_err(|e| format!("isend {i} of a receive announced before the close: {e}"))?;
+        sreqs.push(r);
+    }
+    for (i, &q) in sreqs.iter().enumerate() {
+        let start = Instant::now();
+        loop {
+            match net.test(q) {
+                Ok(None) if start.elapsed() < STALL_LIMIT => std::thread::yield_now(),
+                Ok(r) => return Err(format!("send {i} to a closed receiver: test gave {r:?}")),
+                Err(e) if e.rc == abi::REMOTE_ERROR => break,
+                Err(e) => return Err(format!("send {i}: {e}, expected ncclRemoteError")),
+            }
+        }
+    }
+    // SAFETY: as above.
+    match unsafe { net.isend(sc, sbase, MSG, TAG, smh) } {
+        Err(e) if e.rc == abi::REMOTE_ERROR => {}
+        other => return Err(format!("isend beyond the posted receives gave {other:?}")),
+    }
+    say(&format!(
+        "INFLIGHT-CLOSE {N} sends accepted after the receiver closed, test gave ncclRemoteError"
+    ));
+    net.dereg_mr(sc, smh).map_err(err)?;
+    net.close_send(sc).map_err(err)?;
+    net.close_listen(lc).map_err(err)?;
+    drop((src, dst));
+    plugin.lib.close()
 }
 
 const STREAM_MSG: usize = 64 << 20;

@@ -17,9 +17,18 @@ pub use recv::TcpRecvComm;
 pub use send::TcpSendComm;
 pub use wire::ConnParams;
 
+use std::time::Duration;
+
 use socket2::{Socket, TcpKeepalive};
 
 use crate::transport::{NetError, NetResult};
+
+/// TCP_KEEPIDLE of every stream: idle time before the first keepalive probe.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(20);
+/// TCP_KEEPINTVL: time between unanswered probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// TCP_KEEPCNT: unanswered probes before the connection is reset (ETIMEDOUT).
+pub const KEEPALIVE_COUNT: u32 = 6;
 
 /// Socket options for every stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,10 +53,15 @@ impl TcpOptions {
             s.set_recv_buffer_size(self.socket_buffer_bytes)
                 .map_err(|e| ctx("SO_RCVBUF", e))?;
         }
-        // A peer that vanishes without a reset (power loss) still surfaces within a minute.
-        let ka = TcpKeepalive::new().with_time(std::time::Duration::from_secs(30));
+        // A peer host that vanishes without a reset (power loss, cable) surfaces within about
+        // KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL = 50 s, not the kernel's
+        // default retransmission timeout of 12-15 minutes.
+        let ka = TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_COUNT);
         s.set_tcp_keepalive(&ka)
-            .map_err(|e| ctx("SO_KEEPALIVE", e))?;
+            .map_err(|e| ctx("SO_KEEPALIVE/TCP_KEEPIDLE/TCP_KEEPINTVL/TCP_KEEPCNT", e))?;
         Ok(())
     }
 

@@ -5,10 +5,11 @@ use std::net::TcpStream;
 
 use super::io::{drain, read_some, Read, Readiness, StreamName};
 use super::wire::{
-    encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+    buffer_id, encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
+    SEG_HEADER_BYTES,
 };
 use crate::engine::Receiver;
-use crate::transport::slots::{Slots, Sticky};
+use crate::transport::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// Bytes of small frames read per syscall: a header and a small payload (or several small
@@ -39,14 +40,41 @@ struct DataRx {
     acks_pos: usize,
 }
 
-/// A posted receive and what the sender's segments placed into it so far.
+/// One buffer of a posted receive and what the sender's segments placed into it so far.
 #[derive(Clone, Copy)]
 struct Posted {
     buf: UserBuf,
-    /// Payload bytes placed by segments naming this slot.
+    /// Payload bytes placed by segments naming this buffer.
     placed: u64,
     /// Highest end offset of those segments.
     end: u64,
+    /// Received size, once the engine completed this buffer.
+    size: usize,
+    done: bool,
+}
+
+const NOT_POSTED: Posted = Posted {
+    buf: UserBuf::empty(),
+    placed: 0,
+    end: 0,
+    size: 0,
+    done: true,
+};
+
+/// A grouped receive in flight (one request): its buffer count and how many are incomplete.
+#[derive(Clone, Copy)]
+struct Grp {
+    n: u8,
+    left: u8,
+}
+
+/// The buffer a segment names (`slot * MAX_RECVS + index`), if it is posted and incomplete.
+fn posted(slots: &Slots<Grp>, bufs: &[Posted], id: u32) -> Option<Posted> {
+    let g = slots.active(id / MAX_RECVS as u32)?;
+    if id % MAX_RECVS as u32 >= u32::from(g.n) {
+        return None;
+    }
+    bufs.get(id as usize).copied().filter(|p| !p.done)
 }
 
 pub struct TcpRecvComm {
@@ -58,7 +86,9 @@ pub struct TcpRecvComm {
     data: Vec<DataRx>,
     ready: Readiness,
     engine: Receiver,
-    slots: Slots<Posted>,
+    /// One request per grouped receive; its buffers are `bufs[slot * MAX_RECVS..][..n]`.
+    slots: Slots<Grp>,
+    bufs: Vec<Posted>,
     failed: Sticky,
     params: ConnParams,
 }
@@ -74,7 +104,8 @@ impl TcpRecvComm {
             .map_err(|e| NetError::io("accepted control stream has no peer address", &e))?;
         let window = params.qps as u32 * params.outstanding;
         let n = params.max_messages as usize;
-        let engine = Receiver::new(window, n)
+        // Every buffer of every group is one engine message, completed in posting order.
+        let engine = Receiver::new(window, n * MAX_RECVS)
             .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
         let cap = params.outstanding as usize * ACK_BYTES;
         let data: Vec<DataRx> = data
@@ -98,13 +129,14 @@ impl TcpRecvComm {
         Ok(TcpRecvComm {
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
-            ctrl_out: Vec::with_capacity(n * ANNOUNCE_BYTES),
+            ctrl_out: Vec::with_capacity(n * MAX_RECVS * ANNOUNCE_BYTES),
             ctrl_pos: 0,
             ctrl_closed: false,
             data,
             ready,
             engine,
             slots: Slots::new(n),
+            bufs: vec![NOT_POSTED; n * MAX_RECVS],
             failed: Sticky::default(),
             params,
         })
@@ -118,8 +150,20 @@ impl TcpRecvComm {
         self.slots.len()
     }
 
-    /// Posts one receive buffer and announces it to the sender; None when all slots are busy.
+    /// Posts one receive buffer (a group of one); see [`TcpRecvComm::irecv_group`].
     pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
+        self.irecv_group(&[(buf, tag)])
+    }
+
+    /// Posts a grouped receive of 1..=MAX_RECVS (buffer, tag) pairs as one request and announces
+    /// its buffers to the sender; None when all request slots are busy.
+    pub fn irecv_group(&mut self, bufs: &[(UserBuf, i32)]) -> NetResult<Option<u32>> {
+        let n = bufs.len();
+        if n == 0 || n > MAX_RECVS {
+            return Err(NetError::invalid_argument(format!(
+                "irecv of {n} buffers: accepted 1..={MAX_RECVS} (maxRecvs)"
+            )));
+        }
         self.progress()?;
         if self.ctrl_closed {
             return Err(NetError::remote(format!(
@@ -127,39 +171,64 @@ impl TcpRecvComm {
                 self.ctrl_name
             )));
         }
-        let Some(slot) = self.slots.alloc(Posted {
-            buf,
-            placed: 0,
-            end: 0,
+        let Some(slot) = self.slots.alloc(Grp {
+            n: n as u8,
+            left: n as u8,
         }) else {
             return Ok(None);
         };
-        if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            self.slots.cancel(slot);
-            let e = NetError::internal(format!(
-                "engine refused a receive from {}: {e}",
-                self.ctrl_name.peer
-            ));
-            return Err(self.fail(e));
+        for (i, &(buf, tag)) in bufs.iter().enumerate() {
+            let id = buffer_id(slot, i as u8);
+            self.bufs[id as usize] = Posted {
+                buf,
+                placed: 0,
+                end: 0,
+                size: 0,
+                done: false,
+            };
+            if let Err(e) = self.engine.post(id, buf.len() as u64) {
+                let e = NetError::internal(format!(
+                    "engine refused a receive from {}: {e}",
+                    self.ctrl_name.peer
+                ));
+                return Err(self.fail(e));
+            }
+            let a = Announce {
+                slot,
+                tag,
+                index: i as u8,
+                count: n as u8,
+                capacity: buf.len() as u64,
+            };
+            self.ctrl_out.extend_from_slice(&a.encode());
         }
-        let a = Announce {
-            slot,
-            tag,
-            capacity: buf.len() as u64,
-        };
-        self.ctrl_out.extend_from_slice(&a.encode());
         self.progress()?;
         Ok(Some(slot))
     }
 
-    /// Some(received size) once the message for `slot` arrived completely and in order. A
-    /// receive that already completed is reported even if the peer has closed since.
+    /// Some(total bytes received) once every buffer of request `slot` is complete.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        if let Some(n) = self.slots.take_done(slot) {
-            return Ok(Some(n));
-        }
-        self.progress()?;
-        self.slots.test(slot, "receive")
+        Ok(self.test_sizes(slot)?.map(|s| s.iter().sum()))
+    }
+
+    /// Some(received size of each buffer, in posting order) once every buffer of request `slot`
+    /// arrived completely and in order. A receive that already completed is reported even if
+    /// the peer has closed since.
+    pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
+        let n = match self.slots.take_done(slot) {
+            Some(n) => n,
+            None => {
+                self.progress()?;
+                match self.slots.test(slot, "receive")? {
+                    Some(n) => n,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let first = slot as usize * MAX_RECVS;
+        Ok(Some(
+            self.bufs[first..first + n].iter().map(|p| p.size).collect(),
+        ))
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
@@ -222,15 +291,29 @@ impl TcpRecvComm {
                     d.name
                 )));
             }
-            if let Some(p) = self.slots.active(token) {
-                if p.placed != size || p.end != size {
-                    return Err(NetError::remote(format!(
-                        "{}: receive slot {token} completed with {size} bytes by sequence number, but the segments naming it placed {} bytes ending at offset {}: sender wrote to the wrong slot or offset",
-                        self.ctrl_name, p.placed, p.end
-                    )));
+            let Some(p) = posted(&self.slots, &self.bufs, token) else {
+                return Err(NetError::internal(format!(
+                    "{}: engine completed receive buffer {token} that is not posted",
+                    self.ctrl_name
+                )));
+            };
+            if p.placed != size || p.end != size {
+                return Err(NetError::remote(format!(
+                    "{}: receive buffer {token} completed with {size} bytes by sequence number, but the segments naming it placed {} bytes ending at offset {}: sender wrote to the wrong slot or offset",
+                    self.ctrl_name, p.placed, p.end
+                )));
+            }
+            let b = &mut self.bufs[token as usize];
+            b.size = size as usize;
+            b.done = true;
+            let group = token / MAX_RECVS as u32;
+            if let Some(g) = self.slots.active_mut(group) {
+                g.left -= 1;
+                if g.left == 0 {
+                    let n = usize::from(g.n);
+                    self.slots.finish(group, n);
                 }
             }
-            self.slots.finish(token, size as usize);
         }
         if self.engine.pending() > 0 && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
         {
@@ -275,7 +358,7 @@ impl TcpRecvComm {
                     d.start += SEG_HEADER_BYTES;
                     let seg = SegHeader::decode(&hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    let fits = self.slots.active(seg.slot).is_some_and(|p| {
+                    let fits = posted(&self.slots, &self.bufs, seg.slot).is_some_and(|p| {
                         p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
                     });
                     if !fits {
@@ -289,7 +372,8 @@ impl TcpRecvComm {
                 RxState::Payload { seg, mut got } => {
                     let len = seg.len as usize;
                     if got < len {
-                        let Some(Posted { buf, .. }) = self.slots.active(seg.slot) else {
+                        let Some(Posted { buf, .. }) = posted(&self.slots, &self.bufs, seg.slot)
+                        else {
                             return Err(NetError::remote(format!(
                                 "{}: segment for receive slot {} whose receive already completed: sender out of step",
                                 d.name, seg.slot
@@ -334,7 +418,8 @@ impl TcpRecvComm {
                             continue;
                         }
                     }
-                    if let Some(p) = self.slots.active_mut(seg.slot) {
+                    if posted(&self.slots, &self.bufs, seg.slot).is_some() {
+                        let p = &mut self.bufs[seg.slot as usize];
                         p.placed += u64::from(seg.len);
                         p.end = p.end.max(seg.offset + u64::from(seg.len));
                     }
@@ -346,5 +431,18 @@ impl TcpRecvComm {
                 }
             }
         }
+    }
+}
+
+impl Drop for TcpRecvComm {
+    /// Announcements still queued go out if the socket takes them now (never blocks): a sender
+    /// may match sends to receives posted just before the close.
+    fn drop(&mut self) {
+        let _ = drain(
+            &self.ctrl,
+            &mut self.ctrl_out,
+            &mut self.ctrl_pos,
+            &self.ctrl_name,
+        );
     }
 }

@@ -11,8 +11,8 @@ use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use crate::engine::{EngineParams, QpStats, Sender};
-use crate::transport::slots::{check_send_matches, Slots, Sticky};
-use crate::transport::{NetError, NetResult, UserBuf};
+use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
+use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
 
 /// One segment on its way out of a data stream.
 struct TxSeg {
@@ -36,7 +36,7 @@ struct DataTx {
     closed: bool,
 }
 
-/// An in-flight send: its buffer and the receive slot the peer announced for it.
+/// An in-flight send: its buffer and the receive buffer id the peer announced for it.
 #[derive(Clone, Copy)]
 struct Active {
     buf: UserBuf,
@@ -50,7 +50,12 @@ pub struct TcpSendComm {
     ctrl_got: usize,
     /// The receiver closed its control stream: no announcement will come any more.
     ctrl_closed: bool,
-    announces: VecDeque<Announce>,
+    /// Announced groups not yet matched completely, strictly in order.
+    matcher: GroupMatcher<u32>,
+    /// The group whose announcement frames are still arriving: its slot, count, and buffers.
+    partial: [Target<u32>; MAX_RECVS],
+    partial_n: usize,
+    partial_of: (u32, u8),
     data: Vec<DataTx>,
     ready: Readiness,
     engine: Sender,
@@ -73,7 +78,8 @@ impl TcpSendComm {
             qps: params.qps as usize,
             max_outstanding: params.outstanding,
             segment_bytes: params.segment_bytes,
-            max_messages: params.max_messages as usize,
+            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
+            max_messages: params.max_messages as usize * MAX_RECVS,
             policy: params.policy,
         })
         .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
@@ -102,11 +108,15 @@ impl TcpSendComm {
             ctrl_in: [0; ANNOUNCE_BYTES],
             ctrl_got: 0,
             ctrl_closed: false,
-            announces: VecDeque::with_capacity(n),
+            matcher: GroupMatcher::new(n),
+            partial: [Target::default(); MAX_RECVS],
+            partial_n: 0,
+            partial_of: (0, 0),
             data,
             ready,
             engine,
-            slots: Slots::new(n),
+            // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
+            slots: Slots::new(n * MAX_RECVS),
             failed: Sticky::default(),
             epoch: Instant::now(),
             params,
@@ -133,35 +143,65 @@ impl TcpSendComm {
             .collect()
     }
 
-    /// Starts sending `buf` once the receiver has announced a buffer; None means "try again".
+    /// Matches `buf` to a buffer of the first grouped receive the peer announced and not yet
+    /// matched completely (by tag); None means "try again". The group goes to the engine, in
+    /// buffer order, once every buffer has its send. A send whose receive was announced is
+    /// accepted even after the peer closed: test() then reports the close (ncclRemoteError).
     pub fn isend(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
-        self.progress()?;
-        let Some(&ann) = self.announces.front() else {
-            if self.ctrl_closed {
-                return Err(NetError::remote(format!(
-                    "{}: the receiver closed the connection; no receive will be posted for this send",
-                    self.ctrl_name
-                )));
+        let gone = match self.progress() {
+            Ok(()) => None,
+            Err(e) if e.code == ErrorCode::RemoteError => {
+                // Announcements the peer wrote before it left are still in our socket buffer.
+                let _ = self.read_announces();
+                Some(e)
             }
-            return Ok(None);
+            Err(e) => return Err(e),
         };
-        check_send_matches(&self.ctrl_name.peer, buf.len(), tag, ann.capacity, ann.tag)?;
+        let i = match self.matcher.find(&self.ctrl_name.peer, buf.len(), tag)? {
+            Match::Buffer(i) => i,
+            Match::NoGroup | Match::Busy => {
+                if let Some(e) = gone {
+                    return Err(e);
+                }
+                // No later group can come once the receiver closed its control stream.
+                if self.ctrl_closed && self.partial_n == 0 && self.matcher.len() <= 1 {
+                    return Err(NetError::remote(format!(
+                        "{}: the receiver closed the connection; no receive will be posted for this send",
+                        self.ctrl_name
+                    )));
+                }
+                return Ok(None);
+            }
+        };
+        let Some(target) = self.matcher.target(i) else {
+            return Err(NetError::internal("matched receive buffer vanished"));
+        };
         let Some(slot) = self.slots.alloc(Active {
             buf,
-            remote_slot: ann.slot,
+            remote_slot: target.remote,
         }) else {
             return Ok(None);
         };
-        self.announces.pop_front();
-        if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            let e = NetError::internal(format!(
-                "engine refused a send to {}: {e}",
-                self.ctrl_name.peer
-            ));
-            return Err(self.fail(e));
+        if let Some(group) = self.matcher.assign(i, slot) {
+            if gone.is_none() {
+                for &s in group.sends() {
+                    let len = self.slots.active(s).map_or(0, |a| a.buf.len());
+                    if let Err(e) = self.engine.post(s, len as u64) {
+                        let e = NetError::internal(format!(
+                            "engine refused a send to {}: {e}",
+                            self.ctrl_name.peer
+                        ));
+                        return Err(self.fail(e));
+                    }
+                }
+                // Put the first segments on the wire now rather than at the next test().
+                if let Err(e) = self.progress() {
+                    if e.code != ErrorCode::RemoteError {
+                        return Err(e);
+                    }
+                }
+            }
         }
-        // Put the first segments on the wire now rather than at the next test().
-        self.progress()?;
         Ok(Some(slot))
     }
 
@@ -215,7 +255,14 @@ impl TcpSendComm {
                 &self.ctrl_name,
             )? {
                 Fill::Partial => return Ok(()),
-                Fill::Eof if self.ctrl_got == 0 => self.ctrl_closed = true,
+                Fill::Eof if self.ctrl_got == 0 && self.partial_n == 0 => self.ctrl_closed = true,
+                Fill::Eof if self.ctrl_got == 0 => {
+                    self.ctrl_closed = true;
+                    return Err(NetError::remote(format!(
+                        "{}: peer closed after announcing {} of the {} buffers of receive group {}",
+                        self.ctrl_name, self.partial_n, self.partial_of.1, self.partial_of.0
+                    )));
+                }
                 Fill::Eof => {
                     return Err(NetError::remote(format!(
                         "{}: peer closed in the middle of an announcement",
@@ -226,16 +273,49 @@ impl TcpSendComm {
                     self.ctrl_got = 0;
                     let a = Announce::decode(&self.ctrl_in)
                         .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
-                    if self.announces.len() >= self.slots.len() {
-                        return Err(NetError::remote(format!(
-                            "{}: peer announced more than {} receive buffers",
-                            self.ctrl_name,
-                            self.slots.len()
-                        )));
-                    }
-                    self.announces.push_back(a);
+                    self.take_announce(a)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Adds one announcement frame to the group being announced; a complete group joins the
+    /// matching queue. Frames of a group come in order with one slot and count.
+    fn take_announce(&mut self, a: Announce) -> NetResult<()> {
+        let bad = |what: String| {
+            Err(NetError::remote(format!(
+                "{}: {what}: announcements out of order",
+                self.ctrl_name
+            )))
+        };
+        if self.partial_n == 0 {
+            if a.index != 0 {
+                return bad(format!(
+                    "buffer {} of receive group {} announced first",
+                    a.index, a.slot
+                ));
+            }
+            self.partial_of = (a.slot, a.count);
+        } else if (a.slot, a.count) != self.partial_of || usize::from(a.index) != self.partial_n {
+            return bad(format!(
+                "buffer {} of a {}-buffer receive group {} announced while buffer {} of the {}-buffer group {} was due",
+                a.index, a.count, a.slot, self.partial_n, self.partial_of.1, self.partial_of.0
+            ));
+        }
+        self.partial[self.partial_n] = Target {
+            tag: a.tag,
+            capacity: a.capacity,
+            remote: a.buffer_id(),
+        };
+        self.partial_n += 1;
+        if self.partial_n == usize::from(a.count) {
+            self.partial_n = 0;
+            self.matcher
+                .push(&self.partial[..usize::from(a.count)])
+                .map_err(|why| {
+                    NetError::remote(format!("{}: peer announced {why}", self.ctrl_name))
+                })?;
         }
         Ok(())
     }

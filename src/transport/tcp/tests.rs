@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::engine::PolicyKind;
+use crate::transport::slots::MAX_RECVS;
 use crate::transport::{ErrorCode, UserBuf};
+use std::time::Duration;
 
 fn params(policy: PolicyKind, qps: u16) -> ConnParams {
     ConnParams {
@@ -234,5 +236,438 @@ fn wrong_secret_is_dropped_and_listener_keeps_serving() {
             l.accept().unwrap().is_none(),
             "a connection with the wrong secret was accepted"
         );
+    }
+}
+
+#[test]
+fn every_stream_gets_the_keepalive_settings() {
+    let opts = TcpOptions::default();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (server, _) = l.accept().unwrap();
+    for s in [&client, &server] {
+        opts.apply(s).unwrap();
+        let r = socket2::SockRef::from(s);
+        // getsockopt(SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT)
+        assert!(r.keepalive().unwrap());
+        assert_eq!(r.keepalive_time().unwrap(), Duration::from_secs(20));
+        assert_eq!(r.keepalive_interval().unwrap(), Duration::from_secs(5));
+        assert_eq!(r.keepalive_retries().unwrap(), 6);
+    }
+    // About 50 s from the last byte to the error, instead of 12-15 minutes.
+    assert_eq!(
+        KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT,
+        Duration::from_secs(50)
+    );
+}
+
+/// Byte `off` of buffer `k` of group `g`: depends on the absolute offset and the message, so a
+/// segment placed at the wrong offset or into the wrong buffer never matches by accident.
+fn grouped_byte(g: usize, k: usize, off: usize) -> u8 {
+    let x = ((g * MAX_RECVS + k) as u64)
+        .wrapping_mul(0x0000_0100_0000_01B3)
+        .wrapping_add(off as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8
+}
+
+/// One grouped receive: per buffer the send size, receive capacity and tag, and the order in
+/// which the sender posts its isends (a permutation of the buffers).
+struct Spec {
+    sizes: Vec<usize>,
+    caps: Vec<usize>,
+    tags: Vec<i32>,
+    order: Vec<usize>,
+}
+
+/// Moves every group byte-exact with up to `window` receive groups in flight; the sender posts
+/// each group's sends in its permuted order, the receiver checks one size per buffer.
+fn grouped_transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, specs: &[Spec], window: usize) {
+    let mut src: Vec<Vec<Vec<u8>>> = specs
+        .iter()
+        .enumerate()
+        .map(|(g, sp)| {
+            sp.sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| (0..n).map(|o| grouped_byte(g, k, o)).collect())
+                .collect()
+        })
+        .collect();
+    let mut dst: Vec<Vec<Vec<u8>>> = specs
+        .iter()
+        .map(|sp| sp.caps.iter().map(|&c| vec![0xEE; c]).collect())
+        .collect();
+    // The sender's isends, flattened in posting order: (group, buffer).
+    let sends: Vec<(usize, usize)> = specs
+        .iter()
+        .enumerate()
+        .flat_map(|(g, sp)| sp.order.iter().map(move |&k| (g, k)))
+        .collect();
+    let mut rreq = vec![None; specs.len()];
+    let mut sreq = vec![None; sends.len()];
+    let (mut posted_r, mut done_r, mut posted_s, mut done_s) = (0, 0, 0, 0);
+    let mut spins = 0u64;
+    while done_r < specs.len() || done_s < sends.len() {
+        spins += 1;
+        assert!(
+            spins < 20_000_000,
+            "grouped transfer stalled: {done_s}/{} sends, {done_r}/{} groups",
+            sends.len(),
+            specs.len()
+        );
+        if posted_r < specs.len() && posted_r - done_r < window {
+            let sp = &specs[posted_r];
+            let bufs: Vec<(UserBuf, i32)> = dst[posted_r]
+                .iter_mut()
+                .zip(&sp.tags)
+                .map(|(d, &t)| (UserBuf::from_slice(d), t))
+                .collect();
+            if let Some(q) = r.irecv_group(&bufs).unwrap() {
+                rreq[posted_r] = Some(q);
+                posted_r += 1;
+            }
+        }
+        if posted_s < sends.len() {
+            let (g, k) = sends[posted_s];
+            let b = UserBuf::from_slice(&mut src[g][k]);
+            if let Some(q) = s.isend(b, specs[g].tags[k]).unwrap() {
+                sreq[posted_s] = Some(q);
+                posted_s += 1;
+            }
+        }
+        if done_s < posted_s {
+            if let Some(n) = s.test(sreq[done_s].unwrap()).unwrap() {
+                let (g, k) = sends[done_s];
+                assert_eq!(n, specs[g].sizes[k], "send size of group {g} buffer {k}");
+                done_s += 1;
+            }
+        }
+        if done_r < posted_r {
+            if let Some(sizes) = r.test_sizes(rreq[done_r].unwrap()).unwrap() {
+                assert_eq!(
+                    &sizes[..],
+                    &specs[done_r].sizes[..],
+                    "received sizes of group {done_r}"
+                );
+                done_r += 1;
+            }
+        }
+    }
+    for (g, sp) in specs.iter().enumerate() {
+        for (k, &n) in sp.sizes.iter().enumerate() {
+            let d = &dst[g][k];
+            if let Some(o) = (0..n).find(|&o| d[o] != grouped_byte(g, k, o)) {
+                panic!("group {g} buffer {k} ({n} bytes) differs first at offset {o}");
+            }
+            assert!(
+                d[n..].iter().all(|b| *b == 0xEE),
+                "bytes past the {n} received into group {g} buffer {k} were touched"
+            );
+        }
+    }
+}
+
+/// Group `g` of `n` buffers: sizes from a mix including 0 and segment-crossing lengths, tags
+/// 10 + k, capacities a little larger for odd buffers, sends posted in a rotated, reversed order.
+fn spec(g: usize, n: usize) -> Spec {
+    const MIX: [usize; 9] = [0, 1, 127, 4096, 4097, 65537, 0, 300_000, 129];
+    let sizes: Vec<usize> = (0..n).map(|k| MIX[(g + 3 * k) % MIX.len()]).collect();
+    let caps = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| s + if k % 2 == 1 { 1000 } else { 0 })
+        .collect();
+    let mut order: Vec<usize> = (0..n).rev().collect();
+    order.rotate_left(g % n);
+    Spec {
+        sizes,
+        caps,
+        tags: (0..n as i32).map(|k| 10 + k).collect(),
+        order,
+    }
+}
+
+#[test]
+fn grouped_receives_of_one_to_eight_buffers_are_byte_exact() {
+    for policy in [PolicyKind::Dqplb, PolicyKind::RoundRobinMessage] {
+        let (mut s, mut r) = pair(params(policy, 3));
+        assert_eq!(s.max_requests(), 32 * MAX_RECVS);
+        assert_eq!(r.max_requests(), 32);
+        for n in 1..=MAX_RECVS {
+            let specs: Vec<Spec> = (0..6).map(|g| spec(g + n, n)).collect();
+            grouped_transfer(&mut s, &mut r, &specs, 2);
+        }
+    }
+}
+
+#[test]
+fn groups_of_zero_byte_buffers_complete() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let specs: Vec<Spec> = (1..=MAX_RECVS)
+        .map(|n| Spec {
+            sizes: vec![0; n],
+            caps: (0..n).map(|k| if k == 0 { 64 } else { 0 }).collect(),
+            tags: (0..n as i32).collect(),
+            order: (0..n).collect(),
+        })
+        .collect();
+    grouped_transfer(&mut s, &mut r, &specs, 4);
+}
+
+#[test]
+fn many_groups_in_flight_fill_every_request() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
+    // 32 groups of 8 in flight: 256 send requests, the full send-side capacity.
+    let specs: Vec<Spec> = (0..96)
+        .map(|g| {
+            let n = MAX_RECVS - g % 3;
+            let mut sp = spec(g, n);
+            sp.sizes.iter_mut().for_each(|x| *x %= 20_000);
+            sp.caps = sp.sizes.iter().map(|x| x + 7).collect();
+            sp
+        })
+        .collect();
+    grouped_transfer(&mut s, &mut r, &specs, 32);
+}
+
+/// Posts one group and keeps both ends moving until the sender's isend answers (Some or Err).
+fn isend_once(
+    s: &mut TcpSendComm,
+    r: &mut TcpRecvComm,
+    buf: UserBuf,
+    tag: i32,
+) -> crate::transport::NetResult<Option<u32>> {
+    for _ in 0..1_000_000 {
+        match s.isend(buf, tag) {
+            Ok(None) => r.progress().unwrap(),
+            other => return other,
+        }
+    }
+    panic!("isend never saw the announcement");
+}
+
+#[test]
+fn send_tag_absent_from_the_next_group_is_invalid_usage() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let (mut a, mut b) = (vec![0u8; 100], vec![0u8; 100]);
+    r.irecv_group(&[
+        (UserBuf::from_slice(&mut a), 1),
+        (UserBuf::from_slice(&mut b), 2),
+    ])
+    .unwrap()
+    .unwrap();
+    let mut x = vec![1u8; 10];
+    let e = isend_once(&mut s, &mut r, UserBuf::from_slice(&mut x), 3).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidUsage);
+    assert!(
+        e.msg.contains("tag 3") && e.msg.contains("[1, 2]") && e.msg.contains("2-buffer"),
+        "{e}"
+    );
+    // A tag of the group whose buffer is taken already waits for a later group (net_ib too).
+    let first = isend_once(&mut s, &mut r, UserBuf::from_slice(&mut x), 1).unwrap();
+    assert!(first.is_some());
+    let mut y = vec![2u8; 10];
+    for _ in 0..1000 {
+        assert_eq!(s.isend(UserBuf::from_slice(&mut y), 1).unwrap(), None);
+    }
+}
+
+#[test]
+fn send_larger_than_its_group_buffer_is_invalid_usage() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let (mut a, mut b) = (vec![0u8; 30], vec![0u8; 20]);
+    r.irecv_group(&[
+        (UserBuf::from_slice(&mut a), 1),
+        (UserBuf::from_slice(&mut b), 2),
+    ])
+    .unwrap()
+    .unwrap();
+    let mut big = vec![1u8; 21];
+    let e = isend_once(&mut s, &mut r, UserBuf::from_slice(&mut big), 2).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidUsage);
+    assert!(
+        e.msg.contains("21 bytes") && e.msg.contains("20 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn irecv_group_size_is_checked() {
+    let (_s, mut r) = pair(params(PolicyKind::Dqplb, 1));
+    assert_eq!(
+        r.irecv_group(&[]).unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    let mut v: Vec<Vec<u8>> = (0..9).map(|_| vec![0u8; 4]).collect();
+    let nine: Vec<(UserBuf, i32)> = v.iter_mut().map(|b| (UserBuf::from_slice(b), 0)).collect();
+    let e = r.irecv_group(&nine).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument);
+    assert!(e.msg.contains("1..=8"), "{e}");
+}
+
+/// Runs `f` until it answers with something other than Ok(None) (bounded).
+fn until<T>(
+    what: &str,
+    mut f: impl FnMut() -> crate::transport::NetResult<Option<T>>,
+) -> crate::transport::NetResult<T> {
+    for _ in 0..2_000_000 {
+        match f() {
+            Ok(None) => std::thread::yield_now(),
+            Ok(Some(v)) => return Ok(v),
+            Err(e) => return Err(e),
+        }
+    }
+    panic!("{what}: no answer");
+}
+
+/// aws-ofi-nccl's inflight_close: the receiver posts 32 receives and closes its comm. Every
+/// isend matching one of them is still accepted; test() then reports ncclRemoteError; an isend
+/// beyond them fails at once with ncclRemoteError. Nothing hangs.
+#[test]
+fn receiver_closing_with_posted_receives_fails_their_sends_in_test_not_isend() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let mut dst: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 8192]).collect();
+    for d in dst.iter_mut() {
+        until("irecv", || r.irecv(UserBuf::from_slice(d), 5)).unwrap();
+    }
+    drop(r);
+    let mut src: Vec<Vec<u8>> = (0..32).map(|i| vec![i as u8; 8192]).collect();
+    let mut reqs = Vec::new();
+    for (i, b) in src.iter_mut().enumerate() {
+        let q = until("isend", || s.isend(UserBuf::from_slice(b), 5))
+            .unwrap_or_else(|e| panic!("isend {i} of an announced receive failed: {e}"));
+        reqs.push(q);
+    }
+    for (i, &q) in reqs.iter().enumerate() {
+        let e = until("send test", || s.test(q)).expect_err("send completed without a receiver");
+        assert_eq!(e.code, ErrorCode::RemoteError, "send {i}: {e}");
+    }
+    let mut extra = vec![0u8; 10];
+    let e = until("isend", || s.isend(UserBuf::from_slice(&mut extra), 5)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
+}
+
+/// Grouped variant: a group of 3 announced, the receiver closes; the three sends are accepted,
+/// each test() says ncclRemoteError.
+#[test]
+fn receiver_closing_with_a_posted_group_accepts_its_sends() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let mut dst: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 1000]).collect();
+    let bufs: Vec<(UserBuf, i32)> = dst
+        .iter_mut()
+        .enumerate()
+        .map(|(k, d)| (UserBuf::from_slice(d), k as i32))
+        .collect();
+    r.irecv_group(&bufs).unwrap().unwrap();
+    r.progress().unwrap();
+    drop(r);
+    let mut src: Vec<Vec<u8>> = (0..3).map(|_| vec![7u8; 1000]).collect();
+    let mut reqs = Vec::new();
+    for (k, b) in src.iter_mut().enumerate().rev() {
+        reqs.push(until("isend", || s.isend(UserBuf::from_slice(b), k as i32)).unwrap());
+    }
+    for q in reqs {
+        let e = until("send test", || s.test(q)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
+    }
+}
+
+/// Sends that completed before the receiver closed still test as done afterwards.
+#[test]
+fn sends_completed_before_the_close_still_report_done() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let mut dst: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 5000]).collect();
+    let mut rq = Vec::new();
+    for d in dst.iter_mut() {
+        rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
+    }
+    let mut src: Vec<Vec<u8>> = (0..2).map(|i| vec![i as u8 + 1; 5000]).collect();
+    let mut sq = Vec::new();
+    for b in src.iter_mut() {
+        sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
+    }
+    // Both ends progress (no test) until the receiver has both messages and the sender their
+    // acknowledgements.
+    for _ in 0..200_000 {
+        r.progress().unwrap();
+        s.progress().unwrap();
+    }
+    assert_eq!(until("recv test", || r.test(rq[0])).unwrap(), 5000);
+    drop(r);
+    for q in sq {
+        assert_eq!(until("send test", || s.test(q)).unwrap(), 5000);
+    }
+}
+
+/// Receives that completed before the sender closed still test as done; the one still pending
+/// reports ncclRemoteError, and so does a new irecv.
+#[test]
+fn receives_completed_before_the_close_still_report_done() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let mut dst: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 5000]).collect();
+    let mut rq = Vec::new();
+    for d in dst.iter_mut() {
+        rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
+    }
+    let mut src: Vec<Vec<u8>> = (0..2).map(|i| vec![i as u8 + 1; 5000]).collect();
+    let mut sq = Vec::new();
+    for b in src.iter_mut() {
+        sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
+    }
+    for q in sq {
+        assert_eq!(
+            until("send test", || {
+                r.progress().unwrap();
+                s.test(q)
+            })
+            .unwrap(),
+            5000
+        );
+    }
+    drop(s);
+    for _ in 0..10_000 {
+        // The close reaches the receiver; completed receives stay reportable.
+        if r.progress().is_err() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(until("recv test", || r.test(rq[0])).unwrap(), 5000);
+    assert_eq!(until("recv test", || r.test(rq[1])).unwrap(), 5000);
+    assert_eq!(dst[1], vec![2u8; 5000]);
+    let e = until("recv test", || r.test(rq[2])).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
+    let mut more = vec![0u8; 10];
+    let e = until("irecv", || r.irecv(UserBuf::from_slice(&mut more), 1)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
+}
+
+/// Either side closing in the middle of an 8 MiB transfer: the other side's test() reports
+/// ncclRemoteError within the bound, never hangs or crashes.
+#[test]
+fn close_in_the_middle_of_a_transfer_fails_the_other_side() {
+    for receiver_closes in [true, false] {
+        let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
+        let mut dst = vec![0u8; 8 << 20];
+        let mut src = vec![0x3Cu8; 8 << 20];
+        let rq = until("irecv", || r.irecv(UserBuf::from_slice(&mut dst), 2)).unwrap();
+        let sq = until("isend", || {
+            r.progress().unwrap();
+            s.isend(UserBuf::from_slice(&mut src), 2)
+        })
+        .unwrap();
+        for _ in 0..50 {
+            s.progress().unwrap();
+            r.progress().unwrap();
+        }
+        let e = if receiver_closes {
+            drop(r);
+            until("send test", || s.test(sq)).unwrap_err()
+        } else {
+            drop(s);
+            until("recv test", || r.test(rq)).unwrap_err()
+        };
+        assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
     }
 }

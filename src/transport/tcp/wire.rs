@@ -2,6 +2,7 @@
 //! stream), segment header (data stream, payload follows) and segment acknowledgement.
 
 use crate::engine::PolicyKind;
+use crate::transport::slots::MAX_RECVS;
 use crate::transport::{NetError, NetResult};
 
 pub const HELLO_BYTES: usize = 64;
@@ -10,7 +11,8 @@ pub const SEG_HEADER_BYTES: usize = 24;
 pub const ACK_BYTES: usize = 8;
 
 const HELLO_MAGIC: [u8; 4] = *b"DQPS";
-const ANNOUNCE_KIND: u32 = 0x414e_4e31; // "1NNA"
+/// Version 2 of the announce frame (grouped receives); version 1 ("1NNA") had no index/count.
+const ANNOUNCE_KIND: u32 = 0x414e_4e32; // "2NNA"
 const SEG_MARK: u32 = 0x5345_4721; // "!GES"
 const ACK_MARK: u32 = 0x4143_4b21; // "!KCA"
 
@@ -150,11 +152,17 @@ impl Hello {
     }
 }
 
-/// Receiver -> sender on the control stream: a posted receive buffer (NCCL's clear-to-send).
+/// Receiver -> sender on the control stream: one buffer of a posted (grouped) receive, NCCL's
+/// clear-to-send. A group of `count` buffers is announced as `count` consecutive frames with the
+/// same `slot` and `index` 0, 1, ..; segments for buffer `index` name `slot * MAX_RECVS + index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Announce {
     pub slot: u32,
     pub tag: i32,
+    /// Position of this buffer in its group (0-based).
+    pub index: u8,
+    /// Buffers in the group (1..=MAX_RECVS).
+    pub count: u8,
     pub capacity: u64,
 }
 
@@ -164,22 +172,52 @@ impl Announce {
         b[0..4].copy_from_slice(&ANNOUNCE_KIND.to_le_bytes());
         b[4..8].copy_from_slice(&self.slot.to_le_bytes());
         b[8..12].copy_from_slice(&self.tag.to_le_bytes());
+        b[12] = self.index;
+        b[13] = self.count;
         b[16..24].copy_from_slice(&self.capacity.to_le_bytes());
         b
     }
+
+    /// Parses a frame; kind, group shape (1 <= count <= MAX_RECVS, index < count) and the
+    /// reserved bytes are checked here, the order of frames within a group by the sender.
     pub fn decode(b: &[u8; ANNOUNCE_BYTES]) -> NetResult<Announce> {
         let kind = u32_at(b, 0);
         if kind != ANNOUNCE_KIND {
             return Err(NetError::remote(format!(
-                "control stream frame kind {kind:#x}, expected {ANNOUNCE_KIND:#x}: stream out of sync"
+                "control stream frame kind {kind:#x}, expected {ANNOUNCE_KIND:#x}: stream out of sync or a peer with another protocol version"
             )));
         }
-        Ok(Announce {
+        let a = Announce {
             slot: u32_at(b, 4),
             tag: u32_at(b, 8) as i32,
+            index: b[12],
+            count: b[13],
             capacity: u64_at(b, 16),
-        })
+        };
+        if a.count == 0 || usize::from(a.count) > MAX_RECVS || a.index >= a.count {
+            return Err(NetError::remote(format!(
+                "announcement of buffer {} of a {}-buffer receive group (accepted groups of 1..={MAX_RECVS})",
+                a.index, a.count
+            )));
+        }
+        if b[14..16] != [0, 0] {
+            return Err(NetError::remote(
+                "announcement with non-zero reserved bytes: stream out of sync".to_string(),
+            ));
+        }
+        Ok(a)
     }
+
+    /// The id segments use for this buffer (its group slot and position).
+    pub fn buffer_id(&self) -> u32 {
+        buffer_id(self.slot, self.index)
+    }
+}
+
+/// Id of buffer `index` of receive group `slot` on the wire (segment headers).
+pub fn buffer_id(slot: u32, index: u8) -> u32 {
+    slot.wrapping_mul(MAX_RECVS as u32)
+        .wrapping_add(u32::from(index))
 }
 
 /// Sender -> receiver on a data stream; `len` payload bytes follow.
@@ -263,9 +301,12 @@ mod tests {
         let a = Announce {
             slot: 31,
             tag: -2,
+            index: 7,
+            count: 8,
             capacity: 1 << 33,
         };
         assert_eq!(Announce::decode(&a.encode()).unwrap(), a);
+        assert_eq!(a.buffer_id(), 31 * 8 + 7);
         let s = SegHeader {
             imm: 0x8000_0001,
             slot: 7,
@@ -286,6 +327,34 @@ mod tests {
             .unwrap_err()
             .msg
             .contains("out of sync"));
+        let good = Announce {
+            slot: 1,
+            tag: 0,
+            index: 0,
+            count: 1,
+            capacity: 0,
+        };
+        for (index, count) in [(0u8, 0u8), (0, 9), (2, 2), (8, 8)] {
+            let e = Announce::decode(
+                &Announce {
+                    index,
+                    count,
+                    ..good
+                }
+                .encode(),
+            )
+            .unwrap_err();
+            assert!(e.msg.contains("receive group"), "{index}/{count}: {e}");
+        }
+        let mut v1 = good.encode();
+        v1[0..4].copy_from_slice(&0x414e_4e31u32.to_le_bytes());
+        assert!(Announce::decode(&v1)
+            .unwrap_err()
+            .msg
+            .contains("protocol version"));
+        let mut rsv = good.encode();
+        rsv[15] = 1;
+        assert!(Announce::decode(&rsv).unwrap_err().msg.contains("reserved"));
         assert!(SegHeader::decode(&[0; SEG_HEADER_BYTES])
             .unwrap_err()
             .msg

@@ -7,18 +7,25 @@ use std::io::Read;
 use std::net::TcpStream;
 
 use super::completion::{WorkCompletion, POLL_BATCH};
-use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
+use super::fifo::{wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
 use crate::engine::Receiver;
-use crate::transport::slots::{Slots, Sticky};
+use crate::transport::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult, UserBuf};
 
 /// Byte the sender writes on the bootstrap socket once its QPs can receive announcements.
 pub(super) const READY: u8 = 0x52;
+
+/// A grouped receive in flight (one request): its buffer count and how many are incomplete.
+#[derive(Clone, Copy)]
+struct Grp {
+    n: u8,
+    left: u8,
+}
 
 pub struct VerbsRecvComm {
     qps: QpSet,
@@ -32,7 +39,10 @@ pub struct VerbsRecvComm {
     announced: u32,
     waiting: VecDeque<u32>,
     engine: Receiver,
-    slots: Slots<()>,
+    /// One request per grouped receive; buffer k of slot s is engine token s * MAX_RECVS + k.
+    slots: Slots<Grp>,
+    /// Received size of each buffer, indexed by engine token.
+    sizes: Vec<usize>,
     wcs: [WorkCompletion; POLL_BATCH],
     failed: Sticky,
     params: ConnParams,
@@ -50,7 +60,8 @@ impl VerbsRecvComm {
     ) -> NetResult<Self> {
         let n = params.max_messages as usize;
         let window = params.qps as u32 * params.outstanding;
-        let engine = Receiver::new(window, n)
+        // Every buffer of every group is one engine message, completed in posting order.
+        let engine = Receiver::new(window, n * MAX_RECVS)
             .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
         let staging = RegisteredBuffer::new(qps.pd(), n * FIFO_ENTRY_BYTES).map_err(verr)?;
         Ok(VerbsRecvComm {
@@ -64,6 +75,7 @@ impl VerbsRecvComm {
             waiting: VecDeque::with_capacity(n),
             engine,
             slots: Slots::new(n),
+            sizes: vec![0; n * MAX_RECVS],
             wcs: [WorkCompletion::default(); POLL_BATCH],
             failed: Sticky::default(),
             params,
@@ -98,35 +110,56 @@ impl VerbsRecvComm {
         )
     }
 
-    /// Posts one receive buffer (registered in `mr`) and announces it; None when all slots are
-    /// busy.
+    /// Posts one receive buffer (a group of one); see [`VerbsRecvComm::irecv_group`].
     pub fn irecv(
         &mut self,
         buf: UserBuf,
         tag: i32,
         mr: Option<&MemoryRegion>,
     ) -> NetResult<Option<u32>> {
-        super::send::covers(mr, &buf, "irecv")?;
-        let rkey = mr.map(MemoryRegion::rkey).unwrap_or(0);
+        self.irecv_group(&[(buf, tag, mr)])
+    }
+
+    /// Posts a grouped receive of 1..=MAX_RECVS buffers (each registered in its region) as one
+    /// request and announces it in one FIFO entry; None when all request slots are busy.
+    pub fn irecv_group(
+        &mut self,
+        bufs: &[(UserBuf, i32, Option<&MemoryRegion>)],
+    ) -> NetResult<Option<u32>> {
+        let n = bufs.len();
+        if n == 0 || n > MAX_RECVS {
+            return Err(NetError::invalid_argument(format!(
+                "irecv of {n} buffers: accepted 1..={MAX_RECVS} (maxRecvs)"
+            )));
+        }
+        let mut fifo = [FifoBuf::default(); MAX_RECVS];
+        for (f, (buf, tag, mr)) in fifo.iter_mut().zip(bufs) {
+            super::send::covers(*mr, buf, "irecv")?;
+            *f = FifoBuf {
+                addr: buf.addr() as u64,
+                rkey: mr.map(MemoryRegion::rkey).unwrap_or(0),
+                capacity: buf.len() as u64,
+                tag: *tag,
+            };
+        }
         self.progress()?;
-        let Some(slot) = self.slots.alloc(()) else {
+        let Some(slot) = self.slots.alloc(Grp {
+            n: n as u8,
+            left: n as u8,
+        }) else {
             return Ok(None);
         };
-        if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            self.slots.cancel(slot);
-            return Err(self.fail(NetError::internal(format!(
-                "engine refused a receive from {}: {e}",
-                self.peer
-            ))));
+        for (k, f) in fifo[..n].iter().enumerate() {
+            let token = slot * MAX_RECVS as u32 + k as u32;
+            if let Err(e) = self.engine.post(token, f.capacity) {
+                return Err(self.fail(NetError::internal(format!(
+                    "engine refused a receive from {}: {e}",
+                    self.peer
+                ))));
+            }
         }
-        let entry = FifoEntry {
-            addr: buf.addr() as u64,
-            rkey,
-            slot,
-            capacity: buf.len() as u64,
-            tag,
-            seq: 0, // set when announced
-        };
+        // The sequence number is stamped when announced.
+        let entry = FifoEntry::new(slot, &fifo[..n]);
         let off = slot as usize * FIFO_ENTRY_BYTES;
         self.staging.write(off, &entry.encode()).map_err(verr)?;
         self.waiting.push_back(slot);
@@ -134,27 +167,39 @@ impl VerbsRecvComm {
         Ok(Some(slot))
     }
 
-    /// Some(received size) once the message for `slot` arrived completely and in order.
+    /// Some(total bytes received) once every buffer of request `slot` is complete.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        Ok(self.test_sizes(slot)?.map(|s| s.iter().sum()))
+    }
+
+    /// Some(received size of each buffer, in posting order) once every buffer of request `slot`
+    /// arrived completely and in order.
+    pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
         // A request that already completed is reported even if the peer has gone since.
-        if let Some(n) = self.slots.take_done(slot) {
-            return Ok(Some(n));
-        }
-        self.progress()?;
-        let done = self.slots.test(slot, "receive")?;
-        if done.is_none() {
-            if let Some(w) = self.watch.as_mut() {
-                if w.gone() {
-                    let e = NetError::remote(format!(
-                        "{} {} while receive {slot} was still pending",
-                        self.peer,
-                        w.why()
-                    ));
-                    return Err(self.fail(e));
+        let n = match self.slots.take_done(slot) {
+            Some(n) => n,
+            None => {
+                self.progress()?;
+                match self.slots.test(slot, "receive")? {
+                    Some(n) => n,
+                    None => {
+                        if let Some(w) = self.watch.as_mut() {
+                            if w.gone() {
+                                let e = NetError::remote(format!(
+                                    "{} {} while receive {slot} was still pending",
+                                    self.peer,
+                                    w.why()
+                                ));
+                                return Err(self.fail(e));
+                            }
+                        }
+                        return Ok(None);
+                    }
                 }
             }
-        }
-        Ok(done)
+        };
+        let first = slot as usize * MAX_RECVS;
+        Ok(Some(self.sizes[first..first + n].iter().copied().collect()))
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
@@ -177,7 +222,21 @@ impl VerbsRecvComm {
         self.reap_control()?;
         self.reap_data()?;
         while let Some((token, size)) = self.engine.poll_done() {
-            self.slots.finish(token, size as usize);
+            let group = token / MAX_RECVS as u32;
+            let Some(g) = self.slots.active_mut(group) else {
+                return Err(NetError::internal(format!(
+                    "{}: engine completed receive buffer {token} of no posted request",
+                    self.peer
+                )));
+            };
+            if let Some(s) = self.sizes.get_mut(token as usize) {
+                *s = size as usize;
+            }
+            g.left = g.left.saturating_sub(1);
+            if g.left == 0 {
+                let n = usize::from(g.n);
+                self.slots.finish(group, n);
+            }
         }
         Ok(())
     }
@@ -213,15 +272,16 @@ impl VerbsRecvComm {
         }
         while let Some(slot) = self.waiting.pop_front() {
             let off = slot as usize * FIFO_ENTRY_BYTES;
+            let count = self.slots.active(slot).map_or(1, |g| usize::from(g.n));
             let seq = self.announced;
             self.staging
-                .write(off + 28, &seq.to_le_bytes())
+                .write(off + FIFO_SEQ_OFFSET, &seq.to_le_bytes())
                 .map_err(verr)?;
             let idx = seq % self.fifo_len;
             let local = self
                 .staging
                 .mr()
-                .local(off, FIFO_ENTRY_BYTES)
+                .local(off, wire_len(count))
                 .map_err(verr)?;
             let remote = RemoteSlice {
                 addr: self.fifo.addr + u64::from(idx) * FIFO_ENTRY_BYTES as u64,

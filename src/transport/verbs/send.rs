@@ -2,18 +2,17 @@
 //! WRITE_WITH_IMM), feeds the engine, posts its segments as RDMA_WRITE_WITH_IMM straight from the
 //! user buffer into the announced one, and turns send CQEs into engine completions.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::completion::{WorkCompletion, POLL_BATCH};
-use super::fifo::{FifoEntry, FIFO_ENTRY_BYTES};
+use super::fifo::{FifoBuf, FifoEntry, FIFO_ENTRY_BYTES};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use crate::engine::{EngineParams, QpStats, Sender};
-use crate::transport::slots::{check_send_matches, Slots, Sticky};
+use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
-use crate::transport::{NetError, NetResult, UserBuf};
+use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
 
 /// An in-flight send: where its bytes are, and the receive buffer announced for it.
 #[derive(Clone, Copy)]
@@ -21,7 +20,7 @@ struct Active {
     addr: u64,
     lkey: u32,
     size: usize,
-    remote: FifoEntry,
+    remote: FifoBuf,
 }
 
 /// wr_id of control-QP receives (data QPs never receive on the sender side).
@@ -32,7 +31,9 @@ pub struct VerbsSendComm {
     fifo: RegisteredBuffer,
     fifo_len: u32,
     next_seq: u32,
-    announces: VecDeque<FifoEntry>,
+    /// Announced groups not yet matched completely, strictly in order.
+    matcher: GroupMatcher<FifoBuf>,
+    targets: [Target<FifoBuf>; MAX_RECVS],
     engine: Sender,
     slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
@@ -86,7 +87,8 @@ impl VerbsSendComm {
             qps: params.qps as usize,
             max_outstanding: params.outstanding,
             segment_bytes: params.segment_bytes,
-            max_messages: params.max_messages as usize,
+            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
+            max_messages: params.max_messages as usize * MAX_RECVS,
             policy: params.policy,
         })
         .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
@@ -96,9 +98,10 @@ impl VerbsSendComm {
             fifo_len: (fifo.len() / FIFO_ENTRY_BYTES) as u32,
             fifo,
             next_seq: 0,
-            announces: VecDeque::with_capacity(n),
+            matcher: GroupMatcher::new(n),
+            targets: [Target::default(); MAX_RECVS],
             engine,
-            slots: Slots::new(n),
+            slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
             failed: Sticky::default(),
             epoch: Instant::now(),
@@ -132,14 +135,16 @@ impl VerbsSendComm {
             self.engine.outstanding(),
             self.engine.queued_messages(),
             self.engine.next_seq(),
-            self.announces.len(),
+            self.matcher.len(),
             self.next_seq,
             self.failed.check().err().map(|e| e.msg)
         )
     }
 
-    /// Starts sending `buf` (registered in `mr`) once the receiver announced a buffer; None means
-    /// "try again later".
+    /// Matches `buf` (registered in `mr`) to a buffer of the first grouped receive the peer
+    /// announced and not yet matched completely (by tag); None means "try again later". The
+    /// group goes to the engine, in buffer order, once every buffer has its send. A send whose
+    /// receive was announced is accepted even after the peer left: test() reports that.
     pub fn isend(
         &mut self,
         buf: UserBuf,
@@ -147,33 +152,62 @@ impl VerbsSendComm {
         mr: Option<&MemoryRegion>,
     ) -> NetResult<Option<u32>> {
         let lkey = covers(mr, &buf, "isend")?;
-        self.progress()?;
-        let Some(&ann) = self.announces.front() else {
-            if self.watch.gone() {
-                let e = NetError::remote(format!(
-                    "{} {} with no receive posted for this send",
-                    self.peer,
-                    self.watch.why()
-                ));
-                return Err(self.fail(e));
+        let gone = match self.progress() {
+            Ok(()) => None,
+            Err(e) if e.code == ErrorCode::RemoteError => {
+                // Announcements the peer wrote before it left may still wait in the CQ.
+                let _ = self.read_announces();
+                Some(e)
             }
-            return Ok(None);
+            Err(e) => return Err(e),
         };
-        check_send_matches(&self.peer, buf.len(), tag, ann.capacity, ann.tag)?;
+        let i = match self.matcher.find(&self.peer, buf.len(), tag)? {
+            Match::Buffer(i) => i,
+            Match::NoGroup | Match::Busy => {
+                if let Some(e) = gone {
+                    return Err(e);
+                }
+                if self.watch.gone() {
+                    let e = NetError::remote(format!(
+                        "{} {} with no receive posted for this send",
+                        self.peer,
+                        self.watch.why()
+                    ));
+                    return Err(self.fail(e));
+                }
+                return Ok(None);
+            }
+        };
+        let Some(target) = self.matcher.target(i) else {
+            return Err(NetError::internal("matched receive buffer vanished"));
+        };
         let Some(slot) = self.slots.alloc(Active {
             addr: buf.addr() as u64,
             lkey,
             size: buf.len(),
-            remote: ann,
+            remote: target.remote,
         }) else {
             return Ok(None);
         };
-        self.announces.pop_front();
-        if let Err(e) = self.engine.post(slot, buf.len() as u64) {
-            let e = NetError::internal(format!("engine refused a send to {}: {e}", self.peer));
-            return Err(self.fail(e));
+        if let Some(group) = self.matcher.assign(i, slot) {
+            if gone.is_none() {
+                for &s in group.sends() {
+                    let len = self.slots.active(s).map_or(0, |a| a.size);
+                    if let Err(e) = self.engine.post(s, len as u64) {
+                        let e = NetError::internal(format!(
+                            "engine refused a send to {}: {e}",
+                            self.peer
+                        ));
+                        return Err(self.fail(e));
+                    }
+                }
+                if let Err(e) = self.progress() {
+                    if e.code != ErrorCode::RemoteError {
+                        return Err(e);
+                    }
+                }
+            }
         }
-        self.progress()?;
         Ok(Some(slot))
     }
 
@@ -184,7 +218,19 @@ impl VerbsSendComm {
             return Ok(Some(n));
         }
         self.progress()?;
-        self.slots.test(slot, "send")
+        let done = self.slots.test(slot, "send")?;
+        // RDMA alone shows a vanished receiver only once a write exhausts its retries (tens of
+        // seconds, or never for a send still held back for its group): the bootstrap socket's
+        // EOF, after PeerWatch's grace for completions on their way, fails it now.
+        if done.is_none() && self.watch.gone() {
+            let e = NetError::remote(format!(
+                "{} {} while send {slot} was still pending",
+                self.peer,
+                self.watch.why()
+            ));
+            return Err(self.fail(e));
+        }
+        Ok(done)
     }
 
     fn fail(&mut self, e: NetError) -> NetError {
@@ -252,14 +298,19 @@ impl VerbsSendComm {
                 let entry = FifoEntry::decode(&raw);
                 entry.validate(self.next_seq, &self.peer)?;
                 self.next_seq = self.next_seq.wrapping_add(1);
-                if self.announces.len() >= self.slots.len() {
-                    return Err(NetError::remote(format!(
-                        "{}: peer announced more than {} receive buffers",
-                        self.peer,
-                        self.slots.len()
-                    )));
+                let bufs = entry.buffers();
+                for (t, f) in self.targets.iter_mut().zip(bufs) {
+                    *t = Target {
+                        tag: f.tag,
+                        capacity: f.capacity,
+                        remote: *f,
+                    };
                 }
-                self.announces.push_back(entry);
+                self.matcher
+                    .push(&self.targets[..bufs.len()])
+                    .map_err(|why| {
+                        NetError::remote(format!("{}: peer announced {why}", self.peer))
+                    })?;
                 self.qps.control().post_recv(CTRL_RECV).map_err(verr)?;
             }
             if n < POLL_BATCH {
