@@ -10,6 +10,8 @@
 #                                        infiniband/verbs.h), python3, iproute2 (ip, tc),
 #                                        util-linux (unshare), binutils (readelf, nm, objdump),
 #                                        and the toolchain's rustfmt and clippy
+#   bash scripts/setup-deps.sh --portable  python3 with venv (scripts/build.sh --portable puts zig
+#                                        and cargo-zigbuild from PyPI into target/tools/)
 #
 # The Soft-RoCE VM suite installs its own packages (scripts/softroce/setup.sh). The Rust toolchain
 # itself comes from rustup (https://rustup.rs); this script only checks that it is there.
@@ -24,12 +26,13 @@ mode=test
 case "${1:-}" in
   --build) mode=build ;;
   --test | "") mode=test ;;
+  --portable) mode=portable ;;
   -h | --help)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
-    echo "setup-deps: unknown option '$1' (use --build or --test)" >&2
+    echo "setup-deps: unknown option '$1' (use --build, --test or --portable)" >&2
     exit 2
     ;;
 esac
@@ -50,6 +53,10 @@ fi
 
 if [ "$mode" = test ]; then
   pkgs+=(libibverbs-dev python3 iproute2 util-linux binutils)
+fi
+if [ "$mode" = portable ]; then
+  # Debian's python3 keeps venv/ensurepip in python3-venv; another python3 on PATH may have them
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || pkgs+=(python3 python3-venv)
 fi
 
 need=()
