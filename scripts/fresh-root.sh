@@ -16,6 +16,7 @@
 #   debootstrapped base, reused while younger than DQPLB_ROOT_MAX_AGE_DAYS (default 14) and made
 #   from the same mirror; DQPLB_ROOT_WORK (default /var/tmp) is where roots are unpacked;
 #   DQPLB_ROOT_MIRROR overrides the mirror; DQPLB_ROOT_NICE (default 0) runs each root niced;
+#   DQPLB_ROOT_REV (default HEAD) is the commit whose tree is copied in;
 #   CARGO_BUILD_JOBS is passed into the root when set.
 # exit: 0 all phases passed; 1 a phase failed (named in the summary); 2 bad usage; 3 the Debian
 #   mirror is unreachable or debootstrap could not fetch from it (the reason is printed);
@@ -27,6 +28,7 @@ CACHE=${DQPLB_ROOT_CACHE:-/var/cache/dqplb-roots}
 WORK=${DQPLB_ROOT_WORK:-/var/tmp}
 MAX_AGE_DAYS=${DQPLB_ROOT_MAX_AGE_DAYS:-14}
 NICE=${DQPLB_ROOT_NICE:-0}
+REV=${DQPLB_ROOT_REV:-HEAD}
 
 suites=() rebuild=0 keep=0
 for a in "$@"; do
@@ -35,7 +37,7 @@ for a in "$@"; do
     all) suites+=(bookworm trixie) ;;
     --rebuild-base) rebuild=1 ;;
     --keep) keep=1 ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-root: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -89,6 +91,9 @@ host_mirror() {
 MIRROR=${DQPLB_ROOT_MIRROR:-$(host_mirror | head -n1)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 MIRROR=${MIRROR%/}
+git -C "$REPO" rev-parse --verify -q "$REV^{commit}" >/dev/null ||
+  { echo "fresh-root: DQPLB_ROOT_REV=$REV is not a commit" >&2; exit 2; }
+say "tree: $REV = $(git -C "$REPO" rev-parse --short "$REV^{commit}") (git archive, not the working directory)"
 say "Debian mirror: $MIRROR (from the host's apt sources; DQPLB_ROOT_MIRROR overrides)"
 
 # ---- host network settings copied into each root --------------------------------------------
@@ -218,7 +223,7 @@ run_root() { # suite
   tar --numeric-owner --xattrs -C "$root" -xf "$tarball" || { failures+=("$suite: unpack"); return 1; }
   # the repository as committed (a clean checkout, not this working directory and its target/)
   mkdir -p "$root/root/dqplb-net" "$root/root/.cargo" "$root$tc_mount_dst"
-  git -C "$REPO" archive --format=tar HEAD | tar -C "$root/root/dqplb-net" -xf - ||
+  git -C "$REPO" archive --format=tar "$REV" | tar -C "$root/root/dqplb-net" -xf - ||
     { failures+=("$suite: git archive"); return 1; }
   # host network settings (see above): resolver, CA store, apt proxy settings, cargo config
   rm -f "$root/etc/resolv.conf"
@@ -229,6 +234,8 @@ run_root() { # suite
   [ -z "$apt_net_conf" ] || printf '// copied from the host by scripts/fresh-root.sh (network only)\n%s\n' \
     "$apt_net_conf" >"$root/etc/apt/apt.conf.d/00host-network"
   [ -z "$host_cargo_conf" ] || { cp "$host_cargo_conf" "$root/root/.cargo/"; say "$suite: copied the host's $host_cargo_conf (network settings) into CARGO_HOME"; }
+  # the phases are this script's (so that DQPLB_ROOT_REV may name any commit)
+  cp "$HELPERS/inside.sh" "$root/root/fresh-root-inside.sh"
   timing "$suite" "unpack + copy repo and host settings" $((SECONDS - t0)) ok
 
   say "$suite: root $root; running scripts/fresh-root/inside.sh $suite"
@@ -240,7 +247,7 @@ run_root() { # suite
   t0=$SECONDS
   nice -n "$NICE" unshare --mount --propagation private --pid --fork \
     bash "$HELPERS/enter.sh" "$root" "$tc_mount_src" "$tc_mount_dst" -- "${env_in[@]}" -- \
-    bash /root/dqplb-net/scripts/fresh-root/inside.sh "$suite" /root/timings
+    bash /root/fresh-root-inside.sh "$suite" /root/timings
   rc=$?
   if [ -f "$tfile" ]; then
     while IFS=$'\t' read -r name secs result; do
