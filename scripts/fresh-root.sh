@@ -88,13 +88,17 @@ host_mirror() {
   cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
     awk '$1=="deb" { for (i=2;i<=NF;i++) if ($i !~ /^\[/ && $i ~ /^[a-z]+:\/\//) { if ($i ~ /\/debian\/?$/) print $i; break } }'
 }
-MIRROR=${DQPLB_ROOT_MIRROR:-$(host_mirror | head -n1)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+if [ -n "${DQPLB_ROOT_MIRROR:-}" ]; then
+  MIRROR=$DQPLB_ROOT_MIRROR from="DQPLB_ROOT_MIRROR"
+else
+  MIRROR=$(host_mirror | head -n1) from="the host's apt sources"
+  [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian from="default; the host's apt sources name no Debian archive"
+fi
 MIRROR=${MIRROR%/}
 git -C "$REPO" rev-parse --verify -q "$REV^{commit}" >/dev/null ||
   { echo "fresh-root: DQPLB_ROOT_REV=$REV is not a commit" >&2; exit 2; }
 say "tree: $REV = $(git -C "$REPO" rev-parse --short "$REV^{commit}") (git archive, not the working directory)"
-say "Debian mirror: $MIRROR (from the host's apt sources; DQPLB_ROOT_MIRROR overrides)"
+say "Debian mirror: $MIRROR ($from)"
 
 # ---- host network settings copied into each root --------------------------------------------
 # Not project dependencies: they only let apt and cargo inside the root reach the registries the
@@ -165,14 +169,17 @@ trap 'exit 130' INT TERM
 # ---- base tarball ---------------------------------------------------------------------------
 mirror_check() { # suite -> 0 reachable, else prints why
   local out
-  if ! out=$(wget -q -T 30 -t 2 -O /dev/null "$MIRROR/dists/$1/InRelease" 2>&1); then
-    echo "fresh-root: the Debian mirror is unreachable: wget $MIRROR/dists/$1/InRelease failed${out:+: $out}" >&2
+  if ! out=$(wget -T 30 -t 2 -O /dev/null "$MIRROR/dists/$1/InRelease" 2>&1); then
+    out=$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 2 | tr '\n' ' ')
+    echo "fresh-root: the Debian mirror is unreachable: wget $MIRROR/dists/$1/InRelease failed: $out" >&2
     return 1
   fi
 }
 
 base_tar() { # suite -> sets BASE to the tarball path; exits 3 when the mirror is unreachable
   local suite=$1 tarball="$CACHE/$1.tar" meta="$CACHE/$1.meta" t0=$SECONDS
+  # apt in the root needs the mirror as much as debootstrap does: check it either way
+  mirror_check "$suite" || exit 3
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.$suite.lock"
   flock 9
@@ -184,7 +191,6 @@ base_tar() { # suite -> sets BASE to the tarball path; exits 3 when the mirror i
     BASE=$tarball
     return 0
   fi
-  mirror_check "$suite" || exit 3
   local tmp="$CACHE/$suite.build.$$"
   rm -rf --one-file-system "$tmp"
   say "$suite: debootstrap --variant=minbase $suite from $MIRROR (cached as $tarball)"
