@@ -22,6 +22,9 @@
 #   mirror is unreachable or debootstrap could not fetch from it (the reason is printed);
 #   77 not root (skipped).
 set -uo pipefail
+# The whole script is one { ... } block, read before it runs: editing or checking out this file
+# during a run cannot change what the run does.
+{
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 HELPERS="$REPO/scripts/fresh-root"
 CACHE=${DQPLB_ROOT_CACHE:-/var/cache/dqplb-roots}
@@ -283,3 +286,5 @@ if [ ${#failures[@]} -gt 0 ]; then
   exit 1
 fi
 echo "fresh-root: all phases passed (${suites[*]})"
+exit 0
+}
