@@ -1,17 +1,16 @@
 //! `dqplb check`: compares every selected RDMA device with a DCQCN profile, prints a table or
 //! JSON (plus counters and the model's reading), fix commands or counter rates; exit 0/1/2/3.
 
-use crate::config::load::{load_from_process_env, load_path, process_env_vars};
-use crate::config::schema::SiteConfig;
-use crate::dcqcn::compare::compare;
-use crate::dcqcn::compare::Verdict;
-use crate::dcqcn::fix::{fix_plan, format_fix_plans};
-use crate::dcqcn::model::GConvention;
-use crate::dcqcn::profile::resolve;
-use crate::dcqcn::reader::{list_devices, read_device, Roots};
-use crate::dcqcn::report::{analyse, format_json, format_table, CheckedDevice};
-use crate::dcqcn::select::select_devices;
-use crate::dcqcn::watch::watch;
+use nccl_net_dqplb::config::load::{load_from_process_env, load_path, process_env_vars};
+use nccl_net_dqplb::config::schema::SiteConfig;
+use nccl_net_dqplb::dcqcn::compare::{compare, Verdict};
+use nccl_net_dqplb::dcqcn::fix::{fix_plan, format_fix_plans};
+use nccl_net_dqplb::dcqcn::model::GConvention;
+use nccl_net_dqplb::dcqcn::profile::resolve;
+use nccl_net_dqplb::dcqcn::reader::{list_devices, read_device, Roots};
+use nccl_net_dqplb::dcqcn::report::{analyse, format_json, format_table, CheckedDevice};
+use nccl_net_dqplb::dcqcn::select::select_devices;
+use nccl_net_dqplb::dcqcn::watch::watch;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -206,7 +205,7 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
     let hca = opts.hca.clone().or(env_hca);
     if let Some(h) = hca.as_deref().map(str::trim).filter(|h| !h.is_empty()) {
         // Operators get every oddity as an error; the plugin reads the same list leniently.
-        crate::config::HcaList::parse(h, config.fabric.hca_third_field, config.fabric.max_rails)
+        nccl_net_dqplb::config::HcaList::parse(h, config.fabric.hca_third_field, config.fabric.max_rails)
             .map_err(|e| e.to_string())?;
     }
     let all = list_devices(&roots).map_err(|e| format!("no RDMA devices: {e}"))?;

@@ -27,7 +27,7 @@ exit status: 0 success, 2 bad input (bad config, bad NCCL_IB_HCA, bad option)";
 
 /// Entry point of the `dqplb` binary; returns the process exit code.
 pub fn main(args: Vec<String>) -> i32 {
-    crate::plugin::log::install_stderr();
+    nccl_net_dqplb::plugin::log::install_stderr();
     let Some(command) = args.first() else {
         eprintln!("{USAGE}");
         return 2;

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::load::{load_from_process_env, load_path, process_env_vars};
-use crate::config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig};
+use nccl_net_dqplb::config::load::{load_from_process_env, load_path, process_env_vars};
+use nccl_net_dqplb::config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig};
 
 /// Usage text of `dqplb plan`.
 pub const USAGE: &str = "\
@@ -96,7 +96,7 @@ struct HcaReport {
 struct PairRow {
     local: String,
     remote: String,
-    class: crate::config::ConnClass,
+    class: nccl_net_dqplb::config::ConnClass,
 }
 
 #[derive(Debug, Serialize)]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::engine::PolicyKind;
+use nccl_net_dqplb::engine::PolicyKind;
 
 use super::scenario::ALL_IDS;
 

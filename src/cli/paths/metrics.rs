@@ -3,7 +3,7 @@
 
 use super::scenario::Scenario;
 use super::trial::{LoopGaps, Sample, TrialOutput};
-use crate::engine::PolicyKind;
+use nccl_net_dqplb::engine::PolicyKind;
 
 /// Throughput must hold this fraction of the new ideal after a change (issue goal: 0.85).
 pub const RECOVER_FRACTION: f64 = 0.85;

@@ -11,9 +11,9 @@ pub mod trial;
 
 use std::time::Duration;
 
-use crate::engine::PolicyKind;
 use args::Options;
 use metrics::{SeriesPoint, TrialSummary};
+use nccl_net_dqplb::engine::PolicyKind;
 use scenario::{Scenario, ScenarioKnobs};
 use trial::TrialSpec;
 

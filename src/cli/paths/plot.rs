@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::metrics::{SeriesPoint, TrialSummary, RECOVER_FRACTION};
-use crate::engine::PolicyKind;
+use nccl_net_dqplb::engine::PolicyKind;
 
 const FONT: &str = "sans-serif";
 /// Bins averaged for the plotted totals (whole-message acks of round-robin-message and single-qp

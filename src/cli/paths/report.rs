@@ -92,7 +92,8 @@ pub fn summary_csv(rows: &[TrialSummary]) -> String {
 }
 
 pub fn per_path_csv(rows: &[TrialSummary]) -> String {
-    let mut out = String::from("scenario,policy,path,rate_mbit,bytes,carried_mbit,share\n");
+    let mut out =
+        String::from("scenario,policy,path,rate_mbit,bytes,carried_mbit,share,peak_outstanding\n");
     for s in rows {
         let total: u64 = s.path_bytes.iter().sum();
         for (i, b) in s.path_bytes.iter().enumerate() {
@@ -103,14 +104,18 @@ pub fn per_path_csv(rows: &[TrialSummary]) -> String {
             };
             let _ = writeln!(
                 out,
-                "{},{},{},{:.2},{},{:.2},{:.4}",
+                "{},{},{},{:.2},{},{:.2},{:.4},{}",
                 s.scenario,
                 s.policy.name(),
                 i,
                 s.path_rate_mbit.get(i).copied().unwrap_or(0.0),
                 b,
                 s.path_mbit.get(i).copied().unwrap_or(0.0),
-                share
+                share,
+                s.peak_outstanding
+                    .get(i)
+                    .map(|p| p.to_string())
+                    .unwrap_or_default()
             );
         }
     }

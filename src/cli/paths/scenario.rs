@@ -1,7 +1,7 @@
 //! The five shaped-path scenarios of `dqplb paths-bench`: per-path rates, rate changes over time and
 //! the engine settings (QPs, outstanding depth, segment and message size) each one runs with.
 
-use crate::config::{ConnClass, SiteConfig};
+use nccl_net_dqplb::config::{ConnClass, SiteConfig};
 
 /// A scheduled rate change of one path, `at_ms` after the start of the trial.
 #[derive(Debug, Clone, PartialEq)]

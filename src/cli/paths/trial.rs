@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{PolicyKind, QpStats};
-use crate::transport::tcp::{
+use nccl_net_dqplb::engine::{PolicyKind, QpStats};
+use nccl_net_dqplb::transport::tcp::{
     ConnParams, TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm,
 };
-use crate::transport::UserBuf;
+use nccl_net_dqplb::transport::UserBuf;
 
 /// What one trial runs.
 #[derive(Debug, Clone)]

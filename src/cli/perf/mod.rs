@@ -84,7 +84,7 @@ fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
 /// The configuration the plugin will use (site config plus the options' overrides), for the
 /// header and for the raw-TCP stream count.
 fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
-    use crate::config;
+    use nccl_net_dqplb::config;
     let mut vars = config::load::process_env_vars();
     vars.retain(|(k, _)| !child_env(a).iter().any(|(c, _)| c == k));
     vars.extend(child_env(a));

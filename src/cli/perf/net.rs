@@ -1,10 +1,10 @@
 //! `dqplb perf`'s calls into the plugin, made through the in-crate exported vtable
 //! (`ffi::vtable::ncclNetPlugin_v8`) exactly as NCCL would, plus the logger handed to init().
 
-use crate::ffi::sys::{
+use nccl_net_dqplb::ffi::sys::{
     ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNet_v8_t, ncclResult_t, NCCL_PTR_HOST,
 };
-use crate::ffi::vtable::ncclNetPlugin_v8;
+use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v8;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::Mutex;

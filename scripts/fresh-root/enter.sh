@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# enter.sh ROOT TOOLCHAIN_SRC TOOLCHAIN_DST -- VAR=VALUE... -- COMMAND...
+# Run by scripts/fresh-root.sh inside `unshare --mount --propagation private --pid --fork`: the
+# mounts made here (/proc, /dev, /sys, the read-only toolchain) belong to this private mount
+# namespace and disappear with it; the PID namespace ends every process the root leaves behind.
+# Chroots into ROOT and runs COMMAND with exactly the VAR=VALUE environment.
+set -euo pipefail
+root=$1 tc_src=$2 tc_dst=$3
+shift 3
+[ "$1" = -- ] && shift
+envs=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+shift
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount --make-rslave "$root/dev"
+mount --rbind /sys "$root/sys"
+mount --make-rslave "$root/sys"
+mount --bind "$tc_src" "$root$tc_dst"
+mount -o remount,bind,ro "$root$tc_dst"
+exec chroot "$root" /usr/bin/env -i "${envs[@]}" "$@"
