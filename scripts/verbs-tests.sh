@@ -67,6 +67,10 @@ for entry in "${bins[@]}"; do
       must cp "$(dirname "$exe")/libnccl_net_dqplb.so" "$share/harness/"
       [ -s "$share/harness/dqplb-harness/harness-logger.so" ] \
         || must cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c
+      if [ "$name" = nccl_emulator ]; then
+        mkdir -p "$share/harness/dqplb-emulator"
+        must cc -shared -fPIC -O1 -o "$share/harness/dqplb-emulator/emu-logger.so" tests/emulator/logger.c
+      fi
       exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
       ;;
     verbs_probe) must cp "$exe" "$share/probe/verbs_probe" ;; # only ignored tests: run as the probe step
