@@ -247,7 +247,7 @@ run_root() { # suite
   cp "$HELPERS/inside.sh" "$root/root/fresh-root-inside.sh"
   timing "$suite" "unpack + copy repo and host settings" $((SECONDS - t0)) ok
 
-  say "$suite: root $root; running scripts/fresh-root/inside.sh $suite"
+  say "$suite: root $root; running the phases of scripts/fresh-root/inside.sh $suite"
   env_in=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM=dumb LANG=C.UTF-8
     PATH="$tc_path:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never
