@@ -79,23 +79,8 @@ echo "build: $(cargo-zigbuild --version), zig $(python3 -m ziglang version) read
 
 t=$SECONDS
 target=x86_64-unknown-linux-gnu
-# Transition: rdma-sys (the verbs feature until verbs are dlopen'ed) runs its own bindgen with
-# -I/usr/include ahead of the glibc 2.28 headers that cargo-zigbuild hands bindgen, and fails.
-# Until it leaves Cargo.lock the portable build is only possible without the verbs transport,
-# which must be asked for: DQPLB_PORTABLE_NO_VERBS=1 (the artifact then has TCP only).
-features=()
-if grep -q '^name = "rdma-sys"' Cargo.lock; then
-  if [ "${DQPLB_PORTABLE_NO_VERBS:-0}" = 1 ]; then
-    echo "build: WARNING: rdma-sys is still in Cargo.lock; building dist/ WITHOUT the verbs transport (DQPLB_PORTABLE_NO_VERBS=1)"
-    features=(--no-default-features)
-  else
-    echo "build: --portable cannot build rdma-sys (its bindgen does not work under cargo-zigbuild);" >&2
-    echo "build: it works once rdma-sys leaves Cargo.lock. DQPLB_PORTABLE_NO_VERBS=1 builds a TCP-only dist/." >&2
-    exit 1
-  fi
-fi
 # Its own target dir: zig-linked build scripts and the host build's must not share artifacts.
-cargo zigbuild --release --locked --quiet "${features[@]}" --target "$target.$GLIBC_MAX" --target-dir target/portable
+cargo zigbuild --release --locked --quiet --target "$target.$GLIBC_MAX" --target-dir target/portable
 echo "build: cargo zigbuild --release --target $target.$GLIBC_MAX in $((SECONDS - t)) s"
 mkdir -p dist
 cp -f "target/portable/$target/release/libnccl_net_dqplb.so" dist/libnccl-net-dqplb.so

@@ -15,10 +15,7 @@
 #
 # The Soft-RoCE VM suite installs its own packages (scripts/softroce/setup.sh). The Rust toolchain
 # itself comes from rustup (https://rustup.rs); this script only checks that it is there.
-#
-# Transition: while Cargo.lock still holds rdma-sys (the verbs feature over rdma-sys), its build
-# script also needs librdmacm-dev, libibverbs-dev and pkg-config, and the libclang version that
-# .cargo/config.toml pins through LIBCLANG_PATH (/usr/lib/llvm-N/lib -> libclang-N-dev).
+# The verbs transport dlopens libibverbs at run time: nothing of rdma-core is needed to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +25,7 @@ case "${1:-}" in
   --test | "") mode=test ;;
   --portable) mode=portable ;;
   -h | --help)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -39,17 +36,8 @@ esac
 
 pkgs=(gcc libc6-dev ca-certificates)
 
-# libclang for bindgen: the version a checked-in LIBCLANG_PATH pin names, else the distribution's.
-clang_pkg=libclang-dev
-if [ -z "${LIBCLANG_PATH:-}" ] && [ -f .cargo/config.toml ]; then
-  pin=$(sed -n 's|.*LIBCLANG_PATH.*/usr/lib/llvm-\([0-9][0-9]*\)/lib.*|\1|p' .cargo/config.toml | head -n1)
-  [ -n "$pin" ] && clang_pkg="libclang-$pin-dev"
-fi
-pkgs+=("$clang_pkg")
-
-if grep -q '^name = "rdma-sys"' Cargo.lock 2>/dev/null; then
-  pkgs+=(librdmacm-dev libibverbs-dev pkg-config)
-fi
+# libclang for bindgen (any version: the distribution's default)
+pkgs+=(libclang-dev)
 
 if [ "$mode" = test ]; then
   pkgs+=(libibverbs-dev python3 iproute2 util-linux binutils)
