@@ -206,8 +206,20 @@ unsafe fn newer_versions() {
         v11.listen.unwrap()(ctx, 0, handle.as_mut_ptr().cast(), &mut listen),
         ncclResult_t::ncclSuccess
     );
+    // A connect through the context that has not finished yet is dropped by finalize, with its
+    // sockets (on loopback the kernel may complete every stream at once: then it is a comm).
+    let pending = nccl_net_dqplb::plugin::pending_connects();
+    let mut comm: *mut c_void = NonNull::dangling().as_ptr();
+    let r = v11.connect.unwrap()(ctx, 0, handle.as_mut_ptr().cast(), &mut comm, null_mut());
+    assert_eq!(r, ncclResult_t::ncclSuccess);
+    if comm.is_null() {
+        assert_eq!(nccl_net_dqplb::plugin::pending_connects(), pending + 1);
+    } else {
+        assert_eq!(v11.closeSend.unwrap()(comm), ncclResult_t::ncclSuccess);
+    }
     assert_eq!(v11.closeListen.unwrap()(listen), ncclResult_t::ncclSuccess);
     assert_eq!(v11.finalize.unwrap()(ctx), ncclResult_t::ncclSuccess);
+    assert_eq!(nccl_net_dqplb::plugin::pending_connects(), pending);
     assert_eq!(nccl_net_dqplb::plugin::state::live_contexts(), before);
     assert_eq!(
         v11.finalize.unwrap()(null_mut()),

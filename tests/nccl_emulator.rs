@@ -1,7 +1,7 @@
 //! NCCL emulator: drives the RELEASE libnccl_net_dqplb.so the way NCCL 2.20-2.30 does (loader:
 //! newest ncclNetPlugin_vN first, v9-v12 natively as 2.24/2.26/2.28/2.30 call them and v8 through
-//! the shim (tests/emulator/versions.rs, nccl.rs), GDR probe, net transport setup, proxy progress loops, destroy/abort, dlclose), written from
-//! NCCL's source (src/transport/net.cc, src/plugin/net*.cc, src/net.cc, src/proxy.cc); every
+//! the shim (tests/emulator/versions.rs, nccl.rs), GDR probe, net transport setup, proxy progress
+//! loops, destroy/abort, dlclose), written from NCCL's source (src/transport/net.cc, src/plugin/net*.cc, src/net.cc, src/proxy.cc); every
 //! emulated behaviour in tests/emulator/ names the NCCL file, function and versions it follows.
 //!
 //! Ranks are child processes of this binary (`emulator_child_role`); handles go through files.

@@ -132,6 +132,11 @@ pub fn rail_plane(dev: i32) -> NetResult<(i16, i16)> {
     Ok(g.rail_plane.get(dev as usize).copied().unwrap_or((-1, -1)))
 }
 
+/// Connects started and not finished yet (all contexts).
+pub fn pending_connects() -> usize {
+    connects().as_ref().map_or(0, |m| m.len())
+}
+
 /// Drops the connects a finalized communicator context left unfinished (their sockets close).
 pub fn drop_connects_of(owner: u64) -> usize {
     let mut map = connects();
