@@ -1,6 +1,7 @@
-//! NCCL emulator: drives the RELEASE libnccl_net_dqplb.so the way NCCL 2.20-2.30 does (loader, v8
-//! shim, GDR probe, net transport setup, proxy progress loops, destroy/abort, dlclose), written from
-//! NCCL's source (src/transport/net.cc, src/plugin/net*.cc, src/net.cc, src/proxy.cc); every
+//! NCCL emulator: drives the RELEASE libnccl_net_dqplb.so the way NCCL 2.20-2.30 does (loader:
+//! newest ncclNetPlugin_vN first, v9-v12 natively as 2.24/2.26/2.28/2.30 call them and v8 through
+//! the shim (tests/emulator/versions.rs, nccl.rs), GDR probe, net transport setup, proxy progress
+//! loops, destroy/abort, dlclose), written from NCCL's source (src/transport/net.cc, src/plugin/net*.cc, src/net.cc, src/proxy.cc); every
 //! emulated behaviour in tests/emulator/ names the NCCL file, function and versions it follows.
 //!
 //! Ranks are child processes of this binary (`emulator_child_role`); handles go through files.
@@ -204,13 +205,124 @@ fn policy_single_qp_all_protocols() {
     policy("single-qp");
 }
 
-/// The other NCCL generations: 2.20 (direct v8, no dlclose), 2.24 (shim, dlclose), 2.30 (receive
-/// sizes no longer capped by nbytes: p2p posts a full 128 KiB chunk even for 0-byte messages).
+/// The other NCCL generations loading the plugin as a v8-only plugin would be loaded
+/// (`DQPLB_EMU_PLUGIN_VERSION=8`: dlsym finds only ncclNetPlugin_v8): 2.20 (direct v8, no
+/// dlclose), 2.24 (shim, dlclose), 2.30 (receive sizes no longer capped by nbytes: p2p posts a
+/// full 128 KiB chunk even for 0-byte messages).
 #[test]
 fn nccl_versions_2_20_2_24_2_30() {
     for v in ["2.20", "2.24", "2.30"] {
-        ring("dqplb", 2, 4, 2 * MIB, "ALL", v);
-        a2a("dqplb", 2, 2, MIB, v);
+        versioned("ring", v, "8", &[]);
+        versioned("a2a", v, "8", &[]);
+    }
+}
+
+/// `work` (ring with every protocol, or all-to-all) under NCCL `nccl`, the plugin capped at
+/// version `cap`; returns each rank's VERSIONS line.
+fn versioned(work: &str, nccl: &str, cap: &str, extra: &[(&'static str, &str)]) -> Vec<String> {
+    let name = format!("{work}-nccl{nccl}-v{cap}");
+    let mut pairs = vec![
+        ("NCCL_DQPLB_POLICY", "dqplb"),
+        ("DQPLB_EMU_WORK", work),
+        ("DQPLB_EMU_CHANNELS", if work == "ring" { "4" } else { "2" }),
+        (
+            "DQPLB_EMU_BYTES",
+            if work == "ring" { "2097152" } else { "1048576" },
+        ),
+        ("DQPLB_EMU_NCCL", nccl),
+        ("DQPLB_EMU_COMMS", "2"),
+        ("DQPLB_EMU_PLUGIN_VERSION", cap),
+    ];
+    if work == "ring" {
+        pairs.push(("DQPLB_EMU_PROTO", "ALL"));
+    }
+    pairs.extend_from_slice(extra);
+    let e = env(&pairs);
+    let out = spawn::run(&name, 2, &e, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let mut lines = Vec::new();
+    for (rank, l) in out.lines.iter().enumerate() {
+        let ok = l.iter().find(|x| x.starts_with("OK ")).unwrap();
+        assert!(
+            field(ok, "verified").unwrap() > 0,
+            "{name} rank {rank}: {ok}"
+        );
+        if nccl != "2.20" {
+            // Every communicator dlopens, inits (v8/v9/v10: once per load; v11+: per
+            // communicator, which here is also once per load) and dlcloses the plugin.
+            for k in ["dlopens", "dlcloses", "inits"] {
+                assert_eq!(field(ok, k), Some(2), "{name} rank {rank} {k}: {ok}");
+            }
+        }
+        let v = l
+            .iter()
+            .find(|x| x.starts_with("VERSIONS "))
+            .unwrap()
+            .clone();
+        eprintln!("{name} rank {rank}: {v}");
+        lines.push(v);
+    }
+    lines
+}
+
+/// A signed `key=` value of a VERSIONS line.
+fn ifield(line: &str, key: &str) -> i64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+/// Each version loaded natively by the NCCL that first looks for it: v9 by 2.24, v10 by 2.26,
+/// v11 by 2.28, v12 by 2.30 (v8 by 2.20-2.23 and through the shim: nccl_versions_2_20_2_24_2_30),
+/// ring with every protocol and all-to-all, two communicators each with dlclose/dlopen between.
+/// Checked per version: the 0x1 optional-completion hint on every irecv (v9+) is overwritten;
+/// the communicator's trafficClass (DQPLB_EMU_TC=72, v10+) is on the plugin's TCP sockets
+/// (getsockopt IP_TOS on this process's sockets: v10 marks connecting streams only, since v10's
+/// listen has no config; v11+ both sides); v11+ init/finalize per communicator with setNetAttr,
+/// and no descriptor or thread left after the last finalize + dlclose; v12 railId/planeId from
+/// NCCL_IB_HCA (`=lo::11`: fabricId 11, 8 rails -> rail 3, no plane) and -1 without it.
+#[test]
+fn native_versions_v9_v10_v11_v12() {
+    let tc = [("DQPLB_EMU_TC", "72")];
+    for (nccl, v) in [("2.24", 9), ("2.26", 10), ("2.28", 11), ("2.30", 12)] {
+        for work in ["ring", "a2a"] {
+            let hca = [("DQPLB_EMU_TC", "72"), ("NCCL_IB_HCA", "=lo::11")];
+            let extra: &[(&'static str, &str)] = if v == 12 && work == "a2a" { &hca } else { &tc };
+            for line in versioned(work, nccl, "12", extra) {
+                assert_eq!(ifield(&line, "plugin_version"), v, "{line}");
+                assert!(ifield(&line, "hints") > 0, "{line}");
+                assert_eq!(ifield(&line, "hints_left"), 0, "{line}");
+                let (socks, marked) = (ifield(&line, "tcp_socks"), ifield(&line, "tos_marked"));
+                match v {
+                    9 => assert_eq!(marked, 0, "{line}"),
+                    // The connecting side's streams only: about half of the sockets.
+                    10 => assert!(marked > 0 && marked < socks, "{line}"),
+                    _ => assert!(marked > 0 && marked == socks, "{line}"),
+                }
+                let finalizes = ifield(&line, "finalize");
+                assert_eq!(finalizes, if v >= 11 { 2 } else { 0 }, "{line}");
+                assert_eq!(ifield(&line, "set_net_attr"), i64::from(v >= 11), "{line}");
+                assert_eq!(ifield(&line, "make_vdevice"), 0, "{line}");
+                if v >= 11 {
+                    assert_eq!(
+                        ifield(&line, "fds_after"),
+                        ifield(&line, "fds_before"),
+                        "{line}"
+                    );
+                    assert_eq!(
+                        ifield(&line, "threads_after"),
+                        ifield(&line, "threads_before"),
+                        "{line}"
+                    );
+                }
+                let (rail, plane) = (ifield(&line, "rail_id"), ifield(&line, "plane_id"));
+                match (v, work) {
+                    (12, "a2a") => assert_eq!((rail, plane), (3, -1), "{line}"),
+                    (12, _) => assert_eq!((rail, plane), (-1, -1), "{line}"),
+                    _ => assert_eq!((rail, plane), (-2, -2), "{line}"),
+                }
+            }
+        }
     }
 }
 

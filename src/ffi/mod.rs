@@ -1,5 +1,6 @@
-//! The C boundary: bindgen types for the NCCL v8 ABI and the exported `ncclNetPlugin_v8` vtable.
-//! Every entry point catches panics and maps errors to ncclResult_t; nothing else lives here.
+//! The C boundary: bindgen types for the NCCL net ABI v8-v12 and the exported vtables
+//! `ncclNetPlugin_v8` .. `ncclNetPlugin_v12`, each a thin adapter (v8.rs .. v12.rs) over the one
+//! internal API in common.rs. Every entry point catches panics and maps errors to ncclResult_t.
 
 #[allow(
     non_camel_case_types,
@@ -9,8 +10,14 @@
     clippy::all
 )]
 pub mod sys {
-    include!(concat!(env!("OUT_DIR"), "/nccl_net_v8.rs"));
+    include!(concat!(env!("OUT_DIR"), "/nccl_net.rs"));
 }
 
+pub mod common;
 pub mod guard;
+pub mod v10;
+pub mod v11;
+pub mod v12;
+pub mod v8;
+pub mod v9;
 pub mod vtable;

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 pub use comm::{ListenComm, MemHandle, RecvComm, SendComm};
 pub use devices::Properties;
+pub use state::{CommAttr, CommContext, NetAttr};
 
 use crate::config::{self, ConnClass, SiteConfig};
 use crate::engine::PolicyKind;
@@ -27,8 +28,37 @@ pub const NAME: &str = "DQPLB";
 /// Handle bytes 112..120 carry the id of an in-progress connect across NCCL's repeated calls.
 const STAGE_RANGE: std::ops::Range<usize> = 112..120;
 
-/// In-progress connects by random id, with the listen handle each one was started for.
-type Connects = HashMap<u64, (ListenHandle, Connector)>;
+/// Largest message one isend or one irecv buffer carries: test() reports sizes as C int, so
+/// NCCL v9+ is told maxP2pBytes = maxCollBytes = this, and larger sizes are rejected.
+pub const MAX_TRANSFER_BYTES: usize = i32::MAX as usize;
+
+/// Per-connection options NCCL v10+ passes (connect's config, or the communicator's config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnOptions {
+    /// IP TOS / IPV6 traffic class on TCP streams, GRH traffic class on verbs data QPs
+    /// (overrides NCCL_IB_TC); None keeps the defaults.
+    pub traffic_class: Option<u8>,
+    /// Serial of the communicator context the connect belongs to (dropped with it).
+    pub owner: Option<u64>,
+}
+
+/// NCCL's trafficClass int: -1 (NCCL_NET_TRAFFIC_CLASS_UNDEF) or any other value outside 0..=255
+/// means "undefined" (the latter with a WARN).
+pub fn traffic_class_from_nccl(tc: i32) -> Option<u8> {
+    match u8::try_from(tc) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            if tc != -1 {
+                tracing::warn!(target: "dqplb::net", "trafficClass {tc} is outside 0..=255: ignored");
+            }
+            None
+        }
+    }
+}
+
+/// In-progress connects by random id: the listen handle each was started for, the connector
+/// and the communicator context that started it.
+type Connects = HashMap<u64, (ListenHandle, Connector, Option<u64>)>;
 static CONNECTS: Mutex<Option<Connects>> = Mutex::new(None);
 
 /// Loads the site config, installs logging and discovers devices.
@@ -56,8 +86,64 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
         .collect();
     tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), devices: {}",
         env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
-    state::set(loaded, devices);
+    let rail_plane = rail_planes(&loaded.config, &devices);
+    state::set(loaded, devices, rail_plane);
     Ok(())
+}
+
+/// NCCL v12 railId/planeId per device from NCCL_IB_HCA (`dev[:port[:rail[:plane]]]`, or the
+/// fabricId third field, rail = id % max-rails): -1 when the device has no such entry. TCP
+/// devices match by interface name with port 0 (so `=lo::3:1` gives lo rail 3, plane 1).
+fn rail_planes(cfg: &SiteConfig, devices: &[devices::Device]) -> Vec<(i16, i16)> {
+    let list = std::env::var("NCCL_IB_HCA")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| {
+            config::HcaList::parse_lenient(
+                v.trim(),
+                cfg.fabric.hca_third_field,
+                cfg.fabric.max_rails,
+            )
+            .ok()
+        })
+        .map(|(l, _)| l);
+    let id = |v: u32| i16::try_from(v).unwrap_or(-1);
+    devices
+        .iter()
+        .map(|d| {
+            let name = d.props.name.to_string_lossy();
+            let port = u32::try_from(d.props.port).unwrap_or(0);
+            match list
+                .as_ref()
+                .and_then(|l| l.select(&name, port))
+                .and_then(|s| s.fabric)
+            {
+                Some(f) => (id(f.rail), f.plane.map_or(-1, id)),
+                None => (-1, -1),
+            }
+        })
+        .collect()
+}
+
+/// v12 railId/planeId of `dev` (-1 when unknown).
+pub fn rail_plane(dev: i32) -> NetResult<(i16, i16)> {
+    let g = state::get()?;
+    g.device(dev)?;
+    Ok(g.rail_plane.get(dev as usize).copied().unwrap_or((-1, -1)))
+}
+
+/// Connects started and not finished yet (all contexts).
+pub fn pending_connects() -> usize {
+    connects().as_ref().map_or(0, |m| m.len())
+}
+
+/// Drops the connects a finalized communicator context left unfinished (their sockets close).
+pub fn drop_connects_of(owner: u64) -> usize {
+    let mut map = connects();
+    let Some(map) = map.as_mut() else { return 0 };
+    let before = map.len();
+    map.retain(|_, (_, _, o)| *o != Some(owner));
+    before - map.len()
 }
 
 /// Parses NCCL_IB_HCA as NCCL does and logs one WARN per entry NCCL would ignore or reinterpret
@@ -154,23 +240,34 @@ pub fn conn_params(
 
 /// Starts listening on `dev`; writes the 128-byte handle NCCL sends to the peer. Never blocks.
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<ListenComm> {
+    listen_with(dev, handle, ConnOptions::default())
+}
+
+/// `listen` with per-communicator options: accepted streams get `opts.traffic_class`.
+pub fn listen_with(
+    dev: i32,
+    handle: &mut [u8; HANDLE_BYTES],
+    opts: ConnOptions,
+) -> NetResult<ListenComm> {
     let g = state::get()?;
     let d = g.device(dev)?;
     handle.fill(0);
     let inner = match &d.kind {
         devices::DeviceKind::Tcp { ip } => {
-            let tcp = TcpListenComm::bind(*ip, d.fabric_id, tcp_options(&g.config))?;
+            let mut tcp = TcpListenComm::bind(*ip, d.fabric_id, tcp_options(&g.config))?;
+            tcp.set_traffic_class(opts.traffic_class);
             tcp.handle().encode(handle);
             tracing::info!(target: "dqplb::net", "dev {dev} listening on {}", tcp.handle().addr);
             comm::ListenInner::Tcp(tcp)
         }
         #[cfg(feature = "verbs")]
         devices::DeviceKind::Verbs { ip, domain } => {
-            let v = crate::transport::verbs::VerbsListenComm::bind(
+            let mut v = crate::transport::verbs::VerbsListenComm::bind(
                 *ip,
                 d.fabric_id,
                 std::sync::Arc::clone(domain),
             )?;
+            v.set_traffic_class(opts.traffic_class);
             v.handle().encode(handle);
             tracing::info!(target: "dqplb::net", "dev {dev} ({}) listening, bootstrap on {}", domain.name(), v.handle().addr);
             comm::ListenInner::Verbs(v)
@@ -199,6 +296,16 @@ fn connects() -> std::sync::MutexGuard<'static, Option<Connects>> {
 /// One step of a non-blocking connect: Ok(None) until every stream is up (NCCL calls again with
 /// the same handle buffer, whose bytes 112..120 remember the attempt).
 pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<SendComm>> {
+    connect_with(dev, handle, ConnOptions::default())
+}
+
+/// `connect` with per-connection options (NCCL v10+ trafficClass, v11+ owning context); the
+/// options of the first call of an attempt apply.
+pub fn connect_with(
+    dev: i32,
+    handle: &mut [u8; HANDLE_BYTES],
+    opts: ConnOptions,
+) -> NetResult<Option<SendComm>> {
     let g = state::get()?;
     let d = g.device(dev)?;
     let mut id_bytes = [0u8; 8];
@@ -211,7 +318,7 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
     // handle bytes never picks up another connection's connector.
     if !map
         .get(&id)
-        .is_some_and(|(started_for, _)| *started_for == h)
+        .is_some_and(|(started_for, _, _)| *started_for == h)
     {
         let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
         let c = match &d.kind {
@@ -221,18 +328,24 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
                 } else {
                     None
                 };
-                Connector::Tcp(TcpConnector::start(
+                Connector::Tcp(TcpConnector::start_with_traffic_class(
                     &h,
                     params,
                     local_ip,
                     &tcp_options(&g.config),
+                    opts.traffic_class,
                 )?)
             }
             #[cfg(feature = "verbs")]
             devices::DeviceKind::Verbs { domain, .. } => Connector::Verbs(
-                Box::new(crate::transport::verbs::VerbsConnector::start(
-                    &h, params, domain,
-                )?),
+                Box::new(
+                    crate::transport::verbs::VerbsConnector::start_with_traffic_class(
+                        &h,
+                        params,
+                        domain,
+                        opts.traffic_class,
+                    )?,
+                ),
                 std::sync::Arc::clone(domain),
             ),
         };
@@ -245,10 +358,13 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
                 break candidate;
             }
         };
-        map.insert(id, (h, c));
+        if let Some(tc) = opts.traffic_class {
+            tracing::info!(target: "dqplb::net", "dev {dev} connection to {}: traffic class {tc}", h.addr);
+        }
+        map.insert(id, (h, c, opts.owner));
         handle[STAGE_RANGE].copy_from_slice(&id.to_le_bytes());
     }
-    let Some((_, c)) = map.get_mut(&id) else {
+    let Some((_, c, _)) = map.get_mut(&id) else {
         return Err(NetError::internal("connect state vanished"));
     };
     let log_stats = g.config.stats.log_on_close;

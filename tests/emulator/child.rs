@@ -64,6 +64,7 @@ pub fn run() -> Result<(), String> {
     let role = Role::from_env()?;
     let mut nccl = Nccl::new()?;
     let start = Instant::now();
+    let (fds0, threads0) = super::versions::fds_and_threads();
     if role.work == "probe" {
         // The GDR probe's call sequence on its own, with host memory: one thread connects to
         // itself (ncclGpuGdrSupport), twice, with dlclose/dlopen in between under 2.24+ rules.
@@ -97,6 +98,19 @@ pub fn run() -> Result<(), String> {
         total.irecv_null += c.irecv_null;
     }
     let warns = nccl.log.count(2);
+    let (fds1, threads1) = super::versions::fds_and_threads();
+    let (rail, plane) = super::versions::rail_plane().unwrap_or((-2, -2));
+    say(&format!(
+        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={}",
+        super::versions::version(),
+        super::versions::HINTS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::HINTS_LEFT.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::TOS_SOCKS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::TOS_MARKED.load(std::sync::atomic::Ordering::Relaxed),
+        nccl.finalizes,
+        super::versions::has_after_close("setNetAttr"),
+        super::versions::has_after_close("makeVDevice"),
+    ));
     say(&format!(
         "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
         role.rank, nccl.max_recvs, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
@@ -164,6 +178,7 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
         &rv,
     )?;
     setup.proxy_connect(r, &rv, STEP_LIMIT)?;
+    super::versions::record_tos();
     let cap = nccl::version() < 230;
     let counters;
     {

@@ -11,3 +11,4 @@ pub mod recv;
 pub mod rendezvous;
 pub mod setup;
 pub mod spawn;
+pub mod versions;

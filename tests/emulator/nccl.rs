@@ -26,11 +26,12 @@ pub enum Loader {
     Shim,
 }
 
-/// The NCCL version emulated: `DQPLB_EMU_NCCL` = 2.20, 2.24, 2.28 (default) or 2.30.
+/// The NCCL version emulated: `DQPLB_EMU_NCCL` = 2.20, 2.24, 2.26, 2.28 (default) or 2.30.
 pub fn version() -> u32 {
     match std::env::var("DQPLB_EMU_NCCL").as_deref() {
         Ok("2.20") => 220,
         Ok("2.24") => 224,
+        Ok("2.26") => 226,
         Ok("2.30") => 230,
         _ => 228,
     }
@@ -75,6 +76,8 @@ pub struct Nccl {
     pub max_recvs: c_int,
     pub inits: usize,
     pub dlcloses: usize,
+    /// v11+ finalize(ctx) calls.
+    pub finalizes: usize,
 }
 
 /// What a communicator learned at init.
@@ -100,6 +103,7 @@ impl Nccl {
             dlopens: 0,
             inits: 0,
             dlcloses: 0,
+            finalizes: 0,
         })
     }
 
@@ -107,9 +111,22 @@ impl Nccl {
     pub fn comm_init(&mut self) -> Result<CommNet, String> {
         if self.lib.is_none() {
             let lib = Lib::open(&dl::plugin_path())?;
-            // 2.20-2.30 look for the newest symbol they know first and fall back to v8; the
-            // plugin exports only v8, which is what is loaded here.
-            let net = dl::vtable(&lib)?;
+            // 2.20-2.30 look for the newest symbol they know first and fall back to v8
+            // (src/plugin/net.cc getNcclNet[]: v12 first in 2.30, v11 in 2.28, v10 in 2.26, v9 in
+            // 2.24; 2.20-2.23 know v8 only).
+            let want = super::versions::first_version(version());
+            let (found, table) = super::versions::find(&lib, want)?;
+            if found != want {
+                return Err(format!(
+                    "NCCL {} looks for ncclNetPlugin_v{want} first; the plugin lacks it (found v{found})",
+                    version()
+                ));
+            }
+            let net = super::versions::adopt(found, table);
+            if found == 8 {
+                // The v8 table is the plugin's own: the same one dl::vtable finds.
+                debug_assert!(std::ptr::eq(net, dl::vtable(&lib)?));
+            }
             self.dlopens += 1;
             // The name is read before init: NCCL prints it at load time and compares NCCL_NET
             // against it case-insensitively (src/net.cc 2.20-2.27 ncclNetPluginLoad/netGetState;
@@ -131,14 +148,24 @@ impl Nccl {
             self.net = Some(net);
         }
         let net = self.net.expect("loaded");
-        let init = net.init.ok_or("init is NULL")?;
+        let native = super::versions::version();
         let must_init = match self.loader {
             Loader::Direct => !self.direct_inited,
-            Loader::Shim => self.shim_refs == 0,
+            // v11+: ncclNetPluginInit calls init for every communicator ("Init must be called for
+            // each new comm to set the right context", src/plugin/net.cc 2.28-2.30); v8 through
+            // the shim and native v9/v10 once per load.
+            Loader::Shim => native >= 11 || self.shim_refs == 0,
         };
         if must_init {
-            // SAFETY: logger is a real variadic C function.
-            ok("init", unsafe { init(Some(self.log.logger)) })?;
+            if native == 8 {
+                let init = net.init.ok_or("init is NULL")?;
+                // SAFETY: logger is a real variadic C function.
+                ok("init", unsafe { init(Some(self.log.logger)) })?;
+            } else {
+                // commHash: any per-communicator 64-bit id.
+                let hash = 0xc0ffee00_u64 + self.dlopens as u64 * 16 + self.plugin_refs as u64;
+                super::versions::init(self.log.logger, hash)?;
+            }
             self.inits += 1;
             self.direct_inited = true;
         }
@@ -195,6 +222,11 @@ impl Nccl {
     /// ncclCommDestroy/ncclCommAbort's network part: ncclNetFinalize.
     pub fn comm_finalize(&mut self) -> Result<(), String> {
         self.plugin_refs -= 1;
+        // v11+: ncclNetFinalize calls finalize(comm->netContext) for every communicator, before
+        // the plugin may be unloaded (src/plugin/net.cc 2.28-2.30).
+        if self.net.is_some() && super::versions::finalize()? {
+            self.finalizes += 1;
+        }
         if self.loader == Loader::Shim {
             // net_v8.cc ncclNet_finalize: refCount-- only; v8 has no finalize to call.
             self.shim_refs -= 1;

@@ -92,6 +92,18 @@ impl TcpConnector {
         local_ip: Option<IpAddr>,
         opts: &TcpOptions,
     ) -> NetResult<TcpConnector> {
+        Self::start_with_traffic_class(handle, params, local_ip, opts, None)
+    }
+
+    /// As `start`, with every stream's IP_TOS / IPV6_TCLASS set to `traffic_class` (NCCL v10+
+    /// connection config; None leaves the kernel default).
+    pub fn start_with_traffic_class(
+        handle: &ListenHandle,
+        params: ConnParams,
+        local_ip: Option<IpAddr>,
+        opts: &TcpOptions,
+        traffic_class: Option<u8>,
+    ) -> NetResult<TcpConnector> {
         let id = super::handle::random_secret()?;
         let mut conn_id = [0u8; 8];
         conn_id.copy_from_slice(&id[..8]);
@@ -113,7 +125,11 @@ impl TcpConnector {
                 }
                 None => None,
             };
-            streams.push(Stage::Connecting(start_stream(handle.addr, local, opts)?));
+            let sock = start_stream(handle.addr, local, opts)?;
+            if let Some(tc) = traffic_class {
+                super::set_traffic_class(sock.as_raw_fd(), handle.addr.is_ipv6(), tc)?;
+            }
+            streams.push(Stage::Connecting(sock));
         }
         Ok(TcpConnector {
             peer: handle.addr,
@@ -122,6 +138,21 @@ impl TcpConnector {
             secret: handle.secret,
             streams,
         })
+    }
+
+    /// The traffic class of each stream still held here (tests).
+    #[cfg(test)]
+    pub(crate) fn traffic_classes(&self) -> NetResult<Vec<u8>> {
+        let v6 = self.peer.is_ipv6();
+        self.streams
+            .iter()
+            .filter_map(|st| match st {
+                Stage::Connecting(s) => Some(s.as_raw_fd()),
+                Stage::Hello(s, ..) | Stage::Ready(s) => Some(s.as_raw_fd()),
+                Stage::Taken => None,
+            })
+            .map(|fd| super::traffic_class_of(fd, v6))
+            .collect()
     }
 
     /// Advances every stream; the send comm once all are connected and greeted.

@@ -35,6 +35,8 @@ pub struct TcpListenComm {
     listener: TcpListener,
     handle: ListenHandle,
     opts: TcpOptions,
+    /// IP_TOS / IPV6_TCLASS for accepted streams (NCCL v11+ per-communicator trafficClass).
+    traffic_class: Option<u8>,
     pending: Vec<Pending>,
     groups: Vec<Group>,
 }
@@ -59,9 +61,15 @@ impl TcpListenComm {
             listener,
             handle,
             opts,
+            traffic_class: None,
             pending: Vec::new(),
             groups: Vec::new(),
         })
+    }
+
+    /// Sets the traffic class of streams accepted from now on (None: kernel default).
+    pub fn set_traffic_class(&mut self, tc: Option<u8>) {
+        self.traffic_class = tc;
     }
 
     pub fn handle(&self) -> &ListenHandle {
@@ -92,7 +100,11 @@ impl TcpListenComm {
         loop {
             match self.listener.accept() {
                 Ok((sock, peer)) => {
-                    if let Err(e) = self.opts.apply(&sock) {
+                    let tc = self.traffic_class.map(|tc| {
+                        use std::os::fd::AsRawFd;
+                        super::set_traffic_class(sock.as_raw_fd(), peer.is_ipv6(), tc)
+                    });
+                    if let Err(e) = self.opts.apply(&sock).and(tc.unwrap_or(Ok(()))) {
                         tracing::warn!(target: "dqplb::net", "dropping connection from {peer}: {}", e.msg);
                         continue;
                     }

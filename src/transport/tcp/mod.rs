@@ -72,5 +72,120 @@ impl TcpOptions {
         self.apply_socket(&socket2::SockRef::from(s))
     }
 }
+/// Sets the IP traffic class of a stream: IP_TOS on IPv4, IPV6_TCLASS on IPv6 (NCCL's v10+
+/// per-connection trafficClass; overrides nothing else).
+pub fn set_traffic_class(fd: std::os::fd::RawFd, ipv6: bool, tc: u8) -> NetResult<()> {
+    let (level, name, what) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, "IPV6_TCLASS")
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS, "IP_TOS")
+    };
+    let v: libc::c_int = tc.into();
+    // SAFETY: fd is an open socket owned by the caller; the option value is one int.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(NetError::io(&format!("socket option {what}={tc}"), &e));
+    }
+    Ok(())
+}
+
+/// The traffic class a stream carries (IP_TOS or IPV6_TCLASS), for tests and diagnostics.
+pub fn traffic_class_of(fd: std::os::fd::RawFd, ipv6: bool) -> NetResult<u8> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS)
+    };
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: fd is an open socket; v and len are valid for the kernel to write one int.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(NetError::io("getsockopt traffic class", &e));
+    }
+    Ok(v as u8)
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod traffic_class_tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn connector_and_listener_set_traffic_class() {
+        let opts = TcpOptions::default();
+        let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts.clone()).unwrap();
+        l.set_traffic_class(Some(0x48));
+        let p = ConnParams {
+            qps: 2,
+            outstanding: 4,
+            segment_bytes: 65536,
+            max_messages: 32,
+            policy: crate::engine::PolicyKind::Dqplb,
+            fabric_id: 0,
+        };
+        let mut c =
+            TcpConnector::start_with_traffic_class(l.handle(), p, None, &opts, Some(0x48)).unwrap();
+        assert_eq!(c.traffic_classes().unwrap(), vec![0x48; 3]);
+        let (mut s, mut r) = (None, None);
+        for _ in 0..100_000 {
+            if s.is_none() {
+                s = c.progress().unwrap();
+            }
+            if r.is_none() {
+                r = l.accept().unwrap();
+            }
+            if s.is_some() && r.is_some() {
+                break;
+            }
+        }
+        assert!(s.is_some() && r.is_some(), "connection did not complete");
+        // The accepted streams: sockets of this process whose local address is the listener's.
+        let addr = l.handle().addr;
+        let mut accepted = Vec::new();
+        for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            // SAFETY: borrowed only for the getsockname/getpeername calls below; the fd may be any
+            // open descriptor, and a non-socket simply fails them.
+            let s = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            let s = socket2::SockRef::from(&s);
+            let local = s.local_addr().ok().and_then(|a| a.as_socket());
+            if local == Some(addr) && s.peer_addr().is_ok() {
+                accepted.push(traffic_class_of(fd, false).unwrap());
+            }
+        }
+        assert_eq!(accepted, vec![0x48; 3]);
+    }
+
+    #[test]
+    fn traffic_class_round_trips_on_a_socket() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert_eq!(traffic_class_of(s.as_raw_fd(), false).unwrap(), 0);
+        set_traffic_class(s.as_raw_fd(), false, 0x60).unwrap();
+        assert_eq!(traffic_class_of(s.as_raw_fd(), false).unwrap(), 0x60);
+    }
+}

@@ -52,15 +52,25 @@ impl VerbsConnector {
         params: ConnParams,
         domain: &Arc<VerbsDomain>,
     ) -> NetResult<Self> {
+        Self::start_with_traffic_class(handle, params, domain, None)
+    }
+
+    /// As `start`, with the data QPs' GRH traffic class set to `traffic_class` (NCCL v10+
+    /// connection config, overriding NCCL_IB_TC; the FIFO QP keeps NCCL_IB_FIFO_TC).
+    pub fn start_with_traffic_class(
+        handle: &ListenHandle,
+        params: ConnParams,
+        domain: &Arc<VerbsDomain>,
+        traffic_class: Option<u8>,
+    ) -> NetResult<Self> {
         params.validate()?;
         let peer = handle.addr;
-        let qps = QpSet::new(
-            domain.pd(),
-            domain.port(),
-            *domain.tuning(),
-            qp_config(&params),
-        )
-        .map_err(verr)?;
+        let mut tuning = *domain.tuning();
+        if let Some(tc) = traffic_class {
+            tuning.traffic_class = tc;
+        }
+        let qps =
+            QpSet::new(domain.pd(), domain.port(), tuning, qp_config(&params)).map_err(verr)?;
         let fifo_bytes = params.max_messages as usize * FIFO_ENTRY_BYTES;
         let fifo = RegisteredBuffer::new(domain.pd(), fifo_bytes).map_err(verr)?;
         let opts = TcpOptions {

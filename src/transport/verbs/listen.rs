@@ -46,6 +46,8 @@ pub struct VerbsListenComm {
     listener: TcpListener,
     handle: ListenHandle,
     domain: Arc<VerbsDomain>,
+    /// GRH traffic class of accepted connections' data QPs (None: NCCL_IB_TC).
+    traffic_class: Option<u8>,
     pending: Vec<Pending>,
 }
 
@@ -68,8 +70,15 @@ impl VerbsListenComm {
                 secret: random_secret()?,
             },
             domain,
+            traffic_class: None,
             pending: Vec::new(),
         })
+    }
+
+    /// Sets the data QPs' traffic class of connections accepted from now on (NCCL v11+
+    /// per-communicator trafficClass; None: NCCL_IB_TC).
+    pub fn set_traffic_class(&mut self, tc: Option<u8>) {
+        self.traffic_class = tc;
     }
 
     pub fn handle(&self) -> &ListenHandle {
@@ -156,8 +165,12 @@ impl VerbsListenComm {
                         )));
                     }
                     let d = &self.domain;
-                    let qps = QpSet::new(d.pd(), d.port(), *d.tuning(), qp_config(&params))
-                        .map_err(verr)?;
+                    let mut tuning = *d.tuning();
+                    if let Some(tc) = self.traffic_class {
+                        tuning.traffic_class = tc;
+                    }
+                    let qps =
+                        QpSet::new(d.pd(), d.port(), tuning, qp_config(&params)).map_err(verr)?;
                     qps.connect(&remote).map_err(verr)?;
                     for q in 0..qps.n_data() {
                         let qp = qps.data(q).map_err(verr)?;
