@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks a built plugin library the way NCCL and a GPU node see it: it exports the ncclNetPlugin_vN
-# vtables and nothing else, is marked NODELETE (NCCL dlcloses it), and needs only the C runtime
+# Checks a built plugin library the way NCCL and a GPU node see it: it exports the ncclNetPlugin_v8
+# .. _v12 vtables and nothing else, is marked NODELETE (NCCL dlcloses it), and needs only the C runtime
 # (no libibverbs/librdmacm: those are dlopen'ed at init). Usage: check-artifact.sh LIB.so
 set -uo pipefail
 lib=${1:?usage: check-artifact.sh LIB.so}
@@ -12,7 +12,9 @@ exports=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort)
 [ -n "$exports" ] || bad "$lib exports nothing"
 extra=$(echo "$exports" | grep -Ev '^ncclNetPlugin_v[0-9]+$' || true)
 [ -z "$extra" ] || bad "exports beyond the vtables: $(echo "$extra" | tr '\n' ' ')"
-echo "$exports" | grep -qx ncclNetPlugin_v8 || bad "no ncclNetPlugin_v8 export"
+for v in 8 9 10 11 12; do
+  echo "$exports" | grep -qx "ncclNetPlugin_v$v" || bad "no ncclNetPlugin_v$v export"
+done
 
 dyn=$(readelf -d "$lib")
 echo "$dyn" | grep -E 'FLAGS_1' | grep -qw NODELETE || bad "not linked with -z nodelete (FLAGS_1 lacks NODELETE)"

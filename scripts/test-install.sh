@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-install.sh [--portable]: installs into a temporary prefix with scripts/install.sh and checks
-# the installed tree: the files and modes, the plugin's single export and that it dlopens, that no
+# the installed tree: the files and modes, the plugin's exports (the v8..v12 vtables only) and that it dlopens, that no
 # site config was installed, that every example site config parses, and that
 # `PREFIX/bin/dqplb plan --hca '=mlx5_0:1:0'` runs.
 set -uo pipefail
@@ -36,8 +36,8 @@ for f in plugin-conf/*.toml; do
     bash -c '[ "$(stat -c %a "$1")" = 644 ] && cmp "$1" "$2"' _ "$prefix/share/dqplb/$f" "$f"
 done
 check "no site config installed (no etc/)" test ! -e "$prefix/etc"
-check "the plugin exports exactly ncclNetPlugin_v8" \
-  bash -c '[ "$(nm -D --defined-only "$1" | awk "{print \$3}")" = ncclNetPlugin_v8 ]' _ "$prefix/lib/libnccl-net-dqplb.so"
+check "the plugin exports exactly ncclNetPlugin_v8 .. ncclNetPlugin_v12" \
+  bash -c '[ "$(nm -D --defined-only "$1" | awk "{print \$3}" | sort -V | tr "\n" " ")" = "ncclNetPlugin_v8 ncclNetPlugin_v9 ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 " ]' _ "$prefix/lib/libnccl-net-dqplb.so"
 check "the plugin dlopens and has ncclNetPlugin_v8" \
   python3 -c 'import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); l.ncclNetPlugin_v8' "$prefix/lib/libnccl-net-dqplb.so"
 check "dqplb --help runs" "$prefix/bin/dqplb" --help
