@@ -11,6 +11,10 @@ shift 3
 envs=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
 shift
+# The root is a mount point of its own, as / is on a real machine: tools that change the propagation
+# of / inside (unshare --mount, as tests/verbs_hidden.rs uses) need that.
+mount --bind "$root" "$root"
+mount --make-private "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
