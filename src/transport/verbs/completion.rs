@@ -146,8 +146,12 @@ mod tests {
     #[test]
     fn status_texts_come_from_libibverbs() {
         if ib::verbs().is_err() {
-            assert_eq!(status_str(ib::IBV_WC_SUCCESS), "status 0");
-            eprintln!("SKIPPED: libibverbs.so.1 not loadable");
+            // Our own table speaks for an absent libibverbs.
+            assert_eq!(status_str(ib::IBV_WC_SUCCESS), "success");
+            assert_eq!(
+                status_str(ib::IBV_WC_WR_FLUSH_ERR),
+                "Work Request Flushed Error"
+            );
             return;
         }
         assert_eq!(status_str(ib::IBV_WC_SUCCESS), "success");
