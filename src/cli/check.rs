@@ -205,8 +205,12 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
     let hca = opts.hca.clone().or(env_hca);
     if let Some(h) = hca.as_deref().map(str::trim).filter(|h| !h.is_empty()) {
         // Operators get every oddity as an error; the plugin reads the same list leniently.
-        nccl_net_dqplb::config::HcaList::parse(h, config.fabric.hca_third_field, config.fabric.max_rails)
-            .map_err(|e| e.to_string())?;
+        nccl_net_dqplb::config::HcaList::parse(
+            h,
+            config.fabric.hca_third_field,
+            config.fabric.max_rails,
+        )
+        .map_err(|e| e.to_string())?;
     }
     let all = list_devices(&roots).map_err(|e| format!("no RDMA devices: {e}"))?;
     let devices = select_devices(all.clone(), hca.as_deref(), &config.fabric)?;

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::net::TcpStream;
 
-use super::completion::{WorkCompletion, POLL_BATCH};
+use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
 use super::fifo::{wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
@@ -44,6 +44,7 @@ pub struct VerbsRecvComm {
     /// Received size of each buffer, indexed by engine token.
     sizes: Vec<usize>,
     wcs: [WorkCompletion; POLL_BATCH],
+    ops: OpCounters,
     failed: Sticky,
     params: ConnParams,
     peer: String,
@@ -77,6 +78,7 @@ impl VerbsRecvComm {
             slots: Slots::new(n),
             sizes: vec![0; n * MAX_RECVS],
             wcs: [WorkCompletion::default(); POLL_BATCH],
+            ops: OpCounters::default(),
             failed: Sticky::default(),
             params,
             peer,
@@ -89,6 +91,11 @@ impl VerbsRecvComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
+    pub fn op_counters(&self) -> &OpCounters {
+        &self.ops
     }
 
     pub fn qp_set(&self) -> &QpSet {
@@ -291,6 +298,7 @@ impl VerbsRecvComm {
                 .control()
                 .post_write(u64::from(slot), local, remote, Some(idx), true)
                 .map_err(verr)?;
+            self.ops.send_posts += 1;
             self.announced = self.announced.wrapping_add(1);
         }
         Ok(())
@@ -299,6 +307,7 @@ impl VerbsRecvComm {
     fn reap_control(&mut self) -> NetResult<()> {
         loop {
             let n = self.qps.poll_send(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps.check(&wc).map_err(|e| {
@@ -314,6 +323,7 @@ impl VerbsRecvComm {
     fn reap_data(&mut self) -> NetResult<()> {
         loop {
             let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps
@@ -335,10 +345,19 @@ impl VerbsRecvComm {
                     .data(q)
                     .and_then(|qp| qp.post_recv(wc.wr_id))
                     .map_err(verr)?;
+                self.ops.recv_posts += 1;
             }
             if n < POLL_BATCH {
                 return Ok(());
             }
         }
+    }
+}
+
+impl Drop for VerbsRecvComm {
+    fn drop(&mut self) {
+        // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
+        // figures.
+        tracing::info!(target: "dqplb::stats", "verbs recv comm from {} closed: op counts: {}", self.peer, self.ops.summary());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::completion::{WorkCompletion, POLL_BATCH};
+use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
 use super::fifo::{FifoBuf, FifoEntry, FIFO_ENTRY_BYTES};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
@@ -37,6 +37,7 @@ pub struct VerbsSendComm {
     engine: Sender,
     slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
+    ops: OpCounters,
     failed: Sticky,
     epoch: Instant,
     params: ConnParams,
@@ -103,6 +104,7 @@ impl VerbsSendComm {
             engine,
             slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
+            ops: OpCounters::default(),
             failed: Sticky::default(),
             epoch: Instant::now(),
             params,
@@ -121,6 +123,11 @@ impl VerbsSendComm {
 
     pub fn qp_stats(&self) -> &[QpStats] {
         self.engine.qp_stats()
+    }
+
+    /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
+    pub fn op_counters(&self) -> &OpCounters {
+        &self.ops
     }
 
     pub fn qp_set(&self) -> &QpSet {
@@ -271,6 +278,7 @@ impl VerbsSendComm {
     fn read_announces(&mut self) -> NetResult<()> {
         loop {
             let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps
@@ -312,6 +320,7 @@ impl VerbsSendComm {
                         NetError::remote(format!("{}: peer announced {why}", self.peer))
                     })?;
                 self.qps.control().post_recv(CTRL_RECV).map_err(verr)?;
+                self.ops.recv_posts += 1;
             }
             if n < POLL_BATCH {
                 return Ok(());
@@ -324,6 +333,7 @@ impl VerbsSendComm {
         let now = self.now();
         loop {
             let n = self.qps.poll_send(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps
@@ -381,8 +391,17 @@ impl VerbsSendComm {
                 .data(t.qp)
                 .and_then(|qp| qp.post_write(u64::from(t.token), local, dst, Some(t.imm), true))
                 .map_err(verr)?;
+            self.ops.send_posts += 1;
             any = true;
         }
         Ok(any)
+    }
+}
+
+impl Drop for VerbsSendComm {
+    fn drop(&mut self) {
+        // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
+        // figures.
+        tracing::info!(target: "dqplb::stats", "verbs send comm to {} closed: op counts: {}", self.peer, self.ops.summary());
     }
 }
