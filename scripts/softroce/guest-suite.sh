@@ -60,13 +60,13 @@ perf() { # perf NAME ARGS...
   name=$1
   shift
   t=$(now)
-  timeout 300 ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" \
+  timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F ${PERF_FLAGS---report_gbits} "$@" \
     >"logs/$name.server.log" 2>&1 &
   srv=$!
   crc=1
   for _try in 1 2 3 4 5 6 7 8 9 10; do
     sleep 1
-    timeout 300 ib_write_bw -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F --report_gbits "$@" \
+    timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F ${PERF_FLAGS---report_gbits} "$@" \
       127.0.0.1 >"logs/$name.log" 2>&1
     crc=$?
     [ $crc -eq 0 ] && break
@@ -85,6 +85,8 @@ case ${PERFTEST:-quick} in
   full)
     perf perftest_write_bw_q4_1MiB -q 4 -s 1048576 -n 100
     perf perftest_write_bw_q4_64MiB -q 4 -s 67108864 -n 5
+    # 8-byte round trip (ib_write_lat takes no --report_gbits)
+    PERF_BIN=ib_write_lat PERF_FLAGS= perf perftest_write_lat_8B -s 8 -n 1000
     ;;
 esac
 # the plugin over the same rxe0, same QP count, through its vtable (dqplb perf --transport verbs)
@@ -104,6 +106,10 @@ case ${PERFTEST:-quick} in
     dqperf dqplb_perf_verbs_q4_64MiB --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1
     # rxe under TCG pays per work request: the same transfer with 16 MiB segments
     dqperf dqplb_perf_verbs_q4_64MiB_seg16M --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1 --segment 16M
+    # registration is lazy (first isend/irecv of a handle): --warmup 4 uses each of the 4 in-flight
+    # buffers once (registering it) before the timed window; --warmup 1 may not
+    dqperf dqplb_perf_verbs_q4_64MiB_warm4 --min-bytes 64M --max-bytes 64M --iters 5 --warmup 4
+    dqperf dqplb_perf_verbs_latency_8B --latency --iters 1000 --warmup 100
     ;;
 esac
 # rxe's own counters (drops, retries, RNR) explain slow or stalled runs

@@ -201,6 +201,15 @@ impl SendComm {
         }
     }
 
+    /// Operation counts of a verbs comm (None on TCP).
+    #[cfg(feature = "verbs")]
+    pub fn verbs_op_counters(&self) -> Option<crate::transport::verbs::completion::OpCounters> {
+        match &self.inner {
+            SendInner::Tcp(_) => None,
+            SendInner::Verbs(v, _) => Some(*v.op_counters()),
+        }
+    }
+
     /// Local/peer addresses of TCP data streams (empty on RDMA, where QPs carry the data).
     pub fn data_stream_addrs(&self) -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
         match &self.inner {
@@ -263,6 +272,15 @@ impl RecvComm {
                 }
                 v.irecv_group(&group)
             }
+        }
+    }
+
+    /// Operation counts of a verbs comm (None on TCP).
+    #[cfg(feature = "verbs")]
+    pub fn verbs_op_counters(&self) -> Option<crate::transport::verbs::completion::OpCounters> {
+        match &self.inner {
+            RecvInner::Tcp(_) => None,
+            RecvInner::Verbs(v, _) => Some(*v.op_counters()),
         }
     }
 

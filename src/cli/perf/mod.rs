@@ -123,12 +123,40 @@ struct ChildLines {
     second: Vec<String>,
     /// The plugin's "... data QPs ..." connection line, from either child's stderr.
     plugin_line: Option<String>,
+    /// The verbs comms' close-time "verbs send|recv comm ... op counts: k=v ..." lines, as
+    /// (side, counts), from the children's stderr.
+    ops: Vec<(String, String)>,
+}
+
+/// Prints each verbs comm's operation counts divided by `messages` (stderr, so table, csv and
+/// json output stay as they are).
+fn print_ops(lines: &ChildLines, messages: u64) {
+    for (side, ops) in &lines.ops {
+        if let Some(pm) = net::per_message(ops, messages) {
+            eprintln!("dqplb perf: verbs {side} comm ops per message ({messages} messages, warmup included): {pm}");
+        }
+    }
 }
 
 /// Passes a child's stderr through, except the INFO lines perf asked for itself (NCCL_DEBUG was
 /// unset): of those it keeps only the plugin's connection line, stored in `conn`.
-fn filter_stderr(err: std::process::ChildStderr, quiet_info: bool, conn: &Mutex<Option<String>>) {
+fn filter_stderr(
+    err: std::process::ChildStderr,
+    quiet_info: bool,
+    conn: &Mutex<Option<String>>,
+    ops: &Mutex<Vec<(String, String)>>,
+) {
     for l in BufReader::new(err).lines().map_while(Result::ok) {
+        if let Some(at) = l.find("op counts: ") {
+            let side = if l.contains("verbs send comm") {
+                "send"
+            } else {
+                "recv"
+            };
+            if let Ok(mut g) = ops.lock() {
+                g.push((side.to_string(), l[at + "op counts: ".len()..].to_string()));
+            }
+        }
         let is_conn = l.contains("connecting to") && l.contains("data QPs");
         if let Some(at) = l.find("dev ").filter(|_| is_conn) {
             if let Ok(mut g) = conn.lock() {
@@ -154,6 +182,7 @@ fn run_pair(
     let (tx, rx) = channel::<(usize, Option<String>)>();
     let quiet_info = std::env::var_os("NCCL_DEBUG").is_none();
     let conn = Arc::new(Mutex::new(None::<String>));
+    let ops = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let mut err_threads = Vec::new();
     let mut children = Vec::new();
     let mut stdins = Vec::new();
@@ -169,9 +198,9 @@ fn run_pair(
             .map_err(|e| format!("starting the {role} process: {e}"))?;
         let out = c.stdout.take().ok_or("child stdout")?;
         let err = c.stderr.take().ok_or("child stderr")?;
-        let (quiet_info, conn) = (quiet_info, conn.clone());
+        let (quiet_info, conn, ops) = (quiet_info, conn.clone(), ops.clone());
         err_threads.push(std::thread::spawn(move || {
-            filter_stderr(err, quiet_info, &conn)
+            filter_stderr(err, quiet_info, &conn, &ops)
         }));
         stdins.push(c.stdin.take());
         let tx = tx.clone();
@@ -188,6 +217,7 @@ fn run_pair(
         first: vec![],
         second: vec![],
         plugin_line: None,
+        ops: Vec::new(),
     };
     let mut open = 2;
     while open > 0 {
@@ -213,6 +243,7 @@ fn run_pair(
         let _ = t.join();
     }
     lines.plugin_line = conn.lock().ok().and_then(|g| g.clone());
+    lines.ops = ops.lock().map(|g| g.clone()).unwrap_or_default();
     let mut failed = Vec::new();
     for (c, role) in children.iter_mut().zip([first, second]) {
         let st = c.wait().map_err(|e| format!("waiting for {role}: {e}"))?;
@@ -261,6 +292,12 @@ fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
         return Err(format!("receiver reported {} of {want} sizes", rows.len()));
     }
     print!("{}", report::bandwidth(&info, &rows, a.format));
+    let messages: u64 = a
+        .sizes()
+        .into_iter()
+        .map(|s| a.warmup_for(s) + a.iters_for(s))
+        .sum();
+    print_ops(&lines, messages);
     Ok(if rows.iter().all(|r| r.wrong == 0) {
         0
     } else {
@@ -281,6 +318,11 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
         child.raw_tcp = raw;
         let lines = run_pair("lat-ping", "lat-pong", &child.to_args(), &child_env(a))?;
         if !raw {
+            // each side sends and receives warmup + iters 8-byte messages
+            print_ops(
+                &lines,
+                a.warmup.unwrap_or(1_000) + a.iters.unwrap_or(10_000),
+            );
             info.plugin_line = lines
                 .first
                 .iter()

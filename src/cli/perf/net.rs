@@ -46,6 +46,8 @@ macro_rules! f {
 
 /// The plugin's INFO line describing the connection it set up (QPs, outstanding, segment).
 static CONN_LINE: Mutex<Option<String>> = Mutex::new(None);
+/// The verbs comm's "... op counts: k=v ..." line logged at close, if any.
+static OPS_LINE: Mutex<Option<String>> = Mutex::new(None);
 
 /// NCCL's logger type is C-variadic, which stable Rust cannot define. The plugin only ever calls
 /// it as `(level, flags, file, line, "%s", msg)`: on the x86_64 SysV and AArch64 Linux ABIs a
@@ -68,6 +70,11 @@ unsafe extern "C" fn perf_logger(
         return;
     }
     let msg = unsafe { CStr::from_ptr(arg) }.to_string_lossy();
+    if let Some(at) = msg.find("op counts: ") {
+        if let Ok(mut g) = OPS_LINE.lock() {
+            *g = Some(msg[at + "op counts: ".len()..].to_string());
+        }
+    }
     if msg.contains("data QPs") {
         if let Ok(mut g) = CONN_LINE.lock() {
             *g = Some(msg.to_string());
@@ -81,6 +88,24 @@ unsafe extern "C" fn perf_logger(
 /// The connection line the plugin logged at connect, if any.
 pub fn conn_line() -> Option<String> {
     CONN_LINE.lock().ok().and_then(|g| g.clone())
+}
+
+/// The `k=v` op counts the verbs comm logged when it closed (None on TCP or before close).
+pub fn ops_line() -> Option<String> {
+    OPS_LINE.lock().ok().and_then(|g| g.clone())
+}
+
+/// `ops` (`k=v` words) divided by `messages`, as "k=v.vv ..." (None if nothing parses).
+pub fn per_message(ops: &str, messages: u64) -> Option<String> {
+    let words: Vec<String> = ops
+        .split_whitespace()
+        .filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            let v: u64 = v.parse().ok()?;
+            Some(format!("{k}={:.2}", v as f64 / messages.max(1) as f64))
+        })
+        .collect();
+    (!words.is_empty()).then(|| words.join(" "))
 }
 
 /// init() with the perf logger; devices(); returns the device count.

@@ -174,6 +174,18 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
     if let Some(l) = listen {
         net::close_listen(l)?;
     }
+    // Verbs: the comm's operation counts (logged by the plugin at close), per message sent.
+    if let Some(ops) = net::ops_line() {
+        let messages: u64 = a
+            .sizes()
+            .into_iter()
+            .map(|s| a.warmup_for(s) + a.iters_for(s))
+            .sum();
+        let side = if sender { "send" } else { "recv" };
+        if let Some(pm) = net::per_message(&ops, messages) {
+            eprintln!("dqplb perf: verbs {side} comm ops per message ({messages} messages, warmup included): {pm}");
+        }
+    }
     Ok(())
 }
 

@@ -139,6 +139,84 @@ impl WorkCompletion {
     }
 }
 
+/// Per-connection operation counts of one comm's data path: plain integers bumped with `&mut`
+/// (no atomics, no allocation), read through the comm's `op_counters()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpCounters {
+    /// Send work requests posted (RDMA writes, with or without immediate).
+    pub send_posts: u64,
+    /// Receive work requests posted (after connection setup).
+    pub recv_posts: u64,
+    /// Work completions reaped (any status).
+    pub completions: u64,
+    /// `ibv_poll_cq` calls that returned nothing.
+    pub polls_empty: u64,
+    /// `ibv_poll_cq` calls that returned at least one completion.
+    pub polls_full: u64,
+    /// Completions with IBV_WC_RNR_RETRY_EXC_ERR.
+    pub rnr_errors: u64,
+    /// Completions with IBV_WC_RETRY_EXC_ERR.
+    pub retry_errors: u64,
+}
+
+impl OpCounters {
+    /// Counts one poll that returned `n` completions, and those completions' error statuses.
+    #[inline]
+    pub fn polled(&mut self, wcs: &[WorkCompletion]) {
+        if wcs.is_empty() {
+            self.polls_empty += 1;
+            return;
+        }
+        self.polls_full += 1;
+        self.completions += wcs.len() as u64;
+        for wc in wcs {
+            match wc.status {
+                ib::IBV_WC_SUCCESS => {}
+                ib::IBV_WC_RNR_RETRY_EXC_ERR => self.rnr_errors += 1,
+                ib::IBV_WC_RETRY_EXC_ERR => self.retry_errors += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// All CQ polls.
+    pub fn polls(&self) -> u64 {
+        self.polls_empty + self.polls_full
+    }
+
+    /// All posts.
+    pub fn posts(&self) -> u64 {
+        self.send_posts + self.recv_posts
+    }
+
+    /// Field-wise `self - earlier` (saturating), for the counts of an interval.
+    pub fn since(&self, earlier: &OpCounters) -> OpCounters {
+        OpCounters {
+            send_posts: self.send_posts.saturating_sub(earlier.send_posts),
+            recv_posts: self.recv_posts.saturating_sub(earlier.recv_posts),
+            completions: self.completions.saturating_sub(earlier.completions),
+            polls_empty: self.polls_empty.saturating_sub(earlier.polls_empty),
+            polls_full: self.polls_full.saturating_sub(earlier.polls_full),
+            rnr_errors: self.rnr_errors.saturating_sub(earlier.rnr_errors),
+            retry_errors: self.retry_errors.saturating_sub(earlier.retry_errors),
+        }
+    }
+
+    /// `key=value` summary for log lines (parsed back by `dqplb perf`).
+    pub fn summary(&self) -> String {
+        format!(
+            "send_posts={} recv_posts={} completions={} polls_empty={} polls_full={} rnr_errors={} retry_errors={}",
+            self.send_posts,
+            self.recv_posts,
+            self.completions,
+            self.polls_empty,
+            self.polls_full,
+            self.rnr_errors,
+            self.retry_errors
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

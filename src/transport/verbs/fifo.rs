@@ -14,24 +14,44 @@
 //! | 8..12 | receiver's request slot (for logs) |
 //! | 12..16 | reserved, zero |
 //! | 16 + 24 k .. | buffer k: addr u64, capacity u64, rkey u32, tag i32 |
+//! | 16 + 24 count .. +4 | trailer: !seq (bitwise not), the last bytes written |
+//!
+//! The announcement is a plain RDMA write (no immediate, no receive consumed): the sender finds
+//! entry `seq % fifo_len` complete by reading memory, once the header's seq is the one it expects,
+//! the version is non-zero and the trailer is `!seq` (a zeroed slot never matches, and the trailer
+//! covers a write whose bytes land out of order). The sender zeroes an entry after reading it.
 
 use crate::transport::slots::MAX_RECVS;
 use crate::transport::{NetError, NetResult};
 
-/// Layout version of a FIFO entry (1: one buffer per entry, no count).
-pub const FIFO_VERSION: u8 = 2;
+/// Layout version of a FIFO entry (1: one buffer per entry, no count; 2: groups, announced by
+/// WRITE_WITH_IMM; 3: trailer, announced by a plain write the sender finds in memory).
+pub const FIFO_VERSION: u8 = 3;
 /// Bytes before the per-buffer records.
 pub const FIFO_HEADER_BYTES: usize = 16;
 /// Bytes of one buffer record.
 pub const FIFO_BUF_BYTES: usize = 24;
-/// Bytes of one FIFO entry (room for MAX_RECVS buffers).
-pub const FIFO_ENTRY_BYTES: usize = FIFO_HEADER_BYTES + MAX_RECVS * FIFO_BUF_BYTES;
+/// Bytes of the trailer (!seq) after the last buffer record.
+pub const FIFO_TRAILER_BYTES: usize = 4;
+/// Bytes of one FIFO entry (room for MAX_RECVS buffers and the trailer, 8-byte aligned).
+pub const FIFO_ENTRY_BYTES: usize =
+    (FIFO_HEADER_BYTES + MAX_RECVS * FIFO_BUF_BYTES + FIFO_TRAILER_BYTES).div_ceil(8) * 8;
 /// Offset of the sequence number in an entry (stamped when the entry is announced).
 pub const FIFO_SEQ_OFFSET: usize = 0;
 
-/// Bytes of an entry announcing `count` buffers.
+/// Bytes of an entry announcing `count` buffers (header, records, trailer).
 pub fn wire_len(count: usize) -> usize {
+    trailer_offset(count) + FIFO_TRAILER_BYTES
+}
+
+/// Offset of the trailer of an entry announcing `count` buffers.
+pub fn trailer_offset(count: usize) -> usize {
     FIFO_HEADER_BYTES + count.min(MAX_RECVS) * FIFO_BUF_BYTES
+}
+
+/// The trailer value of the `seq`-th announcement.
+pub fn trailer(seq: u32) -> u32 {
+    !seq
 }
 
 /// One posted receive buffer as the sender sees it.
@@ -90,6 +110,8 @@ impl FifoEntry {
             b[o + 16..o + 20].copy_from_slice(&f.rkey.to_le_bytes());
             b[o + 20..o + 24].copy_from_slice(&f.tag.to_le_bytes());
         }
+        let t = trailer_offset(self.buffers().len());
+        b[t..t + 4].copy_from_slice(&trailer(self.seq).to_le_bytes());
         b
     }
 
@@ -177,6 +199,8 @@ mod tests {
             assert!(d.validate(41, "peer").is_ok());
             // Only the header and n records go on the wire; the rest of the entry is zero.
             assert!(e.encode()[wire_len(n)..].iter().all(|b| *b == 0));
+            let t = trailer_offset(n);
+            assert_eq!(e.encode()[t..t + 4], (!41u32).to_le_bytes());
         }
         let mut e = FifoEntry::new(3, &bufs[..1]);
         e.seq = 41;

@@ -72,6 +72,10 @@ impl QpEndpoint {
     }
 }
 
+/// Inline bytes asked of every QP: a full FIFO entry (a grouped receive's announcement, 212
+/// bytes) and small payloads. A provider that refuses gets a QP without inline data.
+const REQUESTED_INLINE: u32 = 256;
+
 /// Work-request capacities of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
@@ -102,6 +106,8 @@ pub struct RcQp {
     qpn: u32,
     port: u8,
     caps: QpCaps,
+    /// Bytes a write may carry inline (IBV_SEND_INLINE), as the provider granted at creation.
+    max_inline: u32,
     pd: Arc<ProtectionDomain>,
     // keep the CQs alive as long as the QP references them
     _send_cq: Arc<CompletionQueue>,
@@ -140,11 +146,20 @@ impl RcQp {
         init.cap.max_recv_wr = caps.max_recv_wr.max(1);
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
+        init.cap.max_inline_data = REQUESTED_INLINE;
         let v = pd.context().verbs();
         // SAFETY: live PD and CQs of the same context; `init` is fully initialised.
-        let raw = unsafe { (v.create_qp)(pd.as_ptr(), &mut init) };
+        let mut raw = unsafe { (v.create_qp)(pd.as_ptr(), &mut init) };
+        if raw.is_null() {
+            // A provider that cannot inline that much: the same QP without inline data.
+            init.cap.max_inline_data = 0;
+            // SAFETY: as above.
+            raw = unsafe { (v.create_qp)(pd.as_ptr(), &mut init) };
+        }
         let raw = NonNull::new(raw)
             .ok_or_else(|| VerbsError::last_os("ibv_create_qp", pd.context().name()))?;
+        // ibv_create_qp wrote the granted capacities back into `init.cap`.
+        let max_inline = init.cap.max_inline_data;
         // SAFETY: a created QP is initialised; qp_num is immutable, and its context's ops table
         // was filled in by the provider when the device was opened.
         let (qpn, ops) = unsafe {
@@ -167,6 +182,7 @@ impl RcQp {
             qpn,
             port,
             caps,
+            max_inline,
             pd: Arc::clone(pd),
             _send_cq: Arc::clone(send_cq),
             _recv_cq: Arc::clone(recv_cq),
@@ -183,6 +199,11 @@ impl RcQp {
 
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// Bytes one write may carry inline (0: the provider granted none).
+    pub fn max_inline(&self) -> u32 {
+        self.max_inline
     }
 
     pub fn device(&self) -> &str {
@@ -353,6 +374,11 @@ impl RcQp {
         }
         if signaled {
             wr.send_flags = ib::IBV_SEND_SIGNALED;
+        }
+        if local.len > 0 && local.len <= self.max_inline {
+            // The provider copies the bytes into the WQE at post time: no DMA read of them
+            // later (the lkey is not used).
+            wr.send_flags |= ib::IBV_SEND_INLINE;
         }
         wr.wr.rdma = ib::ibv_send_wr_rdma {
             remote_addr: remote.addr,

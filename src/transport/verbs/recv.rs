@@ -1,13 +1,16 @@
 //! Receiver side of a verbs connection: announces each posted buffer by RDMA-writing a FIFO entry
-//! into the sender's FIFO (control QP, WRITE_WITH_IMM carrying the FIFO index), feeds data-QP
-//! receive CQEs to the engine, replenishes zero-length receives, completes messages in order.
+//! into the sender's FIFO (control QP, a plain write the sender finds in memory, signaled only
+//! every `cts_signal_every`-th so the send queue drains), feeds data-QP receive CQEs to the
+//! engine, replenishes zero-length receives, completes messages in order.
 
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::TcpStream;
 
-use super::completion::{WorkCompletion, POLL_BATCH};
-use super::fifo::{wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET};
+use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
+use super::fifo::{
+    trailer, trailer_offset, wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
+};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{MemoryRegion, RegisteredBuffer, RemoteSlice};
@@ -37,6 +40,13 @@ pub struct VerbsRecvComm {
     fifo: RemoteSlice,
     fifo_len: u32,
     announced: u32,
+    /// Announcement writes in the control QP's send queue not yet known complete (freed when a
+    /// signaled one's completion is reaped: every write before it is complete too).
+    cts_in_sq: u32,
+    /// Every this-many-th announcement is signaled (at most half the control send queue).
+    cts_signal_every: u32,
+    /// The control QP's send queue depth.
+    cts_sq_depth: u32,
     waiting: VecDeque<u32>,
     engine: Receiver,
     /// One request per grouped receive; buffer k of slot s is engine token s * MAX_RECVS + k.
@@ -44,9 +54,18 @@ pub struct VerbsRecvComm {
     /// Received size of each buffer, indexed by engine token.
     sizes: Vec<usize>,
     wcs: [WorkCompletion; POLL_BATCH],
+    ops: OpCounters,
     failed: Sticky,
     params: ConnParams,
     peer: String,
+}
+
+/// The largest power of two at most half of `sq_depth - 1` (at least 1): a send queue of
+/// `sq_depth` then always holds a signaled write among the unreaped ones before it fills, also
+/// across the u32 wrap of the sequence number.
+fn signal_interval(sq_depth: u32) -> u32 {
+    let half = (sq_depth.saturating_sub(1) / 2).max(1);
+    1 << (31 - half.leading_zeros())
 }
 
 impl VerbsRecvComm {
@@ -64,6 +83,7 @@ impl VerbsRecvComm {
         let engine = Receiver::new(window, n * MAX_RECVS)
             .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
         let staging = RegisteredBuffer::new(qps.pd(), n * FIFO_ENTRY_BYTES).map_err(verr)?;
+        let cts_sq_depth = qps.control().caps().max_send_wr.max(1);
         Ok(VerbsRecvComm {
             qps,
             boot: Some(boot),
@@ -72,11 +92,15 @@ impl VerbsRecvComm {
             fifo,
             fifo_len: n as u32,
             announced: 0,
+            cts_in_sq: 0,
+            cts_signal_every: signal_interval(cts_sq_depth),
+            cts_sq_depth,
             waiting: VecDeque::with_capacity(n),
             engine,
             slots: Slots::new(n),
             sizes: vec![0; n * MAX_RECVS],
             wcs: [WorkCompletion::default(); POLL_BATCH],
+            ops: OpCounters::default(),
             failed: Sticky::default(),
             params,
             peer,
@@ -89,6 +113,16 @@ impl VerbsRecvComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
+    pub fn op_counters(&self) -> &OpCounters {
+        &self.ops
+    }
+
+    /// Every this-many-th receive announcement asks for a completion.
+    pub fn announce_signal_interval(&self) -> u32 {
+        self.cts_signal_every
     }
 
     pub fn qp_set(&self) -> &QpSet {
@@ -142,12 +176,21 @@ impl VerbsRecvComm {
                 tag: *tag,
             };
         }
-        self.progress()?;
-        let Some(slot) = self.slots.alloc(Grp {
+        self.failed.check()?;
+        let grp = Grp {
             n: n as u8,
             left: n as u8,
-        }) else {
-            return Ok(None);
+        };
+        let slot = match self.slots.alloc(grp) {
+            Some(s) => s,
+            None => {
+                // Every slot busy: reap, then try once more.
+                self.progress()?;
+                match self.slots.alloc(grp) {
+                    Some(s) => s,
+                    None => return Ok(None),
+                }
+            }
         };
         for (k, f) in fifo[..n].iter().enumerate() {
             let token = slot * MAX_RECVS as u32 + k as u32;
@@ -163,7 +206,11 @@ impl VerbsRecvComm {
         let off = slot as usize * FIFO_ENTRY_BYTES;
         self.staging.write(off, &entry.encode()).map_err(verr)?;
         self.waiting.push_back(slot);
-        self.progress()?;
+        // Announce now, reap in test(): no CQ poll on the way out.
+        let announced = self.check_ready().and_then(|()| self.announce());
+        if let Err(e) = announced {
+            return Err(self.fail(e));
+        }
         Ok(Some(slot))
     }
 
@@ -219,7 +266,6 @@ impl VerbsRecvComm {
     fn step(&mut self) -> NetResult<()> {
         self.check_ready()?;
         self.announce()?;
-        self.reap_control()?;
         self.reap_data()?;
         while let Some((token, size)) = self.engine.poll_done() {
             let group = token / MAX_RECVS as u32;
@@ -270,12 +316,23 @@ impl VerbsRecvComm {
         if self.boot.is_some() {
             return Ok(());
         }
-        while let Some(slot) = self.waiting.pop_front() {
+        while let Some(&slot) = self.waiting.front() {
+            if self.cts_in_sq + 1 >= self.cts_sq_depth {
+                // Send queue full of unsignaled writes: reap the signaled one among them.
+                self.reap_control()?;
+                if self.cts_in_sq + 1 >= self.cts_sq_depth {
+                    return Ok(());
+                }
+            }
+            self.waiting.pop_front();
             let off = slot as usize * FIFO_ENTRY_BYTES;
             let count = self.slots.active(slot).map_or(1, |g| usize::from(g.n));
             let seq = self.announced;
             self.staging
                 .write(off + FIFO_SEQ_OFFSET, &seq.to_le_bytes())
+                .map_err(verr)?;
+            self.staging
+                .write(off + trailer_offset(count), &trailer(seq).to_le_bytes())
                 .map_err(verr)?;
             let idx = seq % self.fifo_len;
             let local = self
@@ -287,10 +344,13 @@ impl VerbsRecvComm {
                 addr: self.fifo.addr + u64::from(idx) * FIFO_ENTRY_BYTES as u64,
                 rkey: self.fifo.rkey,
             };
+            let signaled = seq % self.cts_signal_every == self.cts_signal_every - 1;
             self.qps
                 .control()
-                .post_write(u64::from(slot), local, remote, Some(idx), true)
+                .post_write(u64::from(seq), local, remote, None, signaled)
                 .map_err(verr)?;
+            self.ops.send_posts += 1;
+            self.cts_in_sq += 1;
             self.announced = self.announced.wrapping_add(1);
         }
         Ok(())
@@ -299,11 +359,15 @@ impl VerbsRecvComm {
     fn reap_control(&mut self) -> NetResult<()> {
         loop {
             let n = self.qps.poll_send(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps.check(&wc).map_err(|e| {
                     NetError::remote(format!("{}: announcement failed: {e}", self.peer))
                 })?;
+                // wr_id = the announcement's seq: it and every write before it are done.
+                let done = self.announced.wrapping_sub(wc.wr_id as u32).wrapping_sub(1);
+                self.cts_in_sq = self.cts_in_sq.min(done);
             }
             if n < POLL_BATCH {
                 return Ok(());
@@ -314,6 +378,7 @@ impl VerbsRecvComm {
     fn reap_data(&mut self) -> NetResult<()> {
         loop {
             let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps
@@ -335,10 +400,35 @@ impl VerbsRecvComm {
                     .data(q)
                     .and_then(|qp| qp.post_recv(wc.wr_id))
                     .map_err(verr)?;
+                self.ops.recv_posts += 1;
             }
             if n < POLL_BATCH {
                 return Ok(());
             }
+        }
+    }
+}
+
+impl Drop for VerbsRecvComm {
+    fn drop(&mut self) {
+        // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
+        // figures.
+        tracing::info!(target: "dqplb::stats", "verbs recv comm from {} closed: op counts: {}", self.peer, self.ops.summary());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn signal_interval_is_a_power_of_two_within_half_the_queue() {
+        assert_eq!(super::signal_interval(1), 1);
+        assert_eq!(super::signal_interval(2), 1);
+        assert_eq!(super::signal_interval(9), 4);
+        assert_eq!(super::signal_interval(10), 4);
+        assert_eq!(super::signal_interval(129), 64);
+        for d in 3..300 {
+            let k = super::signal_interval(d);
+            assert!(k.is_power_of_two() && 2 * k < d, "{d} -> {k}");
         }
     }
 }

@@ -426,6 +426,27 @@ impl RegisteredBuffer {
         Ok(())
     }
 
+    /// Reads the little-endian u32 at `offset` with a volatile load (memory the NIC may be
+    /// writing: each call reads it afresh), then orders later reads after it (acquire fence).
+    pub fn read_u32_volatile(&self, offset: usize) -> Result<u32> {
+        self.mr.check_range(offset, 4)?;
+        let mut b = [0u8; 4];
+        for (i, out) in b.iter_mut().enumerate() {
+            // SAFETY: range checked above; byte loads have no alignment requirement.
+            *out = unsafe { std::ptr::read_volatile(self.mem.ptr.as_ptr().add(offset + i)) };
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Zeroes `len` bytes at `offset`.
+    pub fn zero(&mut self, offset: usize, len: usize) -> Result<()> {
+        self.mr.check_range(offset, len)?;
+        // SAFETY: range checked above.
+        unsafe { std::ptr::write_bytes(self.mem.ptr.as_ptr().add(offset), 0, len) };
+        Ok(())
+    }
+
     /// Sets every byte to `value`.
     pub fn fill(&mut self, value: u8) {
         // SAFETY: writes exactly the allocation's length.

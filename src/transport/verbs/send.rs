@@ -1,11 +1,14 @@
-//! Sender side of a verbs connection: reads receive announcements from its FIFO (control-QP
-//! WRITE_WITH_IMM), feeds the engine, posts its segments as RDMA_WRITE_WITH_IMM straight from the
+//! Sender side of a verbs connection: reads receive announcements from its FIFO (plain RDMA
+//! writes of the receiver, found by reading memory: no receive, no completion), feeds the engine, posts its segments as RDMA_WRITE_WITH_IMM straight from the
 //! user buffer into the announced one, and turns send CQEs into engine completions.
 
 use std::time::Instant;
 
-use super::completion::{WorkCompletion, POLL_BATCH};
-use super::fifo::{FifoBuf, FifoEntry, FIFO_ENTRY_BYTES};
+use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
+use super::fifo::{
+    trailer, trailer_offset, wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
+    FIFO_VERSION,
+};
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
@@ -23,9 +26,6 @@ struct Active {
     remote: FifoBuf,
 }
 
-/// wr_id of control-QP receives (data QPs never receive on the sender side).
-const CTRL_RECV: u64 = u64::MAX;
-
 pub struct VerbsSendComm {
     qps: QpSet,
     fifo: RegisteredBuffer,
@@ -37,6 +37,7 @@ pub struct VerbsSendComm {
     engine: Sender,
     slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
+    ops: OpCounters,
     failed: Sticky,
     epoch: Instant,
     params: ConnParams,
@@ -103,6 +104,7 @@ impl VerbsSendComm {
             engine,
             slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
+            ops: OpCounters::default(),
             failed: Sticky::default(),
             epoch: Instant::now(),
             params,
@@ -121,6 +123,11 @@ impl VerbsSendComm {
 
     pub fn qp_stats(&self) -> &[QpStats] {
         self.engine.qp_stats()
+    }
+
+    /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
+    pub fn op_counters(&self) -> &OpCounters {
+        &self.ops
     }
 
     pub fn qp_set(&self) -> &QpSet {
@@ -152,10 +159,14 @@ impl VerbsSendComm {
         mr: Option<&MemoryRegion>,
     ) -> NetResult<Option<u32>> {
         let lkey = covers(mr, &buf, "isend")?;
-        let gone = match self.progress() {
-            Ok(()) => None,
+        // Only the FIFO (memory) is read here: no CQ poll before a send that can go out now.
+        let gone = match self.failed.check() {
+            Ok(()) => match self.read_announces() {
+                Ok(()) => None,
+                Err(e) => return Err(self.fail(e)),
+            },
             Err(e) if e.code == ErrorCode::RemoteError => {
-                // Announcements the peer wrote before it left may still wait in the CQ.
+                // Announcements the peer wrote before it left may still wait in the FIFO.
                 let _ = self.read_announces();
                 Some(e)
             }
@@ -167,6 +178,8 @@ impl VerbsSendComm {
                 if let Some(e) = gone {
                     return Err(e);
                 }
+                // Nothing to send yet: reap what completed meanwhile.
+                self.progress()?;
                 if self.watch.gone() {
                     let e = NetError::remote(format!(
                         "{} {} with no receive posted for this send",
@@ -201,10 +214,11 @@ impl VerbsSendComm {
                         return Err(self.fail(e));
                     }
                 }
-                if let Err(e) = self.progress() {
-                    if e.code != ErrorCode::RemoteError {
-                        return Err(e);
-                    }
+                // Post before reaping: the segments go out now, their completions are reaped
+                // by test().
+                let now = self.now();
+                if let Err(e) = self.schedule(now) {
+                    return Err(self.fail(e));
                 }
             }
         }
@@ -251,79 +265,81 @@ impl VerbsSendComm {
         }
     }
 
+    /// One pass: the FIFO, then post before reaping; the clock is read once. Another round only
+    /// when completions freed window room for segments still queued.
     fn step(&mut self) -> NetResult<()> {
         self.read_announces()?;
+        let now = self.now();
         for _round in 0..4 {
-            let completed = self.reap_sends()?;
-            let posted = self.schedule()?;
+            self.schedule(now)?;
+            let completed = self.reap_sends(now)?;
             while let Some(token) = self.engine.poll_done() {
                 if let Some(a) = self.slots.active(token) {
                     self.slots.finish(token, a.size);
                 }
             }
-            if !completed && !posted {
+            if !completed || self.engine.queued_messages() == 0 {
                 break;
             }
         }
         Ok(())
     }
 
+    /// Takes every complete announcement from the FIFO, in order: entry `next_seq % fifo_len`
+    /// once its header seq is `next_seq`, its version non-zero and its trailer `!next_seq` (see
+    /// fifo.rs); the entry is zeroed after it is read. Memory reads only, no CQ.
     fn read_announces(&mut self) -> NetResult<()> {
         loop {
-            let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
-            for i in 0..n {
-                let wc = self.wcs[i];
-                self.qps
-                    .check(&wc)
-                    .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
-                if self.qps.role_of(wc.qp_num) != Some(QpRole::Control) {
-                    return Err(NetError::remote(format!(
-                        "{}: receive completion on data QP {} of a send comm",
-                        self.peer, wc.qp_num
-                    )));
-                }
-                let idx = wc.imm.ok_or_else(|| {
-                    NetError::remote(format!("{}: announcement without immediate", self.peer))
-                })?;
-                if idx >= self.fifo_len {
-                    return Err(NetError::remote(format!(
-                        "{}: announcement into FIFO entry {idx} of {}",
-                        self.peer, self.fifo_len
-                    )));
-                }
-                let mut raw = [0u8; FIFO_ENTRY_BYTES];
-                self.fifo
-                    .read(idx as usize * FIFO_ENTRY_BYTES, &mut raw)
-                    .map_err(verr)?;
-                let entry = FifoEntry::decode(&raw);
-                entry.validate(self.next_seq, &self.peer)?;
-                self.next_seq = self.next_seq.wrapping_add(1);
-                let bufs = entry.buffers();
-                for (t, f) in self.targets.iter_mut().zip(bufs) {
-                    *t = Target {
-                        tag: f.tag,
-                        capacity: f.capacity,
-                        remote: *f,
-                    };
-                }
-                self.matcher
-                    .push(&self.targets[..bufs.len()])
-                    .map_err(|why| {
-                        NetError::remote(format!("{}: peer announced {why}", self.peer))
-                    })?;
-                self.qps.control().post_recv(CTRL_RECV).map_err(verr)?;
-            }
-            if n < POLL_BATCH {
+            let seq = self.next_seq;
+            let off = (seq % self.fifo_len) as usize * FIFO_ENTRY_BYTES;
+            if self
+                .fifo
+                .read_u32_volatile(off + FIFO_SEQ_OFFSET)
+                .map_err(verr)?
+                != seq
+            {
                 return Ok(());
             }
+            // bytes 4..8: count, version, reserved
+            let word = self.fifo.read_u32_volatile(off + 4).map_err(verr)?;
+            let (count, version) = (word as u8, (word >> 8) as u8);
+            if version == 0 {
+                return Ok(()); // not written yet (a zeroed entry's seq 0 matched)
+            }
+            if version == FIFO_VERSION {
+                let t = trailer_offset(usize::from(count));
+                if self.fifo.read_u32_volatile(off + t).map_err(verr)? != trailer(seq) {
+                    return Ok(()); // still being written
+                }
+            }
+            // A foreign version is decoded only for validate() to name it.
+            let mut raw = [0u8; FIFO_ENTRY_BYTES];
+            self.fifo.read(off, &mut raw).map_err(verr)?;
+            let entry = FifoEntry::decode(&raw);
+            entry.validate(seq, &self.peer)?;
+            self.fifo
+                .zero(off, wire_len(usize::from(count)))
+                .map_err(verr)?;
+            self.next_seq = seq.wrapping_add(1);
+            let bufs = entry.buffers();
+            for (t, f) in self.targets.iter_mut().zip(bufs) {
+                *t = Target {
+                    tag: f.tag,
+                    capacity: f.capacity,
+                    remote: *f,
+                };
+            }
+            self.matcher
+                .push(&self.targets[..bufs.len()])
+                .map_err(|why| NetError::remote(format!("{}: peer announced {why}", self.peer)))?;
         }
     }
 
-    fn reap_sends(&mut self) -> NetResult<bool> {
+    fn reap_sends(&mut self, now: u64) -> NetResult<bool> {
         let mut any = false;
-        let now = self.now();
         loop {
             let n = self.qps.poll_send(&mut self.wcs).map_err(verr)?;
+            self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps
@@ -349,9 +365,8 @@ impl VerbsSendComm {
         }
     }
 
-    fn schedule(&mut self) -> NetResult<bool> {
+    fn schedule(&mut self, now: u64) -> NetResult<bool> {
         let mut any = false;
-        let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
             let Some(Active {
                 addr, lkey, remote, ..
@@ -381,8 +396,17 @@ impl VerbsSendComm {
                 .data(t.qp)
                 .and_then(|qp| qp.post_write(u64::from(t.token), local, dst, Some(t.imm), true))
                 .map_err(verr)?;
+            self.ops.send_posts += 1;
             any = true;
         }
         Ok(any)
+    }
+}
+
+impl Drop for VerbsSendComm {
+    fn drop(&mut self) {
+        // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
+        // figures.
+        tracing::info!(target: "dqplb::stats", "verbs send comm to {} closed: op counts: {}", self.peer, self.ops.summary());
     }
 }

@@ -29,6 +29,7 @@ pub const IBV_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
 
 // enum ibv_send_flags
 pub const IBV_SEND_SIGNALED: u32 = 1 << 1;
+pub const IBV_SEND_INLINE: u32 = 1 << 3;
 
 // enum ibv_access_flags (RELAXED_ORDERING is IBV_ACCESS_OPTIONAL_FIRST: needs ibv_reg_mr_iova2)
 pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
