@@ -119,17 +119,25 @@ impl Plugin {
     }
 }
 
-/// The C logger: `harness_logger` (passed to init) and `harness_log_count(level)`.
+/// The C logger: `harness_logger` (passed to init), `harness_log_count(level)` and
+/// `harness_warn_text(i)`, the text of the i-th WARN.
 pub struct CLogger {
     _lib: Library,
     pub logger: Logger,
     count: unsafe extern "C" fn(c_int) -> libc::c_long,
+    warn_text: unsafe extern "C" fn(libc::c_long) -> *const libc::c_char,
 }
 
 impl CLogger {
-    /// Compiles tests/harness/logger.c into `dir` (once per path) and loads it.
+    /// Compiles tests/harness/logger.c into `dir` (once per version of its source: the file name
+    /// carries a hash of it, so an edited logger.c is never served by a stale build) and loads it.
     pub fn build_and_load(dir: &Path) -> Result<CLogger, String> {
-        let so = dir.join("harness-logger.so");
+        let text = include_bytes!("logger.c");
+        // FNV-1a of the source
+        let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let so = dir.join(format!("harness-logger-{hash:016x}.so"));
         if !so.exists() {
             let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/logger.c");
             std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
@@ -152,7 +160,8 @@ impl CLogger {
         let lib = Library::open(&so)?;
         let f = lib.symbol("harness_logger")?;
         let c = lib.symbol("harness_log_count")?;
-        // SAFETY: both symbols are the C functions of logger.c with these signatures.
+        let w = lib.symbol("harness_warn_text")?;
+        // SAFETY: the symbols are the C functions of logger.c with these signatures.
         unsafe {
             Ok(CLogger {
                 logger: std::mem::transmute::<*mut c_void, Logger>(f),
@@ -160,6 +169,10 @@ impl CLogger {
                     *mut c_void,
                     unsafe extern "C" fn(c_int) -> libc::c_long,
                 >(c),
+                warn_text: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(libc::c_long) -> *const libc::c_char,
+                >(w),
                 _lib: lib,
             })
         }
@@ -168,5 +181,19 @@ impl CLogger {
     pub fn count(&self, level: c_int) -> i64 {
         // SAFETY: plain C function reading an atomic counter.
         unsafe { (self.count)(level) }
+    }
+
+    /// The text of every WARN logged so far (up to the first 256), in order.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: returns NULL or a NUL-terminated string in the logger's static storage.
+            let p = unsafe { (self.warn_text)(out.len() as libc::c_long) };
+            if p.is_null() {
+                return out;
+            }
+            // SAFETY: non-NULL, NUL-terminated (snprintf).
+            out.push(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
     }
 }
