@@ -71,13 +71,13 @@ fn transfer_all_sizes(policy: &str) {
         &format!("policy {policy}: receiver"),
         &log.receiver,
         &[(DEVICE_PROBE, 3)],
-        &[(SENDER_GONE, 3 * 3)],
+        &words().sender_gone(3 * 3),
     );
     assert_warns(
         &format!("policy {policy}: sender"),
         &log.sender,
         &[(DEVICE_PROBE, 3)],
-        &[(RECEIVER_GONE, 2 * 3)],
+        &words().receiver_gone(2 * 3),
     );
     // every cycle's receiver line names all messages of the plan as verified
     let want = harness::pattern::plan(0x5eed, 24, true).len();
@@ -146,13 +146,13 @@ fn early_close(side: &str) {
         &format!("early close by {side}: receiver"),
         &log.receiver,
         &[(DEVICE_PROBE, 1)],
-        &[(SENDER_GONE, 3)],
+        &words().sender_gone(3),
     );
     assert_warns(
         &format!("early close by {side}: sender"),
         &log.sender,
         &[(DEVICE_PROBE, 1)],
-        &[(RECEIVER_GONE, 2)],
+        &words().receiver_gone(2),
     );
 }
 
@@ -227,9 +227,9 @@ fn grouped_receives_and_inflight_close_through_the_abi() {
             ("isend tag 3 to 127.0.0.1:", 1),
             ("matches none of the tags [1, 2] of the 2-buffer receive", 1),
             ("send comm to 127.0.0.1:", 1),
-            ("test: data stream 1 (QP 0) with 127.0.0.1:", 32),
-            ("isend: data stream 1 (QP 0) with 127.0.0.1:", 1),
-            (RECEIVER_GONE, 34),
+            (words().test_of_send, 32),
+            (words().isend_of_send, 1),
+            (words().inflight_gone, 34),
         ],
         &[],
     );
@@ -343,7 +343,7 @@ fn peer_kill(victim: usize) {
     assert_warns(
         "peer kill survivor",
         &rest,
-        &[(DEVICE_PROBE, 1), (" with 127.0.0.1:", 2), (" failed: ", 1)],
+        &[(DEVICE_PROBE, 1), (words().peer, 2), (" failed: ", 1)],
         &[],
     );
 }
@@ -391,9 +391,9 @@ fn garbage_connections_do_not_block_the_real_one() {
             (DEVICE_PROBE, 1),
             ("wrong connection secret", streams),
             ("not the DQPLB hello magic \"DQPS\"", 2),
-            ("that closed before its hello (0 of 64 bytes)", 1),
+            (words().hello_eof, 1),
         ],
-        &[(SENDER_GONE, 3)],
+        &words().sender_gone(3),
     );
     assert_eq!(
         warns(&log.receiver, "from 127.0.0.1:"),
@@ -405,7 +405,7 @@ fn garbage_connections_do_not_block_the_real_one() {
         "garbage sender",
         &log.sender,
         &[(DEVICE_PROBE, 1)],
-        &[(RECEIVER_GONE, 2)],
+        &words().receiver_gone(2),
     );
 }
 
@@ -462,11 +462,8 @@ fn receive_smaller_than_send_is_an_error_not_an_overflow() {
         &log.receiver,
         &[
             (DEVICE_PROBE, 1),
-            (
-                "the sender closed every stream with 1 receive(s) incomplete",
-                2,
-            ),
-            ("control stream with 127.0.0.1:", 2),
+            (words().pending_receive_failed, 2),
+            (words().peer, 2),
         ],
         &[],
     );
@@ -506,14 +503,67 @@ fn warns(lines: &[String], needle: &str) -> usize {
         .count()
 }
 
-/// The receiver's two extra irecvs before its close (roles::receiver) may fail when the sender
-/// has already closed (its close races them): the comm's failure and one WARN per failed call,
-/// "the sender closed the connection" or "the sender closed every stream with 1 receive(s)
-/// incomplete" depending on how far the close got; at most 3 per cycle.
-const SENDER_GONE: &str = ": the sender closed ";
-/// The sender's extra isend before its close (roles::sender), when the receiver closed first:
-/// the comm's failure and the isend's; at most 2 per cycle.
-const RECEIVER_GONE: &str = "the receiver closed this stream";
+/// What the WARNs say, per transport: the harness runs on TCP here and on verbs (rxe0) in the
+/// Soft-RoCE VM (scripts/softroce/guest-suite.sh sets NCCL_DQPLB_TRANSPORT=verbs).
+struct Words {
+    /// The receiver's two extra irecvs before its close (roles::receiver) may fail when the
+    /// sender has already closed (its close races them): the comm's failure and one WARN per
+    /// failed call.
+    sender_gone: &'static [&'static str],
+    /// The sender's extra isend before its close (roles::sender), when the receiver closed
+    /// first (verbs: or its write hit the receiver's deregistered buffer).
+    receiver_gone: &'static [&'static str],
+    /// A hostile connection closed before sending anything.
+    hello_eof: &'static str,
+    /// A receive still pending when the sender closed (the oversized-send test).
+    pending_receive_failed: &'static str,
+    /// How the comm's WARNs name the peer.
+    peer: &'static str,
+    /// inflight_close: test() and isend() of sends to a closed receiver, and what they say.
+    test_of_send: &'static str,
+    isend_of_send: &'static str,
+    inflight_gone: &'static str,
+}
+
+impl Words {
+    fn sender_gone(&self, n: usize) -> Vec<(&'static str, usize)> {
+        self.sender_gone.iter().map(|&w| (w, n)).collect()
+    }
+    fn receiver_gone(&self, n: usize) -> Vec<(&'static str, usize)> {
+        self.receiver_gone.iter().map(|&w| (w, n)).collect()
+    }
+}
+
+fn words() -> Words {
+    if std::env::var("NCCL_DQPLB_TRANSPORT").as_deref() == Ok("verbs") {
+        Words {
+            sender_gone: &[" closed the connection"],
+            receiver_gone: &[
+                " closed the connection",
+                ": remote access error (status 10,",
+            ],
+            hello_eof: "bootstrap socket closed by the peer",
+            pending_receive_failed: "closed the connection while receive 0 was still pending",
+            peer: "127.0.0.1:",
+            test_of_send: "test: 127.0.0.1:",
+            isend_of_send: "isend: 127.0.0.1:",
+            inflight_gone: "closed the connection while send 0 was still pending",
+        }
+    } else {
+        Words {
+            // "the sender closed the connection; nothing more will arrive" or "the sender
+            // closed every stream with 1 receive(s) incomplete", depending on how far it got
+            sender_gone: &[": the sender closed "],
+            receiver_gone: &["the receiver closed this stream"],
+            hello_eof: "that closed before its hello (0 of 64 bytes)",
+            pending_receive_failed: "the sender closed every stream with 1 receive(s) incomplete",
+            peer: " with 127.0.0.1:",
+            test_of_send: "test: data stream 1 (QP 0) with 127.0.0.1:",
+            isend_of_send: "isend: data stream 1 (QP 0) with 127.0.0.1:",
+            inflight_gone: "the receiver closed this stream",
+        }
+    }
+}
 
 /// The WARN of init_and_check's deliberate getProperties() of a device that does not exist.
 const DEVICE_PROBE: &str = "getProperties: device 1 does not exist";
