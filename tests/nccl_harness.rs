@@ -9,7 +9,7 @@
 mod harness;
 
 use harness::spawn::{self, Event, Peer};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(300);
@@ -66,6 +66,19 @@ fn transfer_all_sizes(policy: &str) {
             "policy {policy}: handle not on loopback (NCCL_SOCKET_IFNAME=lo): {l}"
         );
     }
+    // a WARN per cycle for the deliberate probe of a missing device, at most the close races
+    assert_warns(
+        &format!("policy {policy}: receiver"),
+        &log.receiver,
+        &[(DEVICE_PROBE, 3)],
+        &words().sender_gone(3 * 3),
+    );
+    assert_warns(
+        &format!("policy {policy}: sender"),
+        &log.sender,
+        &[(DEVICE_PROBE, 3)],
+        &words().receiver_gone(2 * 3),
+    );
     // every cycle's receiver line names all messages of the plan as verified
     let want = harness::pattern::plan(0x5eed, 24, true).len();
     assert!(
@@ -128,6 +141,19 @@ fn early_close(side: &str) {
         "{:?}",
         log.sender
     );
+    // only the extra operations posted at close may fail, with the close named
+    assert_warns(
+        &format!("early close by {side}: receiver"),
+        &log.receiver,
+        &[(DEVICE_PROBE, 1)],
+        &words().sender_gone(3),
+    );
+    assert_warns(
+        &format!("early close by {side}: sender"),
+        &log.sender,
+        &[(DEVICE_PROBE, 1)],
+        &words().receiver_gone(2),
+    );
 }
 
 #[test]
@@ -153,7 +179,7 @@ fn self_connect_in_one_thread() {
         }
         let mut p = Peer::spawn("self", 0, &envs, tx);
         let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{policy}: {e}"));
-        let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+        let lines = all_lines(&rx);
         assert!(
             status.success(),
             "{policy}: self-connect child failed: {lines:?}"
@@ -163,6 +189,7 @@ fn self_connect_in_one_thread() {
             2,
             "{policy}: {lines:?}"
         );
+        assert_warns(policy, &lines, &[(DEVICE_PROBE, 2)], &[]);
     }
 }
 
@@ -175,7 +202,7 @@ fn grouped_receives_and_inflight_close_through_the_abi() {
     let (tx, rx) = channel::<Event>();
     let mut p = Peer::spawn("self-grouped", 0, &policy_env("dqplb"), tx);
     let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    let lines = all_lines(&rx);
     assert!(status.success(), "grouped child failed: {lines:?}");
     for want in [
         "GROUPED moved 108 buffers",
@@ -188,6 +215,24 @@ fn grouped_receives_and_inflight_close_through_the_abi() {
             "missing {want:?}: {lines:?}"
         );
     }
+    // one WARN per refused call, and for inflight_close the comm's failure plus one per failed
+    // request: 32 tests and the 33rd isend
+    assert_warns(
+        "grouped",
+        &lines,
+        &[
+            (DEVICE_PROBE, 1),
+            ("irecv with n = 0: accepted 1..=8", 1),
+            ("irecv with n = 9: accepted 1..=8", 1),
+            ("isend tag 3 to 127.0.0.1:", 1),
+            ("matches none of the tags [1, 2] of the 2-buffer receive", 1),
+            ("send comm to 127.0.0.1:", 1),
+            (words().test_of_send, 32),
+            (words().isend_of_send, 1),
+            (words().inflight_gone, 34),
+        ],
+        &[],
+    );
 }
 
 /// Four communicators in one process at once, each on its own thread (NCCL runs one proxy thread
@@ -198,13 +243,14 @@ fn four_threads_with_their_own_comms() {
     let envs = policy_env("dqplb");
     let mut p = Peer::spawn("self-threads", 0, &envs, tx);
     let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    let lines = all_lines(&rx);
     assert!(status.success(), "multi-thread child failed: {lines:?}");
     let want = harness::pattern::plan(0, 24, false).len();
     for t in 0..4 {
         let line = format!("THREAD {t} moved {want} messages");
         assert!(lines.contains(&line), "missing {line:?}: {lines:?}");
     }
+    assert_warns("four threads", &lines, &[(DEVICE_PROBE, 1)], &[]);
 }
 
 /// kill -9 one side in the middle of a stream of 64 MiB messages: the survivor's test() must
@@ -264,9 +310,12 @@ fn peer_kill(victim: usize) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(-1);
-    assert!(
-        rc == harness::abi::SYSTEM_ERROR || rc == harness::abi::REMOTE_ERROR,
-        "error code {rc} is neither ncclSystemError nor ncclRemoteError: {report}"
+    // docs/abi.md: a request that can no longer complete because the peer died is
+    // ncclRemoteError, never ncclSystemError
+    assert_eq!(
+        rc,
+        harness::abi::REMOTE_ERROR,
+        "a dead peer must be ncclRemoteError: {report}"
     );
     assert!(
         took < Duration::from_secs(10),
@@ -278,6 +327,24 @@ fn peer_kill(victim: usize) {
     assert!(
         status.success(),
         "survivor failed after the error: {status}"
+    );
+    // the survivor's remaining lines: CLOSED (close after the error succeeds) and its WARNs
+    let mut rest = vec![report];
+    while let Ok((who, l)) = rx.recv_timeout(Duration::from_secs(10)) {
+        match l {
+            Some(l) if who == survivor => rest.push(l),
+            Some(_) => {}
+            None if who == survivor => break,
+            None => {}
+        }
+    }
+    assert!(rest.iter().any(|l| l == "CLOSED 0"), "{rest:?}");
+    // exactly two WARNs, both naming the dead peer's stream: the comm's failure and the failed call
+    assert_warns(
+        "peer kill survivor",
+        &rest,
+        &[(DEVICE_PROBE, 1), (words().peer, 2), (" failed: ", 1)],
+        &[],
     );
 }
 
@@ -314,10 +381,38 @@ fn garbage_connections_do_not_block_the_real_one() {
         "{:?}",
         log.receiver
     );
+    // Each hostile connection is dropped with exactly one WARN that says why; the two
+    // wrong-secret streams (well-formed hellos, wrong secret only) for the secret.
+    let streams = harness::garbage::WRONG_SECRET_STREAMS as usize;
+    assert_warns(
+        "garbage receiver",
+        &log.receiver,
+        &[
+            (DEVICE_PROBE, 1),
+            ("wrong connection secret", streams),
+            ("not the DQPLB hello magic \"DQPS\"", 2),
+            (words().hello_eof, 1),
+        ],
+        &words().sender_gone(3),
+    );
+    assert_eq!(
+        warns(&log.receiver, "from 127.0.0.1:"),
+        streams + 3,
+        "every dropped connection names its peer: {:?}",
+        log.receiver
+    );
+    assert_warns(
+        "garbage sender",
+        &log.sender,
+        &[(DEVICE_PROBE, 1)],
+        &words().receiver_gone(2),
+    );
 }
 
 /// A receive buffer smaller than the message is an error (the reverse of the allowed case): the
-/// receiver's test() must fail rather than succeed, hang or write past its buffer.
+/// sender's isend must be refused with ncclInvalidUsage once it sees the posted 1 KiB receive
+/// (transport::slots::check_send_matches: receive >= send), and the receiver's test() must then
+/// fail with ncclRemoteError (the sender closed), never succeed, hang or write past its buffer.
 #[test]
 fn receive_smaller_than_send_is_an_error_not_an_overflow() {
     let log = spawn::run_roles(
@@ -327,20 +422,50 @@ fn receive_smaller_than_send_is_an_error_not_an_overflow() {
         |_| {},
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let r = log
-        .receiver
-        .iter()
-        .find(|l| l.starts_with("OVERSIZE"))
-        .unwrap_or_else(|| panic!("{:?}", log.receiver));
-    assert!(!r.ends_with("rc=0"), "{r}");
     let s = log
         .sender
         .iter()
         .find(|l| l.starts_with("SENDER"))
         .unwrap_or_else(|| panic!("{:?}", log.sender));
-    assert!(
-        !s.starts_with("SENDER done"),
-        "the sender reported its oversized send delivered: {s}"
+    assert_eq!(
+        s,
+        &format!("SENDER isend rc={}", harness::abi::INVALID_USAGE),
+        "the oversized isend was not refused with ncclInvalidUsage: {:?}",
+        log.sender
+    );
+    let r = log
+        .receiver
+        .iter()
+        .find(|l| l.starts_with("OVERSIZE"))
+        .unwrap_or_else(|| panic!("{:?}", log.receiver));
+    assert_eq!(
+        r,
+        &format!("OVERSIZE test rc={}", harness::abi::REMOTE_ERROR),
+        "{:?}",
+        log.receiver
+    );
+    // exactly one WARN each: the refused isend on the sender, the failed receive on the receiver
+    // (plus init_and_check's probe of a device that does not exist, on both)
+    assert_warns(
+        "long sender",
+        &log.sender,
+        &[
+            (DEVICE_PROBE, 1),
+            ("isend of 4096 bytes to 127.0.0.1:", 1),
+            ("exceeds the receive buffer of 1024 bytes", 1),
+        ],
+        &[],
+    );
+    // the comm's failure and test()'s error, both naming the peer
+    assert_warns(
+        "short receiver",
+        &log.receiver,
+        &[
+            (DEVICE_PROBE, 1),
+            (words().pending_receive_failed, 2),
+            (words().peer, 2),
+        ],
+        &[],
     );
 }
 
@@ -352,15 +477,151 @@ fn bad_configuration_fails_init_with_a_warning() {
     let envs = policy_env("fastest-please");
     let mut p = Peer::spawn("bad-init", 0, &envs, tx);
     let status = p.wait(LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    let lines: Vec<String> = rx.try_iter().filter_map(|(_, l)| l).collect();
+    let lines = all_lines(&rx);
     assert!(status.success(), "bad-init child failed: {lines:?}");
     let line = lines
         .iter()
         .find(|l| l.starts_with("INIT "))
         .unwrap_or_else(|| panic!("{lines:?}"));
-    assert!(line.starts_with("INIT rc=4 "), "{line}");
-    assert!(
-        !line.ends_with("warns=0"),
-        "no WARN reached the logger: {line}"
+    assert_eq!(line, "INIT rc=4 warns=1", "{lines:?}");
+    assert_warns(
+        "bad init",
+        &lines,
+        &[(
+            "NCCL_DQPLB_POLICY: key 'engine.policy': 'fastest-please' is not accepted",
+            1,
+        )],
+        &[],
     );
+}
+
+/// How many of a child's "WARN <text>" lines (every WARN the plugin logged) contain `needle`.
+fn warns(lines: &[String], needle: &str) -> usize {
+    lines
+        .iter()
+        .filter(|l| l.strip_prefix("WARN ").is_some_and(|w| w.contains(needle)))
+        .count()
+}
+
+/// What the WARNs say, per transport: the harness runs on TCP here and on verbs (rxe0) in the
+/// Soft-RoCE VM (scripts/softroce/guest-suite.sh sets NCCL_DQPLB_TRANSPORT=verbs).
+struct Words {
+    /// The receiver's two extra irecvs before its close (roles::receiver) may fail when the
+    /// sender has already closed (its close races them): the comm's failure and one WARN per
+    /// failed call.
+    sender_gone: &'static [&'static str],
+    /// The sender's extra isend before its close (roles::sender), when the receiver closed
+    /// first (verbs: or its write hit the receiver's deregistered buffer).
+    receiver_gone: &'static [&'static str],
+    /// A hostile connection closed before sending anything.
+    hello_eof: &'static str,
+    /// A receive still pending when the sender closed (the oversized-send test).
+    pending_receive_failed: &'static str,
+    /// How the comm's WARNs name the peer.
+    peer: &'static str,
+    /// inflight_close: test() and isend() of sends to a closed receiver, and what they say.
+    test_of_send: &'static str,
+    isend_of_send: &'static str,
+    inflight_gone: &'static str,
+}
+
+impl Words {
+    fn sender_gone(&self, n: usize) -> Vec<(&'static str, usize)> {
+        self.sender_gone.iter().map(|&w| (w, n)).collect()
+    }
+    fn receiver_gone(&self, n: usize) -> Vec<(&'static str, usize)> {
+        self.receiver_gone.iter().map(|&w| (w, n)).collect()
+    }
+}
+
+fn words() -> Words {
+    if std::env::var("NCCL_DQPLB_TRANSPORT").as_deref() == Ok("verbs") {
+        Words {
+            sender_gone: &[" closed the connection"],
+            receiver_gone: &[
+                " closed the connection",
+                ": remote access error (status 10,",
+            ],
+            hello_eof: "bootstrap socket closed by the peer",
+            pending_receive_failed: "closed the connection while receive 0 was still pending",
+            peer: "127.0.0.1:",
+            test_of_send: "test: 127.0.0.1:",
+            isend_of_send: "isend: 127.0.0.1:",
+            inflight_gone: "closed the connection while send 0 was still pending",
+        }
+    } else {
+        Words {
+            // "the sender closed the connection; nothing more will arrive" or "the sender
+            // closed every stream with 1 receive(s) incomplete", depending on how far it got
+            sender_gone: &[": the sender closed "],
+            receiver_gone: &["the receiver closed this stream"],
+            hello_eof: "that closed before its hello (0 of 64 bytes)",
+            pending_receive_failed: "the sender closed every stream with 1 receive(s) incomplete",
+            peer: " with 127.0.0.1:",
+            test_of_send: "test: data stream 1 (QP 0) with 127.0.0.1:",
+            isend_of_send: "isend: data stream 1 (QP 0) with 127.0.0.1:",
+            inflight_gone: "the receiver closed this stream",
+        }
+    }
+}
+
+/// The WARN of init_and_check's deliberate getProperties() of a device that does not exist.
+const DEVICE_PROBE: &str = "getProperties: device 1 does not exist";
+
+/// Checks a child's WARN lines: each needle of `exact` appears exactly that many times, each of
+/// `racy` (a warning whose appearance depends on the timing of the peer's close) at most that
+/// many, and no WARN matches none of them. Also checks that the last line that reports the
+/// logger's own WARN count ("... plugin logged N WARN ...") agrees with the WARN lines.
+fn assert_warns(what: &str, lines: &[String], exact: &[(&str, usize)], racy: &[(&str, usize)]) {
+    for &(needle, n) in exact {
+        assert_eq!(
+            warns(lines, needle),
+            n,
+            "{what}: WARNs containing {needle:?}: {lines:?}"
+        );
+    }
+    for &(needle, n) in racy {
+        assert!(
+            warns(lines, needle) <= n,
+            "{what}: more than {n} WARNs containing {needle:?}: {lines:?}"
+        );
+    }
+    let unexpected: Vec<&String> = lines
+        .iter()
+        .filter(|l| {
+            l.strip_prefix("WARN ").is_some_and(|w| {
+                !exact
+                    .iter()
+                    .chain(racy)
+                    .any(|&(needle, _)| w.contains(needle))
+            })
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{what}: unexpected WARNs {unexpected:?}"
+    );
+    let total = lines.iter().filter(|l| l.starts_with("WARN ")).count();
+    if let Some(n) = lines.iter().rev().find_map(|l| {
+        let (_, rest) = l.split_once("plugin logged ")?;
+        rest.split_whitespace().next()?.parse::<usize>().ok()
+    }) {
+        assert_eq!(
+            n, total,
+            "{what}: the logger counted {n} WARNs, {total} WARN lines"
+        );
+    }
+}
+
+/// Every line of a single child, up to the end of its stdout: the reader thread may still be
+/// forwarding lines after the child exited, so `try_iter` after `wait` could miss the last ones.
+fn all_lines(rx: &Receiver<Event>) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok((_, Some(l))) => lines.push(l),
+            Ok((_, None)) => return lines,
+            Err(e) => panic!("reading the child's lines: {e}; so far {lines:?}"),
+        }
+    }
 }

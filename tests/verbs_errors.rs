@@ -7,13 +7,12 @@ mod verbs_support;
 use nccl_net_dqplb::transport::verbs::{
     QpSetConfig, QpState, RegisteredBuffer, RemoteSlice, VerbsError,
 };
-use verbs_support::{device_or_skip, loopback, wait_for, Side};
+use verbs_support::{loopback, require_device, wait_for, Side};
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn wrong_rkey_gives_remote_access_error() {
-    let Some(dev) = device_or_skip("wrong_rkey_gives_remote_access_error") else {
-        return;
-    };
+    let dev = require_device("wrong_rkey_gives_remote_access_error");
     let lb = loopback(&dev, QpSetConfig::default());
     let src = RegisteredBuffer::new(&lb.pd, 4096).expect("src");
     let dst = RegisteredBuffer::new(&lb.pd, 4096).expect("dst");
@@ -61,10 +60,9 @@ fn wrong_rkey_gives_remote_access_error() {
 }
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn forced_error_state_flushes_receives() {
-    let Some(dev) = device_or_skip("forced_error_state_flushes_receives") else {
-        return;
-    };
+    let dev = require_device("forced_error_state_flushes_receives");
     let lb = loopback(&dev, QpSetConfig::default());
     let qp = lb.b.data(1).expect("qp");
     for id in 10..15 {
@@ -85,10 +83,9 @@ fn forced_error_state_flushes_receives() {
 }
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn out_of_range_slices_are_refused() {
-    let Some(dev) = device_or_skip("out_of_range_slices_are_refused") else {
-        return;
-    };
+    let dev = require_device("out_of_range_slices_are_refused");
     let lb = loopback(&dev, QpSetConfig::default());
     let mut buf = RegisteredBuffer::new(&lb.pd, 100).expect("buf");
     assert!(buf.mr().local(90, 11).is_err());

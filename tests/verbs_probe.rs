@@ -6,7 +6,7 @@ mod verbs_support;
 
 use nccl_net_dqplb::transport::verbs::{QpRole, QpSetConfig, RegisteredBuffer, WorkCompletion};
 use std::time::Instant;
-use verbs_support::{device_or_skip, loopback, pattern, DEADLINE};
+use verbs_support::{loopback, pattern, require_device, DEADLINE};
 
 /// The message: one 1 MiB pattern block repeated, each segment stamped with its index so a
 /// misplaced segment shows (cheap to build even in a debug build under emulation).
@@ -28,9 +28,7 @@ const OUTSTANDING_PER_QP: usize = 4;
 #[test]
 #[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
 fn probe_write_imm_64mib_over_4qps() {
-    let Some(dev) = device_or_skip("probe_write_imm_64mib_over_4qps") else {
-        return;
-    };
+    let dev = require_device("probe_write_imm_64mib_over_4qps");
     let reps: usize = std::env::var("PROBE_REPS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -130,9 +128,7 @@ fn probe_transport_64mib_messages() {
         policy: PolicyKind::Dqplb,
         fabric_id: 0,
     };
-    let Some((domain, mut s, mut r)) = comm_pair("probe_transport_64mib_messages", p) else {
-        return;
-    };
+    let (domain, mut s, mut r) = comm_pair("probe_transport_64mib_messages", p);
     let reps: usize = std::env::var("PROBE_REPS")
         .ok()
         .and_then(|v| v.parse().ok())

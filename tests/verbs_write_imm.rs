@@ -6,13 +6,12 @@ mod verbs_support;
 
 use nccl_net_dqplb::transport::verbs::{QpRole, QpSetConfig, QpState, RegisteredBuffer, WcOpcode};
 use std::collections::BTreeSet;
-use verbs_support::{assert_quiet, device_or_skip, loopback, pattern, wait_for, Side};
+use verbs_support::{assert_quiet, loopback, pattern, require_device, wait_for, Side};
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn write_with_imm_sizes_are_byte_exact() {
-    let Some(dev) = device_or_skip("write_with_imm_sizes_are_byte_exact") else {
-        return;
-    };
+    let dev = require_device("write_with_imm_sizes_are_byte_exact");
     let lb = loopback(&dev, QpSetConfig::default());
     assert_eq!(lb.a.control().state().expect("state"), QpState::Rts);
     let max = (1 << 20) + 1;
@@ -73,10 +72,9 @@ fn write_with_imm_sizes_are_byte_exact() {
 }
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn thirty_two_writes_in_flight_over_four_qps() {
-    let Some(dev) = device_or_skip("thirty_two_writes_in_flight_over_four_qps") else {
-        return;
-    };
+    let dev = require_device("thirty_two_writes_in_flight_over_four_qps");
     let cfg = QpSetConfig {
         n_data: 4,
         send_depth: 16,
@@ -146,10 +144,9 @@ fn thirty_two_writes_in_flight_over_four_qps() {
 }
 
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn control_qp_carries_plain_writes() {
-    let Some(dev) = device_or_skip("control_qp_carries_plain_writes") else {
-        return;
-    };
+    let dev = require_device("control_qp_carries_plain_writes");
     let lb = loopback(&dev, QpSetConfig::default());
     let mut src = RegisteredBuffer::new(&lb.pd, 64).expect("src");
     let dst = RegisteredBuffer::new(&lb.pd, 4096).expect("dst");

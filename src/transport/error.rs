@@ -43,11 +43,15 @@ impl NetError {
     pub fn remote(msg: impl Into<String>) -> Self {
         Self::new(ErrorCode::RemoteError, msg)
     }
-    /// An I/O error on a socket: resets and EOFs are the peer's doing, the rest are local.
+    /// An I/O error on a socket: a peer that reset, closed, refused, stopped answering (TCP user
+    /// timeout, keepalive) or became unreachable is the peer's doing (ncclRemoteError, as
+    /// docs/abi.md promises for a closed or dead peer); the rest are local. `context` names
+    /// the peer and stream.
     pub fn io(context: &str, err: &std::io::Error) -> Self {
         use std::io::ErrorKind::*;
         let code = match err.kind() {
-            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | NotConnected => {
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | NotConnected
+            | ConnectionRefused | TimedOut | HostUnreachable | NetworkUnreachable => {
                 ErrorCode::RemoteError
             }
             _ => ErrorCode::SystemError,
@@ -63,3 +67,38 @@ impl fmt::Display for NetError {
 }
 
 impl std::error::Error for NetError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_or_closed_peer_is_a_remote_error_naming_it() {
+        for errno in [
+            libc::ECONNRESET,
+            libc::ECONNABORTED,
+            libc::EPIPE,
+            libc::ENOTCONN,
+            libc::ECONNREFUSED,
+            libc::ETIMEDOUT,
+            libc::EHOSTUNREACH,
+            libc::ENETUNREACH,
+        ] {
+            let e = NetError::io(
+                "data stream 1 (QP 0) with 10.0.0.2:4000: read",
+                &std::io::Error::from_raw_os_error(errno),
+            );
+            assert_eq!(e.code, ErrorCode::RemoteError, "errno {errno}: {e}");
+            assert!(
+                e.msg.starts_with("data stream 1 (QP 0) with 10.0.0.2:4000"),
+                "{e}"
+            );
+        }
+        let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert_eq!(NetError::io("x", &eof).code, ErrorCode::RemoteError);
+        for errno in [libc::EMFILE, libc::ENOMEM, libc::EACCES, libc::EADDRINUSE] {
+            let e = NetError::io("listen", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(e.code, ErrorCode::SystemError, "errno {errno}: {e}");
+        }
+    }
+}

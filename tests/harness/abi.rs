@@ -8,7 +8,6 @@ pub const PTR_HOST: c_int = 1;
 pub const MAX_REQUESTS: usize = 32;
 
 pub const SUCCESS: c_int = 0;
-pub const SYSTEM_ERROR: c_int = 2;
 pub const INVALID_ARGUMENT: c_int = 4;
 pub const INVALID_USAGE: c_int = 5;
 pub const REMOTE_ERROR: c_int = 6;

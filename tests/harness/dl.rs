@@ -119,19 +119,35 @@ impl Plugin {
     }
 }
 
-/// The C logger: `harness_logger` (passed to init) and `harness_log_count(level)`.
+/// The C logger: `harness_logger` (passed to init), `harness_log_count(level)` and
+/// `harness_warn_text(i)`, the text of the i-th WARN.
 pub struct CLogger {
     _lib: Library,
     pub logger: Logger,
     count: unsafe extern "C" fn(c_int) -> libc::c_long,
+    warn_text: unsafe extern "C" fn(libc::c_long) -> *const libc::c_char,
 }
 
 impl CLogger {
-    /// Compiles tests/harness/logger.c into `dir` (once per path) and loads it.
+    /// Compiles tests/harness/logger.c into `dir`/harness-logger.so and loads it. A build already
+    /// there is reused unless logger.c is newer than it (scripts/verbs-tests.sh compiles it on the
+    /// host for the VM, which has no compiler and no source tree) or it lacks a function of this
+    /// version of logger.c (`harness_warn_text`): an edited logger.c is never served stale.
     pub fn build_and_load(dir: &Path) -> Result<CLogger, String> {
         let so = dir.join("harness-logger.so");
-        if !so.exists() {
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/logger.c");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/logger.c");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let newer_source = match (modified(&src), modified(&so)) {
+            (Some(s), Some(o)) => s > o,
+            _ => false,
+        };
+        let current = so.exists() && !newer_source && {
+            let lib = Library::open(&so)?;
+            let has = lib.symbol("harness_warn_text").is_ok();
+            lib.close()?;
+            has
+        };
+        if !current {
             std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
             let tmp = dir.join(format!("harness-logger.{}.so", std::process::id()));
             let out = std::process::Command::new("cc")
@@ -152,7 +168,8 @@ impl CLogger {
         let lib = Library::open(&so)?;
         let f = lib.symbol("harness_logger")?;
         let c = lib.symbol("harness_log_count")?;
-        // SAFETY: both symbols are the C functions of logger.c with these signatures.
+        let w = lib.symbol("harness_warn_text")?;
+        // SAFETY: the symbols are the C functions of logger.c with these signatures.
         unsafe {
             Ok(CLogger {
                 logger: std::mem::transmute::<*mut c_void, Logger>(f),
@@ -160,6 +177,10 @@ impl CLogger {
                     *mut c_void,
                     unsafe extern "C" fn(c_int) -> libc::c_long,
                 >(c),
+                warn_text: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(libc::c_long) -> *const libc::c_char,
+                >(w),
                 _lib: lib,
             })
         }
@@ -168,5 +189,19 @@ impl CLogger {
     pub fn count(&self, level: c_int) -> i64 {
         // SAFETY: plain C function reading an atomic counter.
         unsafe { (self.count)(level) }
+    }
+
+    /// The text of every WARN logged so far (up to the first 256), in order.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: returns NULL or a NUL-terminated string in the logger's static storage.
+            let p = unsafe { (self.warn_text)(out.len() as libc::c_long) };
+            if p.is_null() {
+                return out;
+            }
+            // SAFETY: non-NULL, NUL-terminated (snprintf).
+            out.push(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
+        }
     }
 }

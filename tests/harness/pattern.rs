@@ -1,5 +1,6 @@
-//! Test data: a deterministic byte pattern per (seed, message index, size), checked byte-exactly
-//! on receive together with a canary in the unused tail of oversized receive buffers.
+//! Test data: a deterministic byte pattern per (seed, message index, size) and absolute offset,
+//! checked byte-exactly on receive together with a canary in the unused tail of oversized
+//! receive buffers.
 
 pub const CANARY: u8 = 0xA5;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -11,9 +12,16 @@ fn base(seed: u64, index: u64, size: u64) -> u64 {
     x ^ (x >> 29)
 }
 
+/// Word `j` (bytes 8j..8j+8) of the message whose base is `b`: the splitmix64 finalizer of
+/// (message, absolute word offset), so no stretch repeats within a message (a segment misplaced
+/// by any distance, including a multiple of the segment size or of the bytes in flight, is
+/// caught) and messages never share bytes (one delivered into the wrong buffer is caught).
 #[inline]
 fn word(b: u64, j: u64) -> u64 {
-    (b ^ j).wrapping_mul(GOLDEN) ^ (j << 7)
+    let mut x = b.wrapping_add(j.wrapping_mul(GOLDEN));
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 /// Writes the pattern of message `index` (whose length is `buf.len()`) into `buf`.

@@ -42,14 +42,36 @@ fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
     panic!("connect/accept did not complete");
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| {
-            (i as u8)
-                .wrapping_mul(31)
-                .wrapping_add(seed ^ (i >> 8) as u8)
-        })
-        .collect()
+/// Byte `off` of message `msg`: a mix (splitmix64) of the message index and the absolute offset,
+/// so no stretch of any message repeats (a segment placed at the wrong offset, even a whole
+/// multiple of the segments in flight away, is caught) and no two messages agree (a segment
+/// or message delivered into the wrong buffer is caught).
+fn pattern_byte(msg: usize, off: usize) -> u8 {
+    let mut x = (msg as u64)
+        .wrapping_mul(0xD1B5_4A32_D192_ED03)
+        .wrapping_add((off / 8) as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> (8 * (off % 8))) as u8
+}
+
+/// The `n` bytes of message `msg` (see `pattern_byte`).
+fn pattern(n: usize, msg: usize) -> Vec<u8> {
+    (0..n).map(|off| pattern_byte(msg, off)).collect()
+}
+
+/// Asserts that `got[..want.len()]` is `want`, naming the first differing offset.
+fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
+    if let Some(at) = (0..want.len()).find(|&o| got[o] != want[o]) {
+        panic!(
+            "{what} ({} bytes) differs first at offset {at}: {:#04x}, expected {:#04x}",
+            want.len(),
+            got[at],
+            want[at]
+        );
+    }
 }
 
 /// Sends every size (receive buffers `extra` bytes larger) with up to 8 requests in flight.
@@ -57,7 +79,7 @@ fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: us
     let mut src: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()
-        .map(|(i, &n)| pattern(n, i as u8))
+        .map(|(i, &n)| pattern(n, i))
         .collect();
     let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xEE; n + extra]).collect();
     let (mut posted_r, mut posted_s) = (0, 0);
@@ -99,10 +121,7 @@ fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: us
         }
     }
     for (i, n) in sizes.iter().enumerate() {
-        assert!(
-            dst[i][..*n] == src[i][..],
-            "message {i} ({n} bytes) differs"
-        );
+        assert_bytes(&dst[i], &src[i], &format!("message {i}"));
         assert!(
             dst[i][*n..].iter().all(|b| *b == 0xEE),
             "bytes past message {i} were touched"
@@ -261,14 +280,9 @@ fn every_stream_gets_the_keepalive_settings() {
     );
 }
 
-/// Byte `off` of buffer `k` of group `g`: depends on the absolute offset and the message, so a
-/// segment placed at the wrong offset or into the wrong buffer never matches by accident.
+/// Byte `off` of buffer `k` of group `g`: `pattern_byte` of the buffer's index in the run.
 fn grouped_byte(g: usize, k: usize, off: usize) -> u8 {
-    let x = ((g * MAX_RECVS + k) as u64)
-        .wrapping_mul(0x0000_0100_0000_01B3)
-        .wrapping_add(off as u64)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (x >> 56) as u8
+    pattern_byte(g * MAX_RECVS + k, off)
 }
 
 /// One grouped receive: per buffer the send size, receive capacity and tag, and the order in
@@ -532,7 +546,7 @@ fn receiver_closing_with_posted_receives_fails_their_sends_in_test_not_isend() {
         until("irecv", || r.irecv(UserBuf::from_slice(d), 5)).unwrap();
     }
     drop(r);
-    let mut src: Vec<Vec<u8>> = (0..32).map(|i| vec![i as u8; 8192]).collect();
+    let mut src: Vec<Vec<u8>> = (0..32).map(|i| pattern(8192, i)).collect();
     let mut reqs = Vec::new();
     for (i, b) in src.iter_mut().enumerate() {
         let q = until("isend", || s.isend(UserBuf::from_slice(b), 5))
@@ -562,7 +576,7 @@ fn receiver_closing_with_a_posted_group_accepts_its_sends() {
     r.irecv_group(&bufs).unwrap().unwrap();
     r.progress().unwrap();
     drop(r);
-    let mut src: Vec<Vec<u8>> = (0..3).map(|_| vec![7u8; 1000]).collect();
+    let mut src: Vec<Vec<u8>> = (0..3).map(|k| pattern(1000, k)).collect();
     let mut reqs = Vec::new();
     for (k, b) in src.iter_mut().enumerate().rev() {
         reqs.push(until("isend", || s.isend(UserBuf::from_slice(b), k as i32)).unwrap());
@@ -582,7 +596,7 @@ fn sends_completed_before_the_close_still_report_done() {
     for d in dst.iter_mut() {
         rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
     }
-    let mut src: Vec<Vec<u8>> = (0..2).map(|i| vec![i as u8 + 1; 5000]).collect();
+    let mut src: Vec<Vec<u8>> = (0..2).map(|i| pattern(5000, i)).collect();
     let mut sq = Vec::new();
     for b in src.iter_mut() {
         sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
@@ -594,6 +608,7 @@ fn sends_completed_before_the_close_still_report_done() {
         s.progress().unwrap();
     }
     assert_eq!(until("recv test", || r.test(rq[0])).unwrap(), 5000);
+    assert_bytes(&dst[0], &src[0], "message 0");
     drop(r);
     for q in sq {
         assert_eq!(until("send test", || s.test(q)).unwrap(), 5000);
@@ -610,7 +625,7 @@ fn receives_completed_before_the_close_still_report_done() {
     for d in dst.iter_mut() {
         rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
     }
-    let mut src: Vec<Vec<u8>> = (0..2).map(|i| vec![i as u8 + 1; 5000]).collect();
+    let mut src: Vec<Vec<u8>> = (0..2).map(|i| pattern(5000, i)).collect();
     let mut sq = Vec::new();
     for b in src.iter_mut() {
         sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
@@ -635,7 +650,8 @@ fn receives_completed_before_the_close_still_report_done() {
     }
     assert_eq!(until("recv test", || r.test(rq[0])).unwrap(), 5000);
     assert_eq!(until("recv test", || r.test(rq[1])).unwrap(), 5000);
-    assert_eq!(dst[1], vec![2u8; 5000]);
+    assert_bytes(&dst[0], &src[0], "message 0");
+    assert_bytes(&dst[1], &src[1], "message 1");
     let e = until("recv test", || r.test(rq[2])).unwrap_err();
     assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
     let mut more = vec![0u8; 10];
@@ -650,7 +666,7 @@ fn close_in_the_middle_of_a_transfer_fails_the_other_side() {
     for receiver_closes in [true, false] {
         let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
         let mut dst = vec![0u8; 8 << 20];
-        let mut src = vec![0x3Cu8; 8 << 20];
+        let mut src = pattern(8 << 20, 0);
         let rq = until("irecv", || r.irecv(UserBuf::from_slice(&mut dst), 2)).unwrap();
         let sq = until("isend", || {
             r.progress().unwrap();
