@@ -87,9 +87,7 @@ fn say(line: &str) {
 /// and checks the measured totals: posts and completions always, CQ polls when `exact_polls` and
 /// every message settled cleanly.
 fn check(test: &str, len: usize, want_send: Counts, want_recv: Counts, exact_polls: bool) {
-    let Some((domain, mut s, mut r)) = comm_pair(test, conn_params(8)) else {
-        return;
-    };
+    let (domain, mut s, mut r) = comm_pair(test, conn_params(8));
     let mut src = buf(&domain, pattern(5, len));
     let mut dst = buf(&domain, vec![0; len]);
     for _ in 0..MESSAGES {
@@ -140,6 +138,7 @@ fn check(test: &str, len: usize, want_send: Counts, want_recv: Counts, exact_pol
 /// comm 1 + 1 posts, 2 completions, 6 polls; recv comm 1 + 1 posts, 2 completions, 6 polls:
 /// (8, 8, 16, 48) and (8, 8, 16, 48) here.
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn one_segment_message_counts() {
     check(
         "one_segment_message_counts",
@@ -162,6 +161,7 @@ fn one_segment_message_counts() {
 /// BEFORE: send comm 32 + 1 posts, 33 completions; recv comm 1 + 32 posts, 33 completions per
 /// message: (256, 8, 264) and (8, 256, 264) here.
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn large_message_counts() {
     check(
         "large_message_counts",
