@@ -34,10 +34,18 @@ pub fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
         *b ^= 0x5a;
     }
     let fabric = u32::from_le_bytes([handle[26], handle[27], handle[28], handle[29]]);
+    // The listen handle carries the protocol version the listener speaks (bytes 4..6).
+    let version = u16::from_le_bytes([handle[4], handle[5]]);
     for stream in 0..WRONG_SECRET_STREAMS {
         let mut s = dial()?;
-        s.write_all(&hello(stream, 0x0bad_5ec7_0bad_5ec7, fabric, &secret))
-            .map_err(|e| format!("writing the wrong-secret hello: {e}"))?;
+        s.write_all(&hello(
+            stream,
+            version,
+            0x0bad_5ec7_0bad_5ec7,
+            fabric,
+            &secret,
+        ))
+        .map_err(|e| format!("writing the wrong-secret hello: {e}"))?;
         wrong_secret.push(s);
     }
 
@@ -60,13 +68,19 @@ pub fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
 pub const WRONG_SECRET_STREAMS: u16 = 2;
 
 /// The 64-byte stream hello of the TCP transport (src/transport/tcp/wire.rs `Hello::encode`),
-/// written out here independently: "DQPS", protocol version 2 (tcp/handle.rs PROTOCOL_VERSION),
+/// written out here independently: "DQPS", the protocol version of the listen handle,
 /// stream index, qps 1, 8 outstanding, 64 KiB segments, 32 messages, fabricId, policy 0 (dqplb),
 /// connection id, secret. Every field passes the listener's checks except, here, the secret.
-pub fn hello(stream: u16, conn_id: u64, fabric_id: u32, secret: &[u8; 16]) -> [u8; 64] {
+pub fn hello(
+    stream: u16,
+    version: u16,
+    conn_id: u64,
+    fabric_id: u32,
+    secret: &[u8; 16],
+) -> [u8; 64] {
     let mut b = [0u8; 64];
     b[0..4].copy_from_slice(b"DQPS");
-    b[4..6].copy_from_slice(&2u16.to_le_bytes());
+    b[4..6].copy_from_slice(&version.to_le_bytes());
     b[6..8].copy_from_slice(&stream.to_le_bytes());
     b[8..10].copy_from_slice(&1u16.to_le_bytes());
     b[12..16].copy_from_slice(&8u32.to_le_bytes());
