@@ -552,9 +552,17 @@ fn words() -> Words {
     } else {
         Words {
             // "the sender closed the connection; nothing more will arrive" or "the sender
-            // closed every stream with 1 receive(s) incomplete", depending on how far it got
-            sender_gone: &[": the sender closed "],
-            receiver_gone: &["the receiver closed this stream"],
+            // closed every stream with 1 receive(s) incomplete", depending on how far it got; a
+            // peer that closes with announcements still unread in its socket sends a reset
+            // instead of a FIN (Linux), so the same close can also read as a reset.
+            sender_gone: &[
+                ": the sender closed ",
+                "Connection reset by peer (os error 104)",
+            ],
+            receiver_gone: &[
+                "the receiver closed this stream",
+                "Connection reset by peer (os error 104)",
+            ],
             hello_eof: "that closed before its hello (0 of 64 bytes)",
             pending_receive_failed: "the sender closed every stream with 1 receive(s) incomplete",
             peer: " with 127.0.0.1:",
