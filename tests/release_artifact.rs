@@ -1,5 +1,6 @@
 //! The shipped library driven through dlopen, as NCCL loads it: no thread of it outlives the last
-//! close or a dlclose, and a panic forced into each entry point comes back as ncclInternalError.
+//! close or a dlclose, and a panic forced into each of the 16 v8 entry points comes back as
+//! ncclInternalError with its outputs written.
 //!
 //! CI runs this against target/release/libnccl-net-dqplb.so (DQPLB_PLUGIN_SO, scripts/test.sh
 //! "release artifact" step); plain `cargo test` uses the cdylib built next to this executable.
@@ -30,7 +31,17 @@ struct NetV8 {
     reg_mr: Option<
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> c_int,
     >,
-    reg_mr_dma_buf: Option<unsafe extern "C" fn()>,
+    reg_mr_dma_buf: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_void,
+            usize,
+            c_int,
+            u64,
+            c_int,
+            *mut *mut c_void,
+        ) -> c_int,
+    >,
     dereg_mr: Option<unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int>,
     isend: Option<
         unsafe extern "C" fn(
@@ -53,7 +64,16 @@ struct NetV8 {
             *mut *mut c_void,
         ) -> c_int,
     >,
-    iflush: Option<unsafe extern "C" fn()>,
+    iflush: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            c_int,
+            *mut *mut c_void,
+            *mut c_int,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> c_int,
+    >,
     test: Option<unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> c_int>,
     close_send: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
     close_recv: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
@@ -331,6 +351,13 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         );
         arm("deregMr");
         expect("deregMr", n.dereg_mr.unwrap()(p.send, mh));
+        arm("regMrDmaBuf");
+        let mut dmh = std::ptr::dangling_mut::<c_void>();
+        expect(
+            "regMrDmaBuf",
+            n.reg_mr_dma_buf.unwrap()(p.send, buf.as_mut_ptr().cast(), 4096, 4, 0, -1, &mut dmh),
+        );
+        assert!(dmh.is_null(), "regMrDmaBuf writes NULL after a panic");
         arm("isend");
         let mut req = std::ptr::dangling_mut::<c_void>();
         expect(
@@ -362,6 +389,13 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         let mut done = 5;
         expect("test", n.test.unwrap()(req, &mut done, null_mut()));
         assert_eq!(done, 0, "test writes done = 0 after a panic");
+        arm("iflush");
+        let mut freq = std::ptr::dangling_mut::<c_void>();
+        expect(
+            "iflush",
+            n.iflush.unwrap()(p.recv, 1, &mut data, &mut size, &mut mhs, &mut freq),
+        );
+        assert!(freq.is_null(), "iflush writes NULL after a panic");
         arm("none");
         // Still usable after all of that.
         std::env::remove_var("NCCL_DQPLB_DEBUG_PANIC");
@@ -369,7 +403,15 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         let fresh = connect_pair(n);
         transfer(n, &fresh, 100_000);
         close_pair(n, fresh);
-        close_pair(n, p);
+        // The closes, each armed: the comm is freed, then the forced panic comes back as 3.
+        arm("closeSend");
+        expect("closeSend", n.close_send.unwrap()(p.send));
+        arm("closeRecv");
+        expect("closeRecv", n.close_recv.unwrap()(p.recv));
+        arm("closeListen");
+        expect("closeListen", n.close_listen.unwrap()(p.listen));
+        std::env::remove_var("NCCL_DQPLB_DEBUG_PANIC");
+        assert_eq!(n.init.unwrap()(None), SUCCESS);
         assert_eq!(
             checked,
             [
@@ -381,9 +423,14 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
                 "accept",
                 "regMr",
                 "deregMr",
+                "regMrDmaBuf",
                 "isend",
                 "irecv",
-                "test"
+                "test",
+                "iflush",
+                "closeSend",
+                "closeRecv",
+                "closeListen"
             ]
         );
     }

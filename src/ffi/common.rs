@@ -387,6 +387,7 @@ pub(super) unsafe extern "C" fn reg_mr_dma_buf(
     guard(
         "regMrDmaBuf",
         || {
+            maybe_panic("regMrDmaBuf");
             Err(NetError::invalid_argument(format!(
                 "regMrDmaBuf(type {kind}, fd {fd}): DMA-BUF registration needs an RDMA device with GPUDirect; these devices advertise host memory only"
             )))
@@ -585,6 +586,7 @@ pub(super) unsafe extern "C" fn iflush(
         || {
             // Host memory needs no flush: a NULL request tells NCCL there is nothing to wait for.
             put(request, std::ptr::null_mut());
+            maybe_panic("iflush");
             if recv_comm.is_null() || request.is_null() {
                 return Err(null("iflush: recvComm or request"));
             }
@@ -670,6 +672,8 @@ fn close_box<T>(entry: &str, comm: *mut c_void) -> ncclResult_t {
                 // closes each comm once.
                 drop(unsafe { Box::from_raw(comm as *mut T) });
             }
+            // After the comm is freed: a forced panic here leaks nothing.
+            maybe_panic(entry);
             Ok(())
         },
         || {},
