@@ -326,16 +326,20 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         );
         assert!(l.is_null(), "listen writes NULL after a panic");
         arm("connect");
-        let (mut s, mut d) = (std::ptr::dangling_mut::<c_void>(), null_mut());
+        let (mut s, mut d) = (
+            std::ptr::dangling_mut::<c_void>(),
+            std::ptr::dangling_mut::<c_void>(),
+        );
         expect(
             "connect",
             n.connect.unwrap()(0, h.as_mut_ptr().cast(), &mut s, &mut d),
         );
-        assert!(s.is_null());
+        assert!(s.is_null() && d.is_null(), "connect writes both outputs");
         arm("accept");
         let mut r = std::ptr::dangling_mut::<c_void>();
+        d = std::ptr::dangling_mut::<c_void>();
         expect("accept", n.accept.unwrap()(p.listen, &mut r, &mut d));
-        assert!(r.is_null());
+        assert!(r.is_null() && d.is_null(), "accept writes both outputs");
         let mut buf = vec![0u8; 4096];
         arm("regMr");
         let mut mh = std::ptr::dangling_mut::<c_void>();

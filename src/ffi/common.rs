@@ -310,7 +310,10 @@ pub(super) fn connect_impl(
             }
             Ok(())
         },
-        || out(std::ptr::null_mut()),
+        || {
+            clear_dev_handle(dev_comm);
+            out(std::ptr::null_mut())
+        },
     )
 }
 
@@ -347,7 +350,10 @@ pub(super) unsafe extern "C" fn accept(
             }
             Ok(())
         },
-        || out(std::ptr::null_mut()),
+        || {
+            clear_dev_handle(dev_comm);
+            out(std::ptr::null_mut())
+        },
     )
 }
 
@@ -392,12 +398,7 @@ pub(super) unsafe extern "C" fn reg_mr_dma_buf(
                 "regMrDmaBuf(type {kind}, fd {fd}): DMA-BUF registration needs an RDMA device with GPUDirect; these devices advertise host memory only"
             )))
         },
-        || {
-            if !mhandle.is_null() {
-                // SAFETY: non-null output pointer from NCCL.
-                unsafe { *mhandle = std::ptr::null_mut() };
-            }
-        },
+        || put(mhandle, std::ptr::null_mut()),
     )
 }
 
