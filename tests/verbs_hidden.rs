@@ -28,11 +28,21 @@ fn plugin_or_skip(test: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    eprintln!(
-        "!!!! {test}: SKIPPED: plugin library {} not found next to this test binary",
+    skip(&format!(
+        "{test}: plugin library {} not found next to this test binary",
         p.display()
-    );
+    ));
     None
+}
+
+/// A check that cannot run here: SKIPPED on a developer's host, a failure where every check must
+/// run (DQPLB_REQUIRE_ALL=1, as CI's .ci/run sets).
+fn skip(why: &str) {
+    assert!(
+        std::env::var("DQPLB_REQUIRE_ALL").as_deref() != Ok("1"),
+        "cannot run, and DQPLB_REQUIRE_ALL=1 requires it: {why}"
+    );
+    eprintln!("!!!! SKIPPED: {why}");
 }
 
 /// Child-process entry point: does nothing unless `ROLE` is set.
@@ -228,10 +238,10 @@ fn plugin_works_without_libibverbs() {
             .is_ok_and(|s| s.success());
         let paths = libibverbs_paths();
         if !root || !unshare || paths.is_empty() {
-            eprintln!(
-                "!!!! plugin_works_without_libibverbs: SKIPPED: libibverbs is installed and cannot \
-                 be hidden (root {root}, unshare {unshare}, ldconfig paths {paths:?})"
-            );
+            skip(&format!(
+                "plugin_works_without_libibverbs: libibverbs is installed and cannot be hidden \
+                 (root {root}, unshare {unshare}, ldconfig paths {paths:?})"
+            ));
             return;
         }
         let empty = std::env::temp_dir().join(format!("dqplb-empty-{}.so", std::process::id()));
@@ -271,7 +281,7 @@ fn plugin_works_without_libibverbs() {
     eprintln!("--- child stdout ---\n{stdout}\n--- child stderr ---\n{stderr}");
     if !out.status.success() && stderr.contains("mount") && !stdout.contains("@@") {
         // no CAP_SYS_ADMIN (unprivileged container): the namespace trick is unavailable
-        eprintln!("!!!! plugin_works_without_libibverbs: SKIPPED: could not hide libibverbs");
+        skip("plugin_works_without_libibverbs: could not hide libibverbs");
         return;
     }
     assert!(
@@ -302,7 +312,7 @@ fn plugin_has_no_rdma_core_dependency() {
     let out = match Command::new("readelf").arg("-d").arg(&so).output() {
         Ok(o) if o.status.success() => o,
         _ => {
-            eprintln!("!!!! plugin_has_no_rdma_core_dependency: SKIPPED: readelf unavailable");
+            skip("plugin_has_no_rdma_core_dependency: readelf unavailable");
             return;
         }
     };
