@@ -58,5 +58,5 @@ pub use params::{
     REORDER_SLACK, SEGMENT_ALIGN,
 };
 pub use receiver::Receiver;
-pub use sender::{Sender, Transmit};
+pub use sender::{Sender, Transmit, MAX_ROUTES};
 pub use stats::{QpStats, LATENCY_BUCKETS};

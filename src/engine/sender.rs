@@ -4,7 +4,19 @@
 use super::imm::{self, seq_distance};
 use super::params::{check_initial_seq, REORDER_SLACK};
 use super::policy::{AnyPolicy, Cursor, Policy, Room};
-use super::{EngineError, EngineParams, QpStats};
+use super::{EngineError, EngineParams, PolicyKind, QpStats};
+use arrayvec::ArrayVec;
+
+/// Most routes (policy + QP subset) one sender holds: the configured one and up to three more.
+pub const MAX_ROUTES: usize = 4;
+
+/// A way to cut messages: a policy and the QPs it may use.
+#[derive(Debug, Clone)]
+struct Route {
+    policy: AnyPolicy,
+    /// QPs this route may place segments on.
+    qps: Room,
+}
 
 /// One segment to put on the wire now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +41,8 @@ struct Msg {
     segs_cut: u64,
     segs_done: u64,
     token: u32,
+    /// Index into the sender's routes, fixed when the message is posted.
+    route: u8,
 }
 
 /// A segment in flight on a QP.
@@ -43,7 +57,8 @@ struct Seg {
 /// Sender state machine of one connection.
 #[derive(Debug, Clone)]
 pub struct Sender {
-    policy: AnyPolicy,
+    /// Route 0 is the configured policy over every QP; `add_route` appends others.
+    routes: ArrayVec<Route, MAX_ROUTES>,
     qps: usize,
     max_outstanding: u32,
     max_messages: usize,
@@ -82,8 +97,13 @@ impl Sender {
         check_initial_seq(initial_seq)?;
         let msg_cap = p.max_messages.next_power_of_two();
         let stride = p.max_outstanding.next_power_of_two();
-        Ok(Sender {
+        let mut routes = ArrayVec::new();
+        routes.push(Route {
             policy: AnyPolicy::new(p),
+            qps: Room::all(p.qps),
+        });
+        Ok(Sender {
+            routes,
             qps: p.qps,
             max_outstanding: p.max_outstanding,
             max_messages: p.max_messages,
@@ -105,20 +125,70 @@ impl Sender {
         })
     }
 
-    /// Queues a message of `len` bytes identified by the driver's `token`.
+    /// Adds a route: `policy` over QPs `0 .. qps` (clamped to the connection's QPs, 0 = all), with
+    /// the segment size of the configured one; returns its index for `post_routed`. Called at
+    /// set-up: it never allocates (at most [`MAX_ROUTES`] routes).
+    pub fn add_route(
+        &mut self,
+        policy: PolicyKind,
+        qps: usize,
+        segment_bytes: u32,
+    ) -> Result<u8, EngineError> {
+        let n = if qps == 0 {
+            self.qps
+        } else {
+            qps.min(self.qps)
+        };
+        let p = EngineParams {
+            qps: n,
+            max_outstanding: self.max_outstanding,
+            segment_bytes,
+            max_messages: self.max_messages,
+            policy,
+        };
+        p.validate()?;
+        let route = Route {
+            policy: AnyPolicy::new(&p),
+            qps: Room::all(n),
+        };
+        let index = self.routes.len();
+        self.routes
+            .try_push(route)
+            .map_err(|_| EngineError::TooManyRoutes { limit: MAX_ROUTES })?;
+        Ok(index as u8)
+    }
+
+    /// Routes held (1 + those added).
+    pub fn routes(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Queues a message of `len` bytes identified by the driver's `token`, on route 0.
     pub fn post(&mut self, token: u32, len: u64) -> Result<(), EngineError> {
+        self.post_routed(token, len, 0)
+    }
+
+    /// Queues a message on `route` (from `add_route`; 0 = the configured policy).
+    pub fn post_routed(&mut self, token: u32, len: u64, route: u8) -> Result<(), EngineError> {
         if (self.msg_tail - self.msg_head) as usize >= self.max_messages {
             return Err(EngineError::TooManyMessages {
                 limit: self.max_messages,
             });
         }
-        self.policy.check_len(len)?;
+        let Some(r) = self.routes.get(route as usize) else {
+            return Err(EngineError::NoSuchRoute {
+                route,
+                routes: self.routes.len(),
+            });
+        };
+        r.policy.check_len(len)?;
         self.msgs[(self.msg_tail & self.msg_mask) as usize] = Msg {
             len,
             cut: 0,
             segs_cut: 0,
             segs_done: 0,
             token,
+            route,
         };
         self.msg_tail += 1;
         Ok(())
@@ -142,7 +212,9 @@ impl Sender {
             index: msg.segs_cut,
             serial: self.msg_cursor,
         };
-        let (qp, len) = self.policy.choose(&cursor, self.room)?;
+        // The route index was checked at post; `get_mut` keeps a corrupt one from panicking.
+        let r = self.routes.get_mut(msg.route as usize)?;
+        let (qp, len) = r.policy.choose(&cursor, self.room.and(r.qps))?;
         let seq = self.next_seq;
         self.next_seq = imm::seq_add(seq, 1);
         let offset = msg.cut;

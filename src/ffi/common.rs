@@ -261,6 +261,7 @@ pub(super) fn listen_impl(
             let opts = ConnOptions {
                 traffic_class: ctx.and_then(|c| c.traffic_class),
                 owner: ctx.map(|c| c.serial),
+                pattern: None,
             };
             let comm = plugin::listen_with(dev, h, opts)?;
             out(Box::into_raw(Box::new(comm)) as *mut c_void);
@@ -761,8 +762,8 @@ pub(super) unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     )
 }
 
-/// v11+ setNetAttr(ctx, attr): stores the communication-pattern hints in the context and logs
-/// them; the connection plan does not (yet) depend on them.
+/// v11+ setNetAttr(ctx, attr): stores the communication-pattern hints in the context; the
+/// pattern they describe picks the engine route of the context's next isends.
 pub(super) unsafe extern "C" fn set_net_attr(
     ctx: *mut c_void,
     attr: *mut super::sys::ncclNetAttr_v11_t,
@@ -793,8 +794,7 @@ pub(super) unsafe extern "C" fn set_net_attr(
                 algo: a.algo,
                 proto: a.proto,
             };
-            tracing::info!(target: "dqplb::net", "communicator {:#x}: setNetAttr {na:?}", c.comm_id);
-            c.set_net_attr(na);
+            plugin::set_net_attr(c, na);
             Ok(())
         },
         || {},
@@ -825,6 +825,7 @@ pub(super) unsafe extern "C" fn connect_ctx(
     let opts = ConnOptions {
         traffic_class: c.and_then(|c| c.traffic_class),
         owner: c.map(|c| c.serial),
+        pattern: c.map(|c| c.pattern.clone()),
     };
     connect_impl(opts, dev, handle, send_comm, dev_comm)
 }

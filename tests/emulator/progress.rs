@@ -9,6 +9,8 @@ use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
 pub(super) const STEPS: usize = NCCL_STEPS as usize;
+/// NCCL_ALGO_RING (src/include/device.h).
+pub const ALGO_RING: u32 = 1;
 
 /// ncclProxySubArgs, reduced.
 pub struct Sub {
@@ -84,6 +86,13 @@ pub struct Args {
     pub subs: Vec<Sub>,
     pub(super) ready: bool,
     pub(super) ndone: usize,
+    /// args->collAPI (ncclFunc_t), nPeers, nChannels and algorithm, for setXferNetAttrs.
+    pub coll_api: u32,
+    pub npeers: i32,
+    pub nchannels: i32,
+    pub algo: u32,
+    /// The checkedNetAttr of send/recvProxyProgress: hints given before the first isend/irecv.
+    pub(super) checked_attr: bool,
 }
 
 impl Args {
@@ -104,6 +113,11 @@ impl Args {
             subs,
             ready: false,
             ndone: 0,
+            coll_api: super::versions::FUNC_ALLREDUCE,
+            npeers: 1,
+            nchannels: 1,
+            algo: ALGO_RING,
+            checked_attr: false,
         }
     }
 
@@ -279,6 +293,19 @@ impl<'a, 'n> Engine<'a, 'n> {
                     sub.filled = k + 1;
                 }
                 let mut req: P = std::ptr::null_mut();
+                // `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, 1)` right before
+                // the first isend of the args (sendProxyProgress, net.cc 2.28-2.30).
+                if !a.checked_attr {
+                    a.checked_attr = true;
+                    super::versions::xfer_net_attr(
+                        true,
+                        a.coll_api,
+                        a.npeers,
+                        a.nchannels,
+                        a.algo,
+                        a.proto as u32,
+                    )?;
+                }
                 // SAFETY: registered buffer, size <= stepSize*sliceSteps, tag = tpRank.
                 ok("isend", unsafe {
                     isend(

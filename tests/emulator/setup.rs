@@ -89,6 +89,9 @@ pub struct Setup<'n> {
     shared_recv: HashMap<(usize, usize), SharedComm>,
     pub share_comms: bool,
     pub stats: Stats,
+    /// comm->nRanks and nChannels, for the connect-time setNetAttr hints.
+    pub nranks: i32,
+    pub nchannels: i32,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -123,6 +126,8 @@ impl<'n> Setup<'n> {
             shared_recv: HashMap::new(),
             share_comms: max_recvs > 1,
             stats: Stats::default(),
+            nranks: 2,
+            nchannels: 1,
         }
     }
 
@@ -237,6 +242,10 @@ impl<'n> Setup<'n> {
                     }
                 }
                 if self.conns[i].comm.is_null() {
+                    // setNetAttrs(proxyState, &req->netAttr) opens every sendProxyConnect and
+                    // recvProxyConnect call (v11+); shared-buffer connections are p2pOnly.
+                    let p2p = self.conns[i].shared;
+                    super::versions::connect_net_attr(p2p, self.nranks, self.nchannels)?;
                     let c = &mut self.conns[i];
                     if send {
                         self.stats.connect_calls += 1;

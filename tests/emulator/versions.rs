@@ -89,7 +89,7 @@ pub struct CommConfig {
 
 /// ncclNetAttr_v11_t / v12.
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
 pub struct NetAttr {
     pub send: [i32; 4],
     pub recv: [i32; 4],
@@ -208,8 +208,8 @@ pub fn traffic_class() -> c_int {
 }
 
 /// One init as the loaded version's NCCL calls it: v8/v9 init(logger), v10 init(logger,
-/// profiler), v11+ init(&ctx, commHash, &config, logger, profiler) then, as the proxy does before
-/// the first transfer, setNetAttr(ctx, attr) (setXferNetAttrs in src/transport/net.cc).
+/// profiler), v11+ init(&ctx, commHash, &config, logger, profiler). setNetAttr comes later, at
+/// connect (`connect_net_attr`) and per transfer (`xfer_net_attr`).
 pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
     let f = slot_ptr(slot::INIT);
     if f == 0 {
@@ -237,16 +237,6 @@ pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
                         return Err(format!("v{} init left ctx {ctx:?}", version()));
                     }
                     CTX.store(ctx, Ordering::Release);
-                    let sna = slot_ptr(slot::SET_NET_ATTR);
-                    if sna != 0 {
-                        let mut a = NetAttr {
-                            send: [8, 1, 4, 1],
-                            recv: [8, 1, 4, 1],
-                            ..NetAttr::default()
-                        };
-                        let r = std::mem::transmute::<usize, SetNetAttr>(sna)(ctx, &mut a);
-                        super::nccl::ok("setNetAttr", r)?;
-                    }
                 }
                 rc
             }
@@ -255,12 +245,118 @@ pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
     super::nccl::ok("init", rc)
 }
 
+/// proxyState->netAttr: the hints last given to setNetAttr (src/include/proxy.h, 2.28-2.30).
+static LAST_ATTR: std::sync::Mutex<Option<NetAttr>> = std::sync::Mutex::new(None);
+/// setNetAttr calls made.
+pub static NET_ATTR_CALLS: AtomicU64 = AtomicU64::new(0);
+
+const NCCL_NET_ATTR_UNDEF: i32 = -1;
+// ncclFunc_t (src/include/nccl_common.h 2.28-2.30).
+pub const FUNC_ALLREDUCE: u32 = 4;
+pub const FUNC_SEND: u32 = 6;
+pub const FUNC_RECV: u32 = 7;
+pub const FUNC_ALLTOALL: u32 = 8;
+const FUNC_SCATTER: u32 = 9;
+const FUNC_GATHER: u32 = 10;
+/// NCCL_MAX_TREE_ARITY (src/include/device.h) and NCCL_MAX_DEV_WORK_P2P_PER_BATCH (2.24-2.30).
+const MAX_TREE_ARITY: i32 = 3;
+const MAX_DEV_WORK_P2P_PER_BATCH: i32 = 8;
+
+/// setNetAttrs (src/transport/net.cc 2.28-2.30): calls the plugin and remembers the hints.
+fn set_net_attrs(a: NetAttr) -> Result<(), String> {
+    let ctx = CTX.load(Ordering::Acquire);
+    let f = slot_ptr(slot::SET_NET_ATTR);
+    if version() < 11 || f == 0 || ctx.is_null() {
+        return Ok(());
+    }
+    let mut a2 = a;
+    NET_ATTR_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: v11+ setNetAttr with the context init returned and a live attribute struct.
+    let r = unsafe { std::mem::transmute::<usize, SetNetAttr>(f)(ctx, &mut a2) };
+    // NCCL ignores setNetAttr's result (setNetAttrs returns void); a failure is still a bug.
+    super::nccl::ok("setNetAttr", r)?;
+    *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
+    Ok(())
+}
+
+/// populateCommNetAttrs + setNetAttrs at the top of sendProxyConnect/recvProxyConnect
+/// (src/transport/net.cc 2.28-2.30), on every call of the connect retry loop: p2p connections
+/// (`p2p_only`) hint Send|Recv|AlltoAll|Scatter|Gather with up to min(nRanks, p2pnChannels *
+/// NCCL_MAX_DEV_WORK_P2P_PER_BATCH) peers and p2pnChannelsPerPeer flows; collective ones leave
+/// op undefined with min(nRanks, (NCCL_MAX_TREE_ARITY - 1) * 2) peers and nChannels flows.
+pub fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> Result<(), String> {
+    let u = NCCL_NET_ATTR_UNDEF;
+    let (peers, flows, op) = if p2p_only {
+        let ops = [
+            FUNC_SEND,
+            FUNC_RECV,
+            FUNC_ALLTOALL,
+            FUNC_SCATTER,
+            FUNC_GATHER,
+        ]
+        .iter()
+        .fold(0u32, |m, f| m | (1 << f));
+        (
+            nranks.min(nchannels * MAX_DEV_WORK_P2P_PER_BATCH),
+            nchannels,
+            ops,
+        )
+    } else {
+        (nranks.min((MAX_TREE_ARITY - 1) * 2), nchannels, u as u32)
+    };
+    let side = [peers, 1, flows, 1];
+    set_net_attrs(NetAttr {
+        send: side,
+        recv: side,
+        op,
+        algo: u as u32,
+        proto: u as u32,
+    })
+}
+
+/// setXferNetAttrs (src/transport/net.cc 2.28-2.30), called before the first isend/irecv of
+/// each ncclProxyArgs: the last hints with this side's peers and flows set to the transfer's
+/// nPeers/nChannels, op = BIT(collAPI), algo/proto for collectives only (collAPI <
+/// NCCL_NUM_FUNCTIONS = 5); setNetAttr only when that differs from the last hints.
+pub fn xfer_net_attr(
+    send: bool,
+    coll_api: u32,
+    npeers: i32,
+    nchannels: i32,
+    algo: u32,
+    proto: u32,
+) -> Result<(), String> {
+    if version() < 11 || slot_ptr(slot::SET_NET_ATTR) == 0 {
+        return Ok(());
+    }
+    let last = *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut a) = last else {
+        return Ok(());
+    };
+    let side = [npeers, npeers, nchannels, nchannels];
+    if send {
+        a.send = side;
+    } else {
+        a.recv = side;
+    }
+    a.op = 1 << coll_api;
+    if coll_api < 5 {
+        a.algo = 1 << algo;
+        a.proto = 1 << proto;
+    }
+    if Some(a) != last {
+        set_net_attrs(a)?;
+    }
+    Ok(())
+}
+
 /// ncclNetFinalize's plugin call for v11+: finalize(ctx). Ok(true) when called.
 pub fn finalize() -> Result<bool, String> {
     if version() < 11 {
         return Ok(false);
     }
     let ctx = CTX.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = None;
     let f = slot_ptr(slot::FINALIZE);
     if f == 0 {
         return Err("finalize is NULL".into());

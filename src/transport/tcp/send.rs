@@ -10,7 +10,7 @@ use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
-use crate::engine::{EngineParams, QpStats, Sender};
+use crate::engine::{EngineParams, PolicyKind, QpStats, Sender};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
 
@@ -59,6 +59,8 @@ pub struct TcpSendComm {
     data: Vec<DataTx>,
     ready: Readiness,
     engine: Sender,
+    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
+    route: u8,
     slots: Slots<Active>,
     failed: Sticky,
     epoch: Instant,
@@ -115,6 +117,7 @@ impl TcpSendComm {
             data,
             ready,
             engine,
+            route: 0,
             // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
             slots: Slots::new(n * MAX_RECVS),
             failed: Sticky::default(),
@@ -129,6 +132,18 @@ impl TcpSendComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
+    pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
+        self.engine
+            .add_route(policy, qps, self.params.segment_bytes)
+            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+    }
+
+    /// Messages matched from now on are cut by engine route `route` (from `add_route`).
+    pub fn set_route(&mut self, route: u8) {
+        self.route = route;
     }
 
     pub fn qp_stats(&self) -> &[QpStats] {
@@ -186,7 +201,7 @@ impl TcpSendComm {
             if gone.is_none() {
                 for &s in group.sends() {
                     let len = self.slots.active(s).map_or(0, |a| a.buf.len());
-                    if let Err(e) = self.engine.post(s, len as u64) {
+                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
                         let e = NetError::internal(format!(
                             "engine refused a send to {}: {e}",
                             self.ctrl_name.peer
