@@ -421,7 +421,14 @@ fn segments_per_qp(log: &std::path::Path) -> Vec<u64> {
 fn set_net_attr_picks_the_policy_per_pattern() {
     let dir = std::env::temp_dir().join(format!("dqplb-emu-patterns-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cases: [(&str, &str, &str, &[(&'static str, &str)], [bool; 4]); 5] = [
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [(&'static str, &'a str)],
+        [bool; 4],
+    );
+    let cases: [Case; 5] = [
         ("a2a", "2.28", "11", &[], [true, true, false, false]),
         ("a2a", "2.30", "12", &[], [true, true, false, false]),
         (
