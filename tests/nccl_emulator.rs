@@ -303,6 +303,20 @@ fn native_versions_v9_v10_v11_v12() {
                 assert_eq!(finalizes, if v >= 11 { 2 } else { 0 }, "{line}");
                 assert_eq!(ifield(&line, "set_net_attr"), i64::from(v >= 11), "{line}");
                 assert_eq!(ifield(&line, "make_vdevice"), 0, "{line}");
+                // Profiler events (v10+): one per segment, each stopped, bytes = bytes sent.
+                let starts = ifield(&line, "prof_starts");
+                assert_eq!(ifield(&line, "prof_bad"), 0, "{line}");
+                if v >= 10 {
+                    assert!(starts > 0, "{line}");
+                    assert_eq!(ifield(&line, "prof_stops"), starts, "{line}");
+                    assert_eq!(
+                        ifield(&line, "prof_bytes"),
+                        ifield(&line, "isend_bytes"),
+                        "{line}"
+                    );
+                } else {
+                    assert_eq!(starts, 0, "{line}");
+                }
                 if v >= 11 {
                     assert_eq!(
                         ifield(&line, "fds_after"),

@@ -204,6 +204,15 @@ impl SendComm {
         Ok(())
     }
 
+    /// NCCL's profiler handle (v10+ isend `phandle`, 0: none) for the next isend's events.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.set_event_parent(parent),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(_, _) => {}
+        }
+    }
+
     pub fn isend(
         &mut self,
         buf: UserBuf,

@@ -47,7 +47,7 @@ impl Pattern {
 // ncclFunc_t bits of ncclNetAttr_t.op (NCCL src/include/nccl_common.h, 2.28.3 - 2.30.7):
 // Broadcast 0, Reduce 1, AllGather 2, ReduceScatter 3, AllReduce 4, SendRecv 5, Send 6, Recv 7,
 // AlltoAll 8, Scatter 9, Gather 10, AllGatherV 11, PutSignal 12, Signal 13, WaitSignal 14.
-const COLLECTIVE_OPS: u32 = 0b1_0000_0001_1111;
+const COLLECTIVE_OPS: u32 = 0b1_1111 | (1 << 11);
 const P2P_OPS: u32 = (0b111 << 5) | (0b111 << 12);
 const ALLTOALL_OPS: u32 = 0b111 << 8;
 /// NCCL_NET_ATTR_UNDEF (-1) as the uint32_t op field holds it.

@@ -87,6 +87,7 @@ pub fn run() -> Result<(), String> {
         let abort = role.work == "abort" && ci == 0;
         let c = one_comm(&mut nccl, &role, ci, abort)?;
         total.isend += c.isend;
+        total.isend_bytes += c.isend_bytes;
         total.irecv += c.irecv;
         total.test += c.test;
         total.consumed += c.consumed;
@@ -101,7 +102,7 @@ pub fn run() -> Result<(), String> {
     let (fds1, threads1) = super::versions::fds_and_threads();
     let (rail, plane) = super::versions::rail_plane().unwrap_or((-2, -2));
     say(&format!(
-        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={} net_attr_calls={}",
+        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={} net_attr_calls={} prof_starts={} prof_stops={} prof_bytes={} prof_bad={} isend_bytes={}",
         super::versions::version(),
         super::versions::HINTS.load(std::sync::atomic::Ordering::Relaxed),
         super::versions::HINTS_LEFT.load(std::sync::atomic::Ordering::Relaxed),
@@ -111,6 +112,11 @@ pub fn run() -> Result<(), String> {
         super::versions::has_after_close("setNetAttr"),
         super::versions::has_after_close("makeVDevice"),
         super::versions::NET_ATTR_CALLS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_STARTS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_STOPS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_BAD.load(std::sync::atomic::Ordering::Relaxed),
+        total.isend_bytes,
     ));
     say(&format!(
         "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",

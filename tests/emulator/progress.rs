@@ -39,6 +39,8 @@ pub struct Sub {
     /// Emulated GPU: sendMem->head on the receive side (steps consumed); messages filled.
     pub(super) head: u64,
     pub(super) filled: usize,
+    /// sub->pHandles: the per-step profiler handles whose addresses isend gets as phandle.
+    pub(super) phandles: [u64; STEPS],
 }
 
 impl Sub {
@@ -72,6 +74,7 @@ impl Sub {
             got: [0; STEPS],
             head: 0,
             filled: 0,
+            phandles: [0; STEPS],
         }
     }
 }
@@ -129,6 +132,8 @@ impl Args {
 #[derive(Default, Debug, Clone)]
 pub struct Counters {
     pub isend: u64,
+    /// Bytes of the isends the plugin accepted.
+    pub isend_bytes: u64,
     pub isend_null: u64,
     pub irecv: u64,
     pub irecv_null: u64,
@@ -306,6 +311,13 @@ impl<'a, 'n> Engine<'a, 'n> {
                         a.proto as u32,
                     )?;
                 }
+                // phandle = &sub->pHandles[DIVUP(transmittedStepId, sliceSteps) % NCCL_STEPS].
+                let ph =
+                    &sub.phandles[(sub.transmitted.div_ceil(a.slice_steps) % NCCL_STEPS) as usize];
+                super::versions::NEXT_PHANDLE.store(
+                    ph as *const u64 as usize,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 // SAFETY: registered buffer, size <= stepSize*sliceSteps, tag = tpRank.
                 ok("isend", unsafe {
                     isend(
@@ -320,6 +332,7 @@ impl<'a, 'n> Engine<'a, 'n> {
                 self.c.isend += 1;
                 sub.requests[slot] = req;
                 if !req.is_null() {
+                    self.c.isend_bytes += m.size as u64;
                     if m.size == 0 {
                         self.c.zero_byte_msgs += 1;
                     }

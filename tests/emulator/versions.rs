@@ -19,7 +19,7 @@
 use super::abi::{Logger, NetV8, Props};
 use super::dl::Lib;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 type P = *mut c_void;
 
@@ -189,7 +189,57 @@ pub fn has(which: &str) -> bool {
     }
 }
 
-unsafe extern "C" fn profiler(_e: *mut P, _t: c_int, _p: P, _id: i64, _x: P) -> c_int {
+/// The profiler handle the next isend passes (&sub->pHandles[step % NCCL_STEPS] in
+/// sendProxyProgress, net.cc 2.26-2.30; never NULL there).
+pub static NEXT_PHANDLE: AtomicUsize = AtomicUsize::new(0);
+/// Profiler events: started, stopped, payload bytes started, and malformed calls.
+pub static PROF_STARTS: AtomicU64 = AtomicU64::new(0);
+pub static PROF_STOPS: AtomicU64 = AtomicU64::new(0);
+pub static PROF_BYTES: AtomicU64 = AtomicU64::new(0);
+pub static PROF_BAD: AtomicU64 = AtomicU64::new(0);
+static PROF_NEXT: AtomicUsize = AtomicUsize::new(0x1000);
+static PROF_LIVE: std::sync::Mutex<Option<std::collections::HashSet<usize>>> =
+    std::sync::Mutex::new(None);
+
+/// ncclProfilerCallback (src/plugin/profiler.cc 2.26-2.30) with a profiler that records every
+/// net-plugin event: Start(&eHandle, 0, pHandle, pluginId, descriptor) must come with the parent
+/// handle of an isend, pluginId NCCL_PROFILER_NET_TYPE_{IB,SOCK} | 1 and a version-1 descriptor
+/// whose type is 1 (ncclProfileQp / ncclProfileSocket); Stop(&eHandle, 1, ...) must name a live
+/// event. Anything else counts as bad.
+unsafe extern "C" fn profiler(e: *mut P, t: c_int, p: P, id: i64, x: P) -> c_int {
+    let mut live = PROF_LIVE.lock().unwrap_or_else(|q| q.into_inner());
+    let live = live.get_or_insert_with(Default::default);
+    match t {
+        0 => {
+            let ok_parent = !p.is_null();
+            // The descriptors (plugins/profiler/example/nccl/net_ib_v1.h, net_socket_v1.h):
+            // type at 0, the union at 8; length at 8 + 24 (qp) or 8 + 8 (sock).
+            let len_at = match id {
+                0x10001 => Some(32),
+                0x20001 => Some(16),
+                _ => None,
+            };
+            match (ok_parent, len_at, x.is_null(), e.is_null()) {
+                (true, Some(off), false, false) if *(x as *const u8) == 1 => {
+                    let len = *((x as *const u8).add(off) as *const usize);
+                    PROF_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+                    PROF_STARTS.fetch_add(1, Ordering::Relaxed);
+                    let h = PROF_NEXT.fetch_add(1, Ordering::Relaxed);
+                    live.insert(h);
+                    *e = h as P;
+                }
+                _ => {
+                    PROF_BAD.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        1 if !e.is_null() && live.remove(&(*e as usize)) => {
+            PROF_STOPS.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {
+            PROF_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     0
 }
 
@@ -541,10 +591,18 @@ unsafe extern "C" fn isend(comm: P, data: P, size: c_int, tag: c_int, mh: P, req
             f,
         )(comm, data, size, tag, mh, req)
     } else {
-        // phandle: NCCL passes its profiler handle slot; a NULL one is legal (profiler off).
+        // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL.
         std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, P, *mut P) -> c_int>(
             f,
-        )(comm, data, size, tag, mh, std::ptr::null_mut(), req)
+        )(
+            comm,
+            data,
+            size,
+            tag,
+            mh,
+            NEXT_PHANDLE.load(Ordering::Relaxed) as P,
+            req,
+        )
     }
 }
 

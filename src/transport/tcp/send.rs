@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
@@ -11,6 +12,7 @@ use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use crate::engine::{EngineParams, PolicyKind, QpStats, Sender};
+use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
 
@@ -22,6 +24,8 @@ struct TxSeg {
     off: usize,
     len: usize,
     written: usize,
+    /// Profiler event of this segment (0: none).
+    ev: usize,
 }
 
 struct DataTx {
@@ -30,8 +34,9 @@ struct DataTx {
     queue: VecDeque<TxSeg>,
     ack: [u8; ACK_BYTES],
     ack_got: usize,
-    /// Immediates of segments fully written and not yet acknowledged, oldest first.
-    unacked: VecDeque<u32>,
+    /// Immediates (and profiler events) of segments fully written and not yet acknowledged,
+    /// oldest first.
+    unacked: VecDeque<(u32, usize)>,
     /// The receiver closed this stream (orderly, with nothing of ours left unacknowledged).
     closed: bool,
 }
@@ -41,6 +46,8 @@ struct DataTx {
 struct Active {
     buf: UserBuf,
     remote_slot: u32,
+    /// NCCL's profiler handle of the isend (0: none).
+    parent: usize,
 }
 
 pub struct TcpSendComm {
@@ -59,6 +66,8 @@ pub struct TcpSendComm {
     data: Vec<DataTx>,
     ready: Readiness,
     engine: Sender,
+    /// Profiler events (NCCL v10+), per segment from queueing to acknowledgement.
+    events: CommEvents,
     /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
     route: u8,
     slots: Slots<Active>,
@@ -117,6 +126,7 @@ impl TcpSendComm {
             data,
             ready,
             engine,
+            events: CommEvents::current(),
             route: 0,
             // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
             slots: Slots::new(n * MAX_RECVS),
@@ -139,6 +149,11 @@ impl TcpSendComm {
         self.engine
             .add_route(policy, qps, self.params.segment_bytes)
             .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+    }
+
+    /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        self.events.next_parent = parent;
     }
 
     /// Messages matched from now on are cut by engine route `route` (from `add_route`).
@@ -194,6 +209,7 @@ impl TcpSendComm {
         let Some(slot) = self.slots.alloc(Active {
             buf,
             remote_slot: target.remote,
+            parent: self.events.next_parent,
         }) else {
             return Ok(None);
         };
@@ -345,7 +361,7 @@ impl TcpSendComm {
             }
             let d = &mut self.data[qp];
             while !d.closed {
-                let Some(&want) = d.unacked.front() else {
+                let Some(&(want, ev)) = d.unacked.front() else {
                     // No ack is due: only EOF may arrive; anything else is a protocol error.
                     let mut probe = [0u8; 1];
                     match read_some(&mut d.sock, &mut probe, &d.name)? {
@@ -374,6 +390,7 @@ impl TcpSendComm {
                             )));
                         }
                         d.unacked.pop_front();
+                        self.events.stop(ev);
                         self.engine.completed(qp, now).map_err(|e| {
                             NetError::remote(format!(
                                 "{}: acknowledgement without a segment in flight: {e}",
@@ -390,7 +407,12 @@ impl TcpSendComm {
     fn schedule(&mut self) -> NetResult<()> {
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(Active { buf, remote_slot }) = self.slots.active(t.token) else {
+            let Some(Active {
+                buf,
+                remote_slot,
+                parent,
+            }) = self.slots.active(t.token)
+            else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
                     t.token
@@ -410,6 +432,18 @@ impl TcpSendComm {
                 len: t.len,
             }
             .encode();
+            let ev = if self.events.enabled() {
+                self.events.start(
+                    parent,
+                    EventDescr::Socket {
+                        fd: d.sock.as_raw_fd(),
+                        op: 0,
+                        length: t.len as usize,
+                    },
+                )
+            } else {
+                0
+            };
             d.queue.push_back(TxSeg {
                 imm: t.imm,
                 hdr,
@@ -417,6 +451,7 @@ impl TcpSendComm {
                 off: t.offset as usize,
                 len: t.len as usize,
                 written: 0,
+                ev,
             });
         }
         Ok(())
@@ -441,7 +476,7 @@ impl TcpSendComm {
                 }
                 seg.written += n;
                 if seg.written == total {
-                    d.unacked.push_back(seg.imm);
+                    d.unacked.push_back((seg.imm, seg.ev));
                     d.queue.pop_front();
                 }
             }
@@ -461,4 +496,21 @@ fn close_stream(d: &mut DataTx) -> NetResult<()> {
     }
     d.closed = true;
     Ok(())
+}
+
+impl Drop for TcpSendComm {
+    /// Segments still queued or unacknowledged end their profiler events with the comm.
+    fn drop(&mut self) {
+        if !self.events.enabled() {
+            return;
+        }
+        for d in &self.data {
+            for seg in &d.queue {
+                self.events.stop(seg.ev);
+            }
+            for &(_, ev) in &d.unacked {
+                self.events.stop(ev);
+            }
+        }
+    }
 }
