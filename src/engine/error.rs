@@ -24,6 +24,10 @@ pub enum EngineError {
     NoSuchQp { qp: usize, qps: usize },
     /// `completed` on a QP with no segment in flight.
     NothingOutstanding { qp: usize },
+    /// Every data QP of the connection has failed.
+    AllPathsFailed { qps: usize },
+    /// `path_replaced` on a QP that still has segments in flight.
+    PathBusy { qp: usize, outstanding: u32 },
 }
 
 impl fmt::Display for EngineError {
@@ -37,6 +41,13 @@ impl fmt::Display for EngineError {
             EngineError::TooManyMessages { limit } => write!(
                 f,
                 "cannot post: {limit} messages already held (max_messages = {limit})"
+            ),
+            EngineError::AllPathsFailed { qps } => {
+                write!(f, "all {qps} data paths of the connection failed")
+            }
+            EngineError::PathBusy { qp, outstanding } => write!(
+                f,
+                "QP {qp} cannot take a new path with {outstanding} segments still in flight"
             ),
             EngineError::TooManyRoutes { limit } => write!(
                 f,

@@ -3,9 +3,11 @@
 
 use super::imm::{self, seq_distance};
 use super::params::{check_initial_seq, REORDER_SLACK};
+use super::paths::{PathEvent, RehashRule, Straggler};
 use super::policy::{AnyPolicy, Cursor, Policy, Room};
 use super::{EngineError, EngineParams, PolicyKind, QpStats};
 use arrayvec::ArrayVec;
+use std::collections::VecDeque;
 
 /// Most routes (policy + QP subset) one sender holds: the configured one and up to three more.
 pub const MAX_ROUTES: usize = 4;
@@ -45,13 +47,16 @@ struct Msg {
     route: u8,
 }
 
-/// A segment in flight on a QP.
+/// A segment in flight on a QP (what a resend on another QP needs, too).
 #[derive(Debug, Clone, Copy, Default)]
 struct Seg {
     /// Ring slot of its message.
     slot: u32,
-    seq: u32,
+    /// Its immediate (sequence number and last flag).
+    imm: u32,
     posted_at: u64,
+    offset: u64,
+    len: u32,
 }
 
 /// Sender state machine of one connection.
@@ -82,6 +87,17 @@ pub struct Sender {
     /// A sequence number at or before the oldest incomplete segment.
     oldest_hint: u32,
     span: u32,
+    /// QPs that get no new segment: draining stragglers and failed paths.
+    blocked: Room,
+    draining: Room,
+    dead: Room,
+    /// Draining QPs already reported by `poll_path_event`.
+    reported: Room,
+    /// Segments of failed QPs waiting to go out again (capacity: one QP's in-flight ring; a
+    /// second QP failing while the first one's segments still wait may grow it, off the data
+    /// path).
+    resend: VecDeque<Seg>,
+    straggler: Option<Straggler>,
 }
 
 impl Sender {
@@ -122,6 +138,12 @@ impl Sender {
             next_seq: initial_seq,
             oldest_hint: initial_seq,
             span: (p.window() * u64::from(REORDER_SLACK)) as u32,
+            blocked: Room::default(),
+            draining: Room::default(),
+            dead: Room::default(),
+            reported: Room::default(),
+            resend: VecDeque::with_capacity(stride as usize),
+            straggler: None,
         })
     }
 
@@ -198,6 +220,9 @@ impl Sender {
     /// units) is recorded to measure the segment's completion latency.
     #[inline]
     pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
+        if !self.resend.is_empty() {
+            return self.transmit_resend(now);
+        }
         if self.msg_cursor == self.msg_tail {
             return None;
         }
@@ -228,10 +253,13 @@ impl Sender {
         }
         let st = &mut self.stats[qp];
         let pos = (self.qp_head[qp] + st.outstanding) & self.stride_mask;
+        let imm = imm::encode(seq, last);
         self.segs[(qp << self.stride_shift) | pos as usize] = Seg {
             slot: slot as u32,
-            seq,
+            imm,
             posted_at: now,
+            offset,
+            len,
         };
         st.on_post(len);
         if st.outstanding == self.max_outstanding {
@@ -240,11 +268,138 @@ impl Sender {
         self.outstanding += 1;
         Some(Transmit {
             qp,
-            imm: imm::encode(seq, last),
+            imm,
             token,
             offset,
             len,
         })
+    }
+
+    /// The oldest segment of a failed QP again, on the first healthy QP with room (same
+    /// immediate, offset and length: the receiver counts its sequence number once).
+    #[cold]
+    fn transmit_resend(&mut self, now: u64) -> Option<Transmit> {
+        let qp = self.room.next_from(0)?;
+        let mut seg = self.resend.pop_front()?;
+        seg.posted_at = now;
+        let st = &mut self.stats[qp];
+        let pos = (self.qp_head[qp] + st.outstanding) & self.stride_mask;
+        self.segs[(qp << self.stride_shift) | pos as usize] = seg;
+        st.on_post(seg.len);
+        st.resent += 1;
+        if st.outstanding == self.max_outstanding {
+            self.room.clear(qp);
+        }
+        self.outstanding += 1;
+        Some(Transmit {
+            qp,
+            imm: seg.imm,
+            token: self.msgs[seg.slot as usize].token,
+            offset: seg.offset,
+            len: seg.len,
+        })
+    }
+
+    /// Installs the straggler re-hash rule (allocates its per-QP state now, never later).
+    pub fn set_rehash_rule(&mut self, rule: RehashRule) -> Result<(), EngineError> {
+        rule.validate()?;
+        self.straggler = Some(Straggler::new(rule, self.qps));
+        Ok(())
+    }
+
+    /// QPs that may carry new segments (neither draining nor failed).
+    pub fn healthy_qps(&self) -> Room {
+        Room::all(self.qps).without(self.blocked)
+    }
+
+    /// Stops scheduling on `qp` (draining or dead).
+    fn block(&mut self, qp: usize) {
+        self.blocked.set(qp);
+        self.room.clear(qp);
+    }
+
+    /// The next thing the transport must do for path health, if any: a drained straggler to
+    /// replace (reported once).
+    pub fn poll_path_event(&mut self) -> Option<PathEvent> {
+        let mut waiting = self.draining.without(self.reported);
+        let mut q = waiting.next_from(0)?;
+        loop {
+            if self.stats[q].outstanding == 0 {
+                self.reported.set(q);
+                return Some(PathEvent::Replace { qp: q });
+            }
+            waiting.clear(q);
+            q = waiting.next_from(q)?;
+        }
+    }
+
+    /// Path `qp` failed (verbs: a QP in error, TCP: a reset stream): its segments in flight go out
+    /// again on healthy QPs, and it gets nothing new until `path_replaced`. Returns how many were
+    /// moved; Err when no QP is left that is not failed.
+    pub fn path_failed(&mut self, qp: usize) -> Result<u32, EngineError> {
+        if qp >= self.qps {
+            return Err(EngineError::NoSuchQp { qp, qps: self.qps });
+        }
+        let moved = if self.dead.has(qp) {
+            0
+        } else {
+            let st = &mut self.stats[qp];
+            let n = st.outstanding;
+            for k in 0..n {
+                let pos = (self.qp_head[qp] + k) & self.stride_mask;
+                self.resend
+                    .push_back(self.segs[(qp << self.stride_shift) | pos as usize]);
+            }
+            st.outstanding = 0;
+            st.failures += 1;
+            self.qp_head[qp] = 0;
+            self.outstanding -= n as usize;
+            n
+        };
+        self.dead.set(qp);
+        self.draining.clear(qp);
+        self.reported.clear(qp);
+        self.block(qp);
+        if self.dead.bits() == Room::all(self.qps).bits() {
+            return Err(EngineError::AllPathsFailed { qps: self.qps });
+        }
+        Ok(moved)
+    }
+
+    /// `qp` has a new path (a replaced straggler or a re-created failed QP): it is scheduled again
+    /// with fresh latency figures.
+    pub fn path_replaced(&mut self, qp: usize) -> Result<(), EngineError> {
+        if qp >= self.qps {
+            return Err(EngineError::NoSuchQp { qp, qps: self.qps });
+        }
+        if !self.blocked.has(qp) {
+            return Ok(());
+        }
+        if self.stats[qp].outstanding != 0 {
+            return Err(EngineError::PathBusy {
+                qp,
+                outstanding: self.stats[qp].outstanding,
+            });
+        }
+        let st = &mut self.stats[qp];
+        if self.draining.has(qp) {
+            st.rehashes += 1;
+        }
+        st.latency_ewma = 0.0;
+        for r in [
+            &mut self.blocked,
+            &mut self.draining,
+            &mut self.dead,
+            &mut self.reported,
+        ] {
+            r.clear(qp);
+        }
+        self.qp_head[qp] = 0;
+        self.room.set(qp);
+        if let Some(s) = &mut self.straggler {
+            s.reset(qp);
+        }
+        Ok(())
     }
 
     /// Moves the oldest-incomplete hint to the true oldest; true if the span now allows a send.
@@ -252,9 +407,16 @@ impl Sender {
     fn refresh_oldest(&mut self) -> bool {
         let mut oldest = self.next_seq;
         let mut age = 0;
+        if let Some(s) = self.resend.front() {
+            let seq = imm::seq_of(s.imm);
+            age = seq_distance(seq, self.next_seq);
+            oldest = seq;
+        }
         for qp in 0..self.qps {
             if self.stats[qp].outstanding > 0 {
-                let seq = self.segs[(qp << self.stride_shift) | self.qp_head[qp] as usize].seq;
+                let seq = imm::seq_of(
+                    self.segs[(qp << self.stride_shift) | self.qp_head[qp] as usize].imm,
+                );
                 let a = seq_distance(seq, self.next_seq);
                 if a > age {
                     age = a;
@@ -278,12 +440,22 @@ impl Sender {
         let head = self.qp_head[qp];
         let seg = self.segs[(qp << self.stride_shift) | head as usize];
         self.qp_head[qp] = (head + 1) & self.stride_mask;
-        if st.outstanding == self.max_outstanding {
+        if st.outstanding == self.max_outstanding && !self.blocked.has(qp) {
             self.room.set(qp);
         }
-        st.on_complete(now.saturating_sub(seg.posted_at));
+        let latency = now.saturating_sub(seg.posted_at);
+        st.on_complete(latency);
         self.outstanding -= 1;
         self.msgs[seg.slot as usize].segs_done += 1;
+        if let Some(s) = &mut self.straggler {
+            if !self.blocked.has(qp) {
+                let eligible = Room::all(self.qps).without(self.blocked);
+                if s.on_complete(qp, latency, now, &self.stats, eligible) {
+                    self.draining.set(qp);
+                    self.block(qp);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -346,5 +518,7 @@ impl Sender {
             + self.segs.len() * size_of::<Seg>()
             + self.qp_head.len() * size_of::<u32>()
             + self.stats.len() * size_of::<QpStats>()
+            + self.resend.capacity() * size_of::<Seg>()
+            + self.straggler.as_ref().map_or(0, |s| s.footprint_bytes())
     }
 }
