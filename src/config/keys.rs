@@ -94,13 +94,26 @@ macro_rules! class_keys {
             key(concat!("class.", $c, ".min-outstanding"), OUTSTANDING),
             key(concat!("class.", $c, ".max-outstanding"), OUTSTANDING),
             optional(concat!("class.", $c, ".segment-bytes"), SEGMENT),
+            key(
+                concat!("class.", $c, ".rehash-ratio"),
+                KeyKind::Float {
+                    min_exclusive: 1.0,
+                    max: 1000.0,
+                },
+            ),
+            key(concat!("class.", $c, ".rehash-window"), int(1, 65536)),
+            key(
+                concat!("class.", $c, ".rehash-cooldown-ms"),
+                int(0, 3_600_000),
+            ),
+            key(concat!("class.", $c, ".rehash-max-per-minute"), int(0, 64)),
         ]
     };
 }
 
-const SAME_RAIL: [KeySpec; 6] = class_keys!("same-rail");
-const CROSS_RAIL: [KeySpec; 6] = class_keys!("cross-rail");
-const CROSS_DC: [KeySpec; 6] = class_keys!("cross-dc");
+const SAME_RAIL: [KeySpec; 10] = class_keys!("same-rail");
+const CROSS_RAIL: [KeySpec; 10] = class_keys!("cross-rail");
+const CROSS_DC: [KeySpec; 10] = class_keys!("cross-dc");
 
 /// Accepted `patterns.*` policy values: `default` (= engine.policy) or a policy.
 pub const PATTERN_POLICY_NAMES: &[&str] = &[
@@ -336,7 +349,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 39);
+        assert_eq!(paths.len(), 51);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -213,6 +213,15 @@ pub struct ClassSpec {
     /// Overrides `[engine] segment-bytes` for this class when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub segment_bytes: Option<u64>,
+    /// Straggler re-hash: a QP whose completions stay this many times the connection's median
+    /// latency ...
+    pub rehash_ratio: f64,
+    /// ... for this many consecutive completions is drained and replaced (TCP: a new stream).
+    pub rehash_window: u32,
+    /// No re-hash within this long of the previous one on the connection.
+    pub rehash_cooldown_ms: u64,
+    /// At most this many re-hashes per connection per minute; 0 turns re-hashing off.
+    pub rehash_max_per_minute: u32,
 }
 
 impl ClassSpec {
@@ -230,6 +239,11 @@ impl ClassSpec {
             min_outstanding,
             max_outstanding,
             segment_bytes: None,
+            rehash_ratio: 4.0,
+            rehash_window: 64,
+            rehash_cooldown_ms: 1000,
+            // Off until the port-hash shaped-path bench has measured it (issue 17).
+            rehash_max_per_minute: 0,
         }
     }
 }
@@ -244,6 +258,10 @@ struct RawClassSpec {
     min_outstanding: Option<u32>,
     max_outstanding: Option<u32>,
     segment_bytes: Option<u64>,
+    rehash_ratio: Option<f64>,
+    rehash_window: Option<u32>,
+    rehash_cooldown_ms: Option<u64>,
+    rehash_max_per_minute: Option<u32>,
 }
 
 impl RawClassSpec {
@@ -255,6 +273,12 @@ impl RawClassSpec {
             min_outstanding: self.min_outstanding.unwrap_or(base.min_outstanding),
             max_outstanding: self.max_outstanding.unwrap_or(base.max_outstanding),
             segment_bytes: self.segment_bytes.or(base.segment_bytes),
+            rehash_ratio: self.rehash_ratio.unwrap_or(base.rehash_ratio),
+            rehash_window: self.rehash_window.unwrap_or(base.rehash_window),
+            rehash_cooldown_ms: self.rehash_cooldown_ms.unwrap_or(base.rehash_cooldown_ms),
+            rehash_max_per_minute: self
+                .rehash_max_per_minute
+                .unwrap_or(base.rehash_max_per_minute),
         }
     }
 }

@@ -209,6 +209,19 @@ impl SendComm {
         Ok(())
     }
 
+    /// Installs the straggler re-hash rule; only the TCP transport carries re-hashes out (a
+    /// verbs comm logs that and keeps its QPs).
+    pub fn set_rehash_rule(&mut self, rule: crate::engine::RehashRule) -> NetResult<()> {
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.set_rehash_rule(rule),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(..) => {
+                tracing::info!(target: "dqplb::net", "straggler re-hash is configured but the verbs transport does not replace QPs yet: off for this connection");
+                Ok(())
+            }
+        }
+    }
+
     /// Publishes this comm's per-QP counters to the stats file / periodic log (`[stats]`).
     pub fn set_telemetry(&mut self, t: Option<CommTelemetry>) {
         self.tele = t;

@@ -409,6 +409,17 @@ pub fn connect_with(
                 comm.use_patterns(cell, &g.config, dev)?;
             }
             let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
+            let spec = g.config.class.get(class);
+            if spec.rehash_max_per_minute > 0 {
+                comm.set_rehash_rule(crate::engine::RehashRule {
+                    ratio: spec.rehash_ratio,
+                    window: spec.rehash_window,
+                    // TCP's engine clock is nanoseconds.
+                    cooldown: spec.rehash_cooldown_ms * 1_000_000,
+                    budget: spec.rehash_max_per_minute,
+                    budget_period: 60_000_000_000,
+                })?;
+            }
             let transport = match &d.kind {
                 devices::DeviceKind::Tcp { .. } => "tcp",
                 #[cfg(feature = "verbs")]

@@ -815,3 +815,36 @@ fn resetting_every_stream_fails_the_comm() {
     assert!(e.msg.contains("every one of the 2 data streams to"), "{e}");
     assert!(e.msg.starts_with("data stream "), "{e}");
 }
+
+/// The straggler path end to end on loopback: with a rule that calls almost any QP slow (ratio
+/// 1.01 over 2 completions, budget 8, no cool-down), drained QPs are replaced by new streams
+/// from new source ports while 48 messages go through byte-exact; every re-hash the engine counts
+/// is a stream the receiver swapped in.
+#[test]
+fn straggler_rehash_replaces_streams_byte_exact() {
+    let sizes = vec![(256 << 10) + 7; 48];
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
+    s.set_rehash_rule(crate::engine::RehashRule {
+        ratio: 1.01,
+        window: 2,
+        cooldown: 0,
+        budget: 8,
+        budget_period: u64::MAX,
+    })
+    .unwrap();
+    transfer(&mut s, &mut r, &sizes, 0);
+    // Let replacements still in progress land before counting.
+    for _ in 0..10_000 {
+        s.progress().unwrap();
+        r.progress().unwrap();
+    }
+    let rehashes: u64 = s.qp_stats().iter().map(|q| q.rehashes).sum();
+    assert!(
+        rehashes >= 1,
+        "no QP was ever re-hashed: {:?}",
+        s.qp_stats()
+    );
+    assert!(rehashes <= 8, "budget exceeded: {rehashes}");
+    assert_eq!(s.repaths(), rehashes);
+    assert_eq!(r.repaths(), rehashes);
+}
