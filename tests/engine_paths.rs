@@ -340,3 +340,30 @@ fn a_draining_qp_with_segments_in_flight_cannot_take_a_new_path() {
     }
     assert_eq!(event, Some(PathEvent::Replace { qp: 1 }));
 }
+
+#[test]
+fn a_blackholed_qp_is_found_stalled_and_its_segments_move() {
+    let mut tx = Sender::new(&params(3)).unwrap();
+    tx.post(0, u64::from(SEG) * 6).unwrap();
+    let first: Vec<_> = std::iter::from_fn(|| tx.poll_transmit(100)).collect();
+    assert_eq!(first.len(), 6);
+    // QPs 0 and 2 complete at 150; QP 1 never does.
+    for t in &first {
+        if t.qp != 1 {
+            tx.completed(t.qp, 150).unwrap();
+        }
+    }
+    assert_eq!(tx.stalled(150, 1000), None);
+    assert_eq!(tx.stalled(1099, 1000), None);
+    assert_eq!(tx.stalled(1100, 1000), Some(1));
+    assert_eq!(tx.path_failed(1).unwrap(), 2);
+    assert_eq!(
+        tx.stalled(5000, 1000),
+        None,
+        "a failed QP is not reported again"
+    );
+    let again: Vec<_> = std::iter::from_fn(|| tx.poll_transmit(5000)).collect();
+    let lost: Vec<u32> = first.iter().filter(|t| t.qp == 1).map(|t| t.imm).collect();
+    assert_eq!(again.iter().map(|t| t.imm).collect::<Vec<_>>(), lost);
+    assert!(again.iter().all(|t| t.qp != 1));
+}

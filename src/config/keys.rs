@@ -107,13 +107,17 @@ macro_rules! class_keys {
                 int(0, 3_600_000),
             ),
             key(concat!("class.", $c, ".rehash-max-per-minute"), int(0, 64)),
+            key(
+                concat!("class.", $c, ".stall-timeout-ms"),
+                int(0, 3_600_000),
+            ),
         ]
     };
 }
 
-const SAME_RAIL: [KeySpec; 10] = class_keys!("same-rail");
-const CROSS_RAIL: [KeySpec; 10] = class_keys!("cross-rail");
-const CROSS_DC: [KeySpec; 10] = class_keys!("cross-dc");
+const SAME_RAIL: [KeySpec; 11] = class_keys!("same-rail");
+const CROSS_RAIL: [KeySpec; 11] = class_keys!("cross-rail");
+const CROSS_DC: [KeySpec; 11] = class_keys!("cross-dc");
 
 /// Accepted `patterns.*` policy values: `default` (= engine.policy) or a policy.
 pub const PATTERN_POLICY_NAMES: &[&str] = &[
@@ -349,7 +353,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 51);
+        assert_eq!(paths.len(), 54);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -222,6 +222,8 @@ pub struct ClassSpec {
     pub rehash_cooldown_ms: u64,
     /// At most this many re-hashes per connection per minute; 0 turns re-hashing off.
     pub rehash_max_per_minute: u32,
+    /// A data QP with a segment unacknowledged this long is a failed (blackholed) path; 0: off.
+    pub stall_timeout_ms: u64,
 }
 
 impl ClassSpec {
@@ -244,6 +246,7 @@ impl ClassSpec {
             rehash_cooldown_ms: 1000,
             // Off until the port-hash shaped-path bench has measured it (issue 17).
             rehash_max_per_minute: 0,
+            stall_timeout_ms: 2000,
         }
     }
 }
@@ -262,6 +265,7 @@ struct RawClassSpec {
     rehash_window: Option<u32>,
     rehash_cooldown_ms: Option<u64>,
     rehash_max_per_minute: Option<u32>,
+    stall_timeout_ms: Option<u64>,
 }
 
 impl RawClassSpec {
@@ -279,6 +283,7 @@ impl RawClassSpec {
             rehash_max_per_minute: self
                 .rehash_max_per_minute
                 .unwrap_or(base.rehash_max_per_minute),
+            stall_timeout_ms: self.stall_timeout_ms.unwrap_or(base.stall_timeout_ms),
         }
     }
 }

@@ -333,6 +333,21 @@ impl Sender {
         }
     }
 
+    /// A healthy QP whose oldest segment in flight was posted at least `timeout` before `now`
+    /// (a blackholed path: no completion, no error), the lowest-numbered one. The transport then
+    /// treats it as failed (`path_failed`). A scan over the QPs: call it at most every
+    /// `timeout / 4` or so, not per segment.
+    #[cold]
+    pub fn stalled(&self, now: u64, timeout: u64) -> Option<usize> {
+        (0..self.qps).find(|&q| {
+            !self.dead.has(q)
+                && self.stats[q].outstanding > 0
+                && now.saturating_sub(
+                    self.segs[(q << self.stride_shift) | self.qp_head[q] as usize].posted_at,
+                ) >= timeout
+        })
+    }
+
     /// Path `qp` failed (verbs: a QP in error, TCP: a reset stream): its segments in flight go out
     /// again on healthy QPs, and it gets nothing new until `path_replaced`. Returns how many were
     /// moved; Err when no QP is left that is not failed.

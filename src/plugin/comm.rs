@@ -209,6 +209,13 @@ impl SendComm {
         Ok(())
     }
 
+    /// A data stream with a segment unacknowledged for `ms` ms is a failed path (TCP; 0: off).
+    pub fn set_stall_timeout_ms(&mut self, ms: u64) {
+        if let SendInner::Tcp(t) = &mut self.inner {
+            t.set_stall_timeout_ms(ms);
+        }
+    }
+
     /// Installs the straggler re-hash rule; only the TCP transport carries re-hashes out (a
     /// verbs comm logs that and keeps its QPs).
     pub fn set_rehash_rule(&mut self, rule: crate::engine::RehashRule) -> NetResult<()> {

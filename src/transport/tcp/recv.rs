@@ -47,6 +47,8 @@ struct DataRx {
     state: RxState,
     acks: Vec<u8>,
     acks_pos: usize,
+    /// Test hook: this stream is not read any more (a blackholed path).
+    blackholed: bool,
 }
 
 /// One buffer of a posted receive and what the sender's segments placed into it so far.
@@ -162,6 +164,7 @@ impl TcpRecvComm {
                 state: RxState::Header,
                 acks: Vec::with_capacity(cap),
                 acks_pos: 0,
+                blackholed: false,
             })
             .collect();
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
@@ -332,7 +335,7 @@ impl TcpRecvComm {
             }
         }
         for qp in 0..self.data.len() {
-            if self.ready.readable(qp + 1) {
+            if self.ready.readable(qp + 1) && !self.data[qp].blackholed {
                 if let Some(e) = self.read_stream(qp)? {
                     self.stream_failed(qp, e);
                 }
@@ -634,10 +637,20 @@ impl TcpRecvComm {
         d.end = 0;
         d.acks.clear();
         d.acks_pos = 0;
+        d.blackholed = false;
         self.ready.replace(q + 1, &d.sock);
         self.repaths += 1;
         tracing::info!(target: "dqplb::net", "{}: replacement stream from {} accepted", d.name, r.peer);
         Ok(())
+    }
+
+    /// Fault injection for tests: stream `q` is no longer read or acknowledged (its bytes pile
+    /// up unread, as on a blackholed link) until the sender replaces it.
+    #[doc(hidden)]
+    pub fn debug_blackhole_stream(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackholed = true;
+        }
     }
 
     /// Data streams replaced so far (tests, stats).

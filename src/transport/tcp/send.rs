@@ -93,6 +93,9 @@ pub struct TcpSendComm {
     failure_repaths: Vec<u32>,
     /// Data streams replaced so far.
     repaths_done: u64,
+    /// A stream with a segment unacknowledged this long (ns) has failed; 0: never.
+    stall_timeout: u64,
+    next_stall_check: u64,
 }
 
 /// Replacements of one data stream after failures before it is left dead.
@@ -160,6 +163,8 @@ impl TcpSendComm {
             repaths: (0..params.qps).map(|_| None).collect(),
             failure_repaths: vec![0; params.qps as usize],
             repaths_done: 0,
+            stall_timeout: 0,
+            next_stall_check: 0,
             repath_to: None,
             setup,
             params,
@@ -302,6 +307,9 @@ impl TcpSendComm {
         }
         while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
             self.begin_repath(qp, Why::Straggler)?;
+        }
+        if self.stall_timeout > 0 {
+            self.check_stalls()?;
         }
         self.schedule()?;
         self.write_segments()?;
@@ -529,6 +537,30 @@ impl TcpSendComm {
             self.repaths_done += 1;
             tracing::info!(target: "dqplb::net", "{}: replaced ({}): source {} -> {}", d.name, why.as_str(),
                 old.map_or("?".to_string(), |a| a.to_string()), new.map_or("?".to_string(), |a| a.to_string()));
+        }
+        Ok(())
+    }
+
+    /// A stream with a segment unacknowledged for `ms` milliseconds is a failed path (0: off).
+    pub fn set_stall_timeout_ms(&mut self, ms: u64) {
+        self.stall_timeout = ms.saturating_mul(1_000_000);
+    }
+
+    /// Fails the first stream whose oldest segment waited past the stall timeout, at most every
+    /// quarter of the timeout.
+    fn check_stalls(&mut self) -> NetResult<()> {
+        let now = self.now();
+        if now < self.next_stall_check {
+            return Ok(());
+        }
+        self.next_stall_check = now + (self.stall_timeout / 4).max(1);
+        if let Some(qp) = self.engine.stalled(now, self.stall_timeout) {
+            let e = NetError::remote(format!(
+                "{}: a segment unacknowledged for {} ms: path stalled",
+                self.data[qp].name,
+                self.stall_timeout / 1_000_000
+            ));
+            self.stream_failed(qp, e)?;
         }
         Ok(())
     }

@@ -848,3 +848,24 @@ fn straggler_rehash_replaces_streams_byte_exact() {
     assert_eq!(s.repaths(), rehashes);
     assert_eq!(r.repaths(), rehashes);
 }
+
+/// A blackholed stream (no reset, no error: the receiver simply stops reading it) mid-transfer:
+/// after the stall timeout (200 ms here) the sender treats it as failed, resends its segments on
+/// the other streams and re-creates it; 32 messages arrive byte-exact.
+#[test]
+fn a_blackholed_stream_is_failed_by_the_stall_timeout() {
+    let sizes = vec![(256 << 10) + 5; 32];
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
+    s.set_stall_timeout_ms(200);
+    transfer_with_fault(&mut s, &mut r, &sizes, 0, 4, |_, r| {
+        r.debug_blackhole_stream(1)
+    });
+    for _ in 0..10_000 {
+        s.progress().unwrap();
+        r.progress().unwrap();
+    }
+    let st = s.qp_stats();
+    assert_eq!(st[1].failures, 1, "{st:?}");
+    assert_eq!((s.repaths(), r.repaths()), (1, 1), "{st:?}");
+    assert_eq!(st.iter().map(|q| q.failures).sum::<u64>(), 1);
+}
