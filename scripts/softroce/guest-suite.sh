@@ -106,8 +106,8 @@ case ${PERFTEST:-quick} in
     dqperf dqplb_perf_verbs_q4_64MiB --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1
     # rxe under TCG pays per work request: the same transfer with 16 MiB segments
     dqperf dqplb_perf_verbs_q4_64MiB_seg16M --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1 --segment 16M
-    # registration is lazy (first isend/irecv of a handle): --warmup 4 uses each of the 4 in-flight
-    # buffers once (registering it) before the timed window; --warmup 1 may not
+    # --warmup 4 uses each of the 4 in-flight buffers once before the timed window (registration
+    # itself now happens at regMr, before both; the pair compares with the earlier lazy figures)
     dqperf dqplb_perf_verbs_q4_64MiB_warm4 --min-bytes 64M --max-bytes 64M --iters 5 --warmup 4
     dqperf dqplb_perf_verbs_latency_8B --latency --iters 1000 --warmup 100
     ;;

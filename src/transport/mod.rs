@@ -2,6 +2,8 @@
 //! Each maps engine actions to wire operations and wire events back to engine calls.
 
 pub mod error;
+pub mod gdr;
+pub mod regcache;
 pub mod slots;
 pub mod tcp;
 
