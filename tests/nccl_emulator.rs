@@ -129,9 +129,13 @@ fn gdr_probe_then_ring_with_gdr_receives_and_iflush() {
             ("DQPLB_EMU_GDR", "1"),
         ],
     );
+    // verbs (the VM): every flush is an RDMA READ request; TCP has no flush QP: all NULL
+    let verbs = std::env::var("NCCL_DQPLB_TRANSPORT").as_deref() == Ok("verbs");
     for ok in &oks {
         let (flushes, irecvs) = (field(ok, "iflush").unwrap(), field(ok, "irecv").unwrap());
         assert!(flushes > 0 && flushes <= irecvs, "{ok}");
+        let requests = field(ok, "iflush_req").unwrap();
+        assert_eq!(requests, if verbs { flushes } else { 0 }, "{ok}");
     }
 }
 

@@ -103,6 +103,7 @@ pub fn run() -> Result<(), String> {
         total.consumed += c.consumed;
         total.irecv_grouped += c.irecv_grouped;
         total.iflush += c.iflush;
+        total.iflush_req += c.iflush_req;
         total.bytes_verified += c.bytes_verified;
         total.zero_byte_msgs += c.zero_byte_msgs;
         total.isend_null += c.isend_null;
@@ -123,9 +124,9 @@ pub fn run() -> Result<(), String> {
         super::versions::has_after_close("makeVDevice"),
     ));
     say(&format!(
-        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
+        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} iflush_req={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
         role.rank, nccl.max_recvs, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
-        total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.consumed, total.zero_byte_msgs,
+        total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.iflush_req, total.consumed, total.zero_byte_msgs,
         total.bytes_verified, warns, start.elapsed().as_secs_f64()
     ));
     Ok(())
