@@ -43,7 +43,8 @@ fi
 # the NCCL-call-pattern harness against the plugin .so, forced onto RDMA (rxe0); test ACK timeout
 # 14 (67 ms) as in tests/verbs_support: rxe under emulation drops a packet now and then
 # The emulator over rxe0: every policy (P4 x C4 ring on LL/LL128/SIMPLE plus all-to-all), the GDR
-# probe sequence and abort with requests in flight; the full P x C matrix runs over TCP on the host
+# probe sequence (also with CUDA forced on, and GDR receives whose iflush READs run on rxe0) and
+# abort with requests in flight; the full P x C matrix runs over TCP on the host
 # (under TCG the 8-process, 8-channel cases would take most of an hour).
 EMULATOR_FILTER="policy_ gdr_probe abort_with"
 for h in nccl_harness nccl_emulator; do

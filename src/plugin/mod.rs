@@ -78,9 +78,11 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
+    // checked before any device opens (the RDMA detection reads them again)
+    let force_gdr = gdr_switches()?;
     #[cfg(feature = "verbs")]
     let devices = rdma::choose_devices(&loaded.config, devices)?;
-    let devices = force_gdr_on_tcp(devices)?;
+    let devices = force_gdr_on_tcp(devices, force_gdr);
     let names: Vec<String> = devices
         .iter()
         .map(|d| d.props.name.to_string_lossy().into_owned())
@@ -95,10 +97,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
 /// The test-only switch (DQPLB_TEST_FORCE_GDR=1) on TCP devices: they advertise NCCL_PTR_CUDA
 /// too, so NCCL's GDR probe and CUDA-typed regMr run over TCP with host memory (RDMA devices
 /// apply the switch in their own detection, src/transport/verbs/caps.rs).
-fn force_gdr_on_tcp(mut devices: Vec<devices::Device>) -> NetResult<Vec<devices::Device>> {
-    use crate::transport::gdr::{switch_from, FORCE_GDR_ENV};
-    let force = switch_from(|k| std::env::var(k).ok(), FORCE_GDR_ENV)
-        .map_err(NetError::invalid_argument)?;
+fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devices::Device> {
     for d in devices.iter_mut() {
         if matches!(d.kind, devices::DeviceKind::Tcp { .. }) {
             if force {
@@ -109,7 +108,16 @@ fn force_gdr_on_tcp(mut devices: Vec<devices::Device>) -> NetResult<Vec<devices:
                 if force { "on, FORCED by DQPLB_TEST_FORCE_GDR=1 (test only: host memory stands in)" } else { "off (TCP device)" });
         }
     }
-    Ok(devices)
+    devices
+}
+
+/// DQPLB_TEST_FORCE_GDR and NCCL_IB_GDR_FLUSH_DISABLE: 0 or 1, anything else fails init naming
+/// the variable; returns the first.
+fn gdr_switches() -> NetResult<bool> {
+    use crate::transport::gdr::{switch_from, FORCE_GDR_ENV};
+    let env = |k: &str| std::env::var(k).ok();
+    switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE").map_err(NetError::invalid_argument)?;
+    switch_from(env, FORCE_GDR_ENV).map_err(NetError::invalid_argument)
 }
 
 /// NCCL v12 railId/planeId per device from NCCL_IB_HCA (`dev[:port[:rail[:plane]]]`, or the
