@@ -117,6 +117,7 @@ fn gdr_paths_on_rxe() {
         (s.registrations, s.hits, s.removals, s.entries),
         (1, 1, 1, 0)
     );
+    memlock_failure_is_named(&domain);
     drop(domain);
 
     // 4. the test switch: CUDA advertised, a flush QP per receive comm, iflush READs
@@ -130,6 +131,104 @@ fn gdr_paths_on_rxe() {
     assert_eq!(props.reg_is_global, 1);
     plugin_flush(&dev.name);
     vtable_flush(&dev.name);
+}
+
+/// CAP_IPC_LOCK in this thread's effective set on or off (capabilities are per thread; the
+/// permitted set keeps it, so it can come back).
+fn ipc_lock_effective(on: bool) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const V3: u32 = 0x2008_0522;
+    const CAP_IPC_LOCK: u32 = 14;
+    let mut h = Header {
+        version: V3,
+        pid: 0,
+    };
+    let mut d = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget/capset with a v3 header and two data words, for this thread.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+        assert!(
+            d[0].permitted & (1 << CAP_IPC_LOCK) != 0,
+            "the VM runs tests as root"
+        );
+        if on {
+            d[0].effective |= 1 << CAP_IPC_LOCK;
+        } else {
+            d[0].effective &= !(1 << CAP_IPC_LOCK);
+        }
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()), 0);
+    }
+}
+
+/// A registration over RLIMIT_MEMLOCK (root's CAP_IPC_LOCK dropped from this thread, the soft
+/// limit lowered to 64 KiB): the kernel's pinned-page accounting refuses it with ENOMEM, and the
+/// error names the limit with its value.
+fn memlock_failure_is_named(domain: &std::sync::Arc<VerbsDomain>) {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old), 0);
+        let low = libc::rlimit {
+            rlim_cur: 65536,
+            rlim_max: old.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &low), 0);
+    }
+    ipc_lock_effective(false);
+    let mut big = vec![1u8; (1 << 20) + 4096];
+    let addr = (big.as_mut_ptr() as usize + 4095) & !4095;
+    // SAFETY: `big` outlives the attempt.
+    let r = unsafe { mrcache::register(domain, addr, 1 << 20, MemSource::Pointer) };
+    ipc_lock_effective(true);
+    // SAFETY: restores the limit read above.
+    unsafe { assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &old), 0) };
+    let err = r.unwrap_err().to_string();
+    println!("MEMLOCK {}: {err}", domain.name());
+    let op = if domain.pd().relaxed_ordering() {
+        "ibv_reg_mr_iova2"
+    } else {
+        "ibv_reg_mr"
+    };
+    let hard = if old.rlim_max == libc::RLIM_INFINITY {
+        "unlimited".to_string()
+    } else {
+        format!("{} bytes", old.rlim_max)
+    };
+    assert_eq!(
+        err,
+        format!(
+            "{op} of 1048576 bytes at {addr:#x} failed on RDMA device {}: Cannot allocate memory (os error 12) (errno 12); \
+             pinned memory is capped by RLIMIT_MEMLOCK = 65536 bytes (hard {hard}): raise it (ulimit -l unlimited, or \
+             LimitMEMLOCK=infinity / docker --ulimit memlock=-1)",
+            domain.name()
+        )
+    );
+    assert_eq!(domain.reg_cache().stats().entries, 0);
+    // with the capability back, the same registration works
+    // SAFETY: as above.
+    let ok =
+        unsafe { mrcache::register(domain, addr, 1 << 20, MemSource::Pointer) }.expect("regMr");
+    assert_eq!(ok.mr().len(), 1 << 20);
+    drop(ok);
+    drop(big);
 }
 
 fn plugin_flush(dev: &str) {
