@@ -103,7 +103,10 @@ fn bad_enum_and_section_errors_list_choices() {
     assert_eq!((e.kind, e.line), (ConfigErrorKind::UnknownKey, Some(1)));
     assert_mentions(
         &shown,
-        &["'clas'", "fabric, engine, class, tcp, stats, log, dcqcn"],
+        &[
+            "'clas'",
+            "fabric, engine, patterns, class, tcp, stats, log, dcqcn",
+        ],
     );
 }
 

@@ -78,13 +78,21 @@ fn construction_allocates_exactly_the_reported_footprint() {
 }
 
 /// Runs `messages` messages of `len` bytes through a sender/receiver pair, completing QPs in a
-/// skewed order (QP 0 slow) and re-posting as messages finish; returns segments moved.
-fn transfer(tx: &mut Sender, rx: &mut Receiver, qps: usize, messages: u32, len: u64) -> u64 {
+/// skewed order (QP 0 slow) and re-posting as messages finish, message i on route i % routes;
+/// returns segments moved.
+fn transfer_routed(
+    tx: &mut Sender,
+    rx: &mut Receiver,
+    qps: usize,
+    messages: u32,
+    len: u64,
+    routes: u32,
+) -> u64 {
     let (mut posted, mut done, mut segs, mut now) = (0u32, 0u32, 0u64, 0u64);
     let mut in_flight: Vec<Vec<u32>> = (0..qps).map(|_| Vec::with_capacity(4096)).collect();
     let before = counters().0;
     while done < messages {
-        while posted < messages && tx.post(posted, len).is_ok() {
+        while posted < messages && tx.post_routed(posted, len, (posted % routes) as u8).is_ok() {
             rx.post(posted, len).unwrap();
             posted += 1;
         }
@@ -108,6 +116,25 @@ fn transfer(tx: &mut Sender, rx: &mut Receiver, qps: usize, messages: u32, len: 
     }
     assert_eq!(counters().0, before, "the data path allocated");
     segs
+}
+
+fn transfer(tx: &mut Sender, rx: &mut Receiver, qps: usize, messages: u32, len: u64) -> u64 {
+    transfer_routed(tx, rx, qps, messages, len, 1)
+}
+
+#[test]
+fn routed_messages_allocate_nothing() {
+    let p = params(16, 8, 4096, 32, PolicyKind::Dqplb);
+    let mut tx = Sender::new(&p).unwrap();
+    let (_, live) = counters();
+    tx.add_route(PolicyKind::StaticSplit, 4, 4096).unwrap();
+    tx.add_route(PolicyKind::RoundRobinMessage, 8, 4096)
+        .unwrap();
+    tx.add_route(PolicyKind::SingleQp, 0, 4096).unwrap();
+    assert_eq!(counters().1, live, "adding a route allocated");
+    let mut rx = Receiver::new(16 * 8, 32).unwrap();
+    let segs = transfer_routed(&mut tx, &mut rx, 16, 2000, 64 << 10, 4);
+    assert!(segs >= 2000, "{segs} segments");
 }
 
 #[test]

@@ -348,6 +348,20 @@ fn native_versions_v9_v10_v11_v12() {
                 assert_eq!(finalizes, if v >= 11 { 2 } else { 0 }, "{line}");
                 assert_eq!(ifield(&line, "set_net_attr"), i64::from(v >= 11), "{line}");
                 assert_eq!(ifield(&line, "make_vdevice"), 0, "{line}");
+                // Profiler events (v10+): one per segment, each stopped, bytes = bytes sent.
+                let starts = ifield(&line, "prof_starts");
+                assert_eq!(ifield(&line, "prof_bad"), 0, "{line}");
+                if v >= 10 {
+                    assert!(starts > 0, "{line}");
+                    assert_eq!(ifield(&line, "prof_stops"), starts, "{line}");
+                    assert_eq!(
+                        ifield(&line, "prof_bytes"),
+                        ifield(&line, "isend_bytes"),
+                        "{line}"
+                    );
+                } else {
+                    assert_eq!(starts, 0, "{line}");
+                }
                 if v >= 11 {
                     assert_eq!(
                         ifield(&line, "fds_after"),
@@ -423,4 +437,105 @@ fn run_ring_small(bytes: usize) -> Vec<String> {
             ("DQPLB_EMU_COMMS", "1"),
         ],
     )
+}
+
+/// Segments per data QP of every send comm a run's ranks closed, from the plugin's close-time
+/// `send comm closed: QP q: QpStats { segments: N, ...` lines in the emulator's log files.
+fn segments_per_qp(log: &std::path::Path) -> Vec<u64> {
+    let dir = log.parent().unwrap();
+    let stem = log.file_name().unwrap().to_string_lossy().to_string();
+    let mut per = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if !e.file_name().to_string_lossy().starts_with(&stem) {
+            continue;
+        }
+        for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let Some(rest) = l.split("send comm closed: QP ").nth(1) else {
+                continue;
+            };
+            let q: usize = rest.split(':').next().unwrap().parse().unwrap();
+            let n: u64 = rest
+                .split("segments: ")
+                .nth(1)
+                .and_then(|x| x.split(',').next())
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("no segments in {l}"));
+            if per.len() <= q {
+                per.resize(q + 1, 0);
+            }
+            per[q] += n;
+        }
+    }
+    per
+}
+
+/// setNetAttr picks the policy per traffic pattern (net.cc 2.28-2.30: populateCommNetAttrs at
+/// connect, setXferNetAttrs before each op's first isend/irecv). Over 4-QP connections, with
+/// `[patterns]` alltoall = static-split over 2 QPs (env override): ncclAlltoAll under 2.28 (v11)
+/// and 2.30 (v12) puts nothing on QPs 2 and 3; the same all-to-all as grouped send/recv with one
+/// peer (p2p pattern) and under 2.26 (v10: no setNetAttr) runs DQPLB on all four; a ring
+/// all-reduce with collective = single-qp uses QP 0 only.
+#[test]
+fn set_net_attr_picks_the_policy_per_pattern() {
+    let dir = std::env::temp_dir().join(format!("dqplb-emu-patterns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [(&'static str, &'a str)],
+        [bool; 4],
+    );
+    let cases: [Case; 5] = [
+        ("a2a", "2.28", "11", &[], [true, true, false, false]),
+        ("a2a", "2.30", "12", &[], [true, true, false, false]),
+        (
+            "a2a",
+            "2.28",
+            "11",
+            &[("DQPLB_EMU_A2A_API", "sendrecv")],
+            [true; 4],
+        ),
+        ("a2a", "2.26", "10", &[], [true; 4]),
+        (
+            "ring",
+            "2.30",
+            "12",
+            &[("NCCL_DQPLB_PATTERNS_COLLECTIVE", "single-qp")],
+            [true, false, false, false],
+        ),
+    ];
+    for (i, (work, nccl, cap, extra, used)) in cases.iter().enumerate() {
+        let log = dir.join(format!("case{i}"));
+        let log_s = log.to_string_lossy().to_string();
+        let mut pairs: Vec<(&'static str, &str)> = vec![
+            ("NCCL_DEBUG", "INFO"),
+            ("DQPLB_EMU_LOG_FILE", &log_s),
+            ("NCCL_DQPLB_PATTERNS_ALLTOALL_QPS", "2"),
+            ("NCCL_DQPLB_CLASS_SAME_RAIL_QPS", "4"),
+            ("NCCL_DQPLB_CLASS_CROSS_RAIL_QPS", "4"),
+        ];
+        pairs.extend_from_slice(extra);
+        let lines = versioned(work, nccl, cap, &pairs);
+        let calls: i64 = lines.iter().map(|l| ifield(l, "net_attr_calls")).sum();
+        if *cap == "10" {
+            assert_eq!(calls, 0, "case {i}: {lines:?}");
+        } else {
+            assert!(calls > 0, "case {i}: {lines:?}");
+        }
+        let per = segments_per_qp(&log);
+        assert_eq!(
+            per.len(),
+            4,
+            "case {i} ({work} {nccl}): segments per QP {per:?}"
+        );
+        let got: Vec<bool> = per.iter().map(|&n| n > 0).collect();
+        assert_eq!(
+            &got[..],
+            &used[..],
+            "case {i} ({work} {nccl} {extra:?}): segments per QP {per:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

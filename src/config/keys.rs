@@ -100,7 +100,16 @@ const SAME_RAIL: [KeySpec; 6] = class_keys!("same-rail");
 const CROSS_RAIL: [KeySpec; 6] = class_keys!("cross-rail");
 const CROSS_DC: [KeySpec; 6] = class_keys!("cross-dc");
 
-const OTHER: [KeySpec; 14] = [
+/// Accepted `patterns.*` policy values: `default` (= engine.policy) or a policy.
+pub const PATTERN_POLICY_NAMES: &[&str] = &[
+    "default",
+    "dqplb",
+    "static-split",
+    "round-robin-message",
+    "single-qp",
+];
+
+const OTHER: [KeySpec; 19] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -114,6 +123,11 @@ const OTHER: [KeySpec; 14] = [
     key("engine.segment-bytes", SEGMENT),
     key("engine.max-messages", int(32, 4096)),
     key("engine.inflight-budget-bytes", int(1 << 20, 1 << 40)),
+    key("patterns.collective", KeyKind::Choice(PATTERN_POLICY_NAMES)),
+    key("patterns.p2p", KeyKind::Choice(PATTERN_POLICY_NAMES)),
+    key("patterns.alltoall", KeyKind::Choice(PATTERN_POLICY_NAMES)),
+    key("patterns.alltoall-qps", int(0, 128)),
+    key("patterns.alltoall-min-peers", int(1, 1 << 20)),
     key("tcp.socket-buffer-bytes", int(0, i32::MAX as i64)),
     key("tcp.nodelay", KeyKind::Bool),
     key("tcp.fabric-id", int(0, 1 << 24)),
@@ -304,7 +318,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 32);
+        assert_eq!(paths.len(), 37);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

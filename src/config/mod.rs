@@ -23,5 +23,6 @@ pub use parse::parse_str;
 pub use plan::{classify, ClassPlan, ConnClass};
 pub use schema::{
     ClassSections, ClassSpec, EngineSection, FabricSection, HcaThirdField, LogLevel, LogSection,
-    PolicyName, SiteConfig, StatsSection, TcpSection, TransportKind,
+    PatternPolicy, PatternsSection, PolicyName, SiteConfig, StatsSection, TcpSection,
+    TransportKind,
 };

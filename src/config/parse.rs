@@ -8,7 +8,9 @@ use super::spans::span_tree;
 use super::validate::{validate, Provenance};
 
 /// Top-level tables of the site config, in documentation order.
-pub const SECTIONS: &[&str] = &["fabric", "engine", "class", "tcp", "stats", "log", "dcqcn"];
+pub const SECTIONS: &[&str] = &[
+    "fabric", "engine", "patterns", "class", "tcp", "stats", "log", "dcqcn",
+];
 
 /// Parses and validates a site-config text; `origin` (a path or `<embedded default>`) names it in
 /// errors.

@@ -15,6 +15,7 @@ const KIB: u64 = 1024;
 pub struct SiteConfig {
     pub fabric: FabricSection,
     pub engine: EngineSection,
+    pub patterns: PatternsSection,
     pub class: ClassSections,
     pub tcp: TcpSection,
     pub stats: StatsSection,
@@ -118,6 +119,63 @@ impl PolicyName {
             PolicyName::StaticSplit => "static-split",
             PolicyName::RoundRobinMessage => "round-robin-message",
             PolicyName::SingleQp => "single-qp",
+        }
+    }
+}
+
+/// A pattern's policy: `default` (= `engine.policy`) or one of the policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PatternPolicy {
+    /// Whatever `engine.policy` says.
+    #[default]
+    Default,
+    Dqplb,
+    StaticSplit,
+    RoundRobinMessage,
+    SingleQp,
+}
+
+impl PatternPolicy {
+    /// The policy this resolves to under `engine` (the configured one for `Default`).
+    pub fn resolve(self, engine: PolicyName) -> PolicyName {
+        match self {
+            PatternPolicy::Default => engine,
+            PatternPolicy::Dqplb => PolicyName::Dqplb,
+            PatternPolicy::StaticSplit => PolicyName::StaticSplit,
+            PatternPolicy::RoundRobinMessage => PolicyName::RoundRobinMessage,
+            PatternPolicy::SingleQp => PolicyName::SingleQp,
+        }
+    }
+}
+
+/// `[patterns]`: the policy per NCCL traffic pattern, picked per message from NCCL's setNetAttr
+/// hints (net ABI v11+, NCCL 2.28+). Older NCCL gives no hints: every message runs `engine.policy`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PatternsSection {
+    /// Ring/tree collectives (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).
+    pub collective: PatternPolicy,
+    /// Point-to-point send/recv with fewer than `alltoall-min-peers` concurrent peers.
+    pub p2p: PatternPolicy,
+    /// All-to-all, scatter, gather, and send/recv batches with many concurrent peers.
+    pub alltoall: PatternPolicy,
+    /// Data QPs the all-to-all policy uses (0 = all of the connection's).
+    pub alltoall_qps: u32,
+    /// Concurrent peers from which a send/recv transfer counts as all-to-all.
+    pub alltoall_min_peers: u32,
+}
+
+impl Default for PatternsSection {
+    fn default() -> Self {
+        // NCCLX moved all-to-all from DQPLB to spray over 4 QPs (many concurrent all-to-alls
+        // did badly with DQPLB's per-QP windows on every peer): static-split over 4 QPs here.
+        PatternsSection {
+            collective: PatternPolicy::Default,
+            p2p: PatternPolicy::Default,
+            alltoall: PatternPolicy::StaticSplit,
+            alltoall_qps: 4,
+            alltoall_min_peers: 8,
         }
     }
 }

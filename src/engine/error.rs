@@ -14,12 +14,20 @@ pub enum EngineError {
     },
     /// `post` while `limit` messages (or receives) are already held.
     TooManyMessages { limit: usize },
+    /// `add_route` beyond the sender's fixed route capacity.
+    TooManyRoutes { limit: usize },
+    /// `post_routed` named a route the sender does not have.
+    NoSuchRoute { route: u8, routes: usize },
     /// A message whose segments would not fit the 32-bit segment length.
     MessageTooLarge { len: u64, max: u64 },
     /// `completed` named a QP index the connection does not have.
     NoSuchQp { qp: usize, qps: usize },
     /// `completed` on a QP with no segment in flight.
     NothingOutstanding { qp: usize },
+    /// Every data QP of the connection has failed.
+    AllPathsFailed { qps: usize },
+    /// `path_replaced` on a QP that still has segments in flight.
+    PathBusy { qp: usize, outstanding: u32 },
 }
 
 impl fmt::Display for EngineError {
@@ -33,6 +41,21 @@ impl fmt::Display for EngineError {
             EngineError::TooManyMessages { limit } => write!(
                 f,
                 "cannot post: {limit} messages already held (max_messages = {limit})"
+            ),
+            EngineError::AllPathsFailed { qps } => {
+                write!(f, "all {qps} data paths of the connection failed")
+            }
+            EngineError::PathBusy { qp, outstanding } => write!(
+                f,
+                "QP {qp} cannot take a new path with {outstanding} segments still in flight"
+            ),
+            EngineError::TooManyRoutes { limit } => write!(
+                f,
+                "cannot add a route: a sender holds at most {limit} (policy, QP subset) routes"
+            ),
+            EngineError::NoSuchRoute { route, routes } => write!(
+                f,
+                "cannot post on route {route}: the sender has {routes} route(s)"
             ),
             EngineError::MessageTooLarge { len, max } => write!(
                 f,

@@ -27,6 +27,12 @@ pub fn decode(imm: u32) -> Result<(u32, bool), ProtocolError> {
     Ok((imm & SEQ_MASK, imm & LAST_FLAG != 0))
 }
 
+/// The sequence number of an immediate (its reserved bits ignored).
+#[inline]
+pub fn seq_of(imm: u32) -> u32 {
+    imm & SEQ_MASK
+}
+
 /// `seq + n` in the 24-bit sequence space.
 #[inline]
 pub fn seq_add(seq: u32, n: u32) -> u32 {

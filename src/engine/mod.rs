@@ -34,9 +34,10 @@
 //! See [`Sender::footprint_bytes`] and [`Receiver::footprint_bytes`]; with `P(x)` the next power
 //! of two at or above `x`:
 //!
-//! * sender: `40 * P(max_messages) + qps * (16 * P(max_outstanding) + 300)` bytes
-//!   (message ring; per-QP in-flight rings of (message slot, sequence, post time); per-QP head
-//!   index and [`QpStats`]), plus the fixed `Sender` struct.
+//! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 324) + 32 *
+//!   P(max_outstanding)` bytes (message ring; per-QP in-flight rings of (message slot,
+//!   immediate, post time, offset, length); per-QP head index and [`QpStats`]; the resend queue
+//!   of failed paths), plus the fixed `Sender` struct and, with a [`RehashRule`], its state.
 //! * receiver: `8 * P(REORDER_SLACK * window) + 24 * P(max_messages)` bytes (per-sequence
 //!   arrival records of (bytes, flags); posted receives), plus the fixed `Receiver` struct.
 //!
@@ -48,6 +49,7 @@ pub mod policy;
 
 mod error;
 mod params;
+mod paths;
 mod receiver;
 mod sender;
 mod stats;
@@ -57,6 +59,7 @@ pub use params::{
     EngineParams, PolicyKind, MAX_MESSAGES, MAX_OUTSTANDING, MAX_QPS, MAX_SEGMENT_BYTES,
     REORDER_SLACK, SEGMENT_ALIGN,
 };
+pub use paths::{PathEvent, RehashRule, MAX_BUDGET};
 pub use receiver::Receiver;
-pub use sender::{Sender, Transmit};
+pub use sender::{Sender, Transmit, MAX_ROUTES};
 pub use stats::{QpStats, LATENCY_BUCKETS};

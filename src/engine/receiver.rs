@@ -131,6 +131,19 @@ impl Receiver {
         self.drain()
     }
 
+    /// Whether `imm`'s sequence number already arrived (pending or consumed within the span):
+    /// a transport that resends after a path failure asks before placing a segment's bytes, so
+    /// a second copy never lands in a buffer that may already be back in the caller's hands.
+    #[inline]
+    pub fn is_duplicate(&self, imm: u32) -> bool {
+        let seq = imm::seq_of(imm);
+        let ahead = seq_distance(self.expected, seq);
+        if ahead >= self.span {
+            return seq_distance(seq, self.expected) <= self.span;
+        }
+        ahead != 0 && self.slots[(seq & self.slot_mask) as usize].flags & ARRIVED != 0
+    }
+
     /// Consumes records that arrived ahead, now next in order.
     #[inline]
     fn drain(&mut self) -> Result<(), ProtocolError> {

@@ -3,8 +3,22 @@
 
 use super::imm::{self, seq_distance};
 use super::params::{check_initial_seq, REORDER_SLACK};
+use super::paths::{PathEvent, RehashRule, Straggler};
 use super::policy::{AnyPolicy, Cursor, Policy, Room};
-use super::{EngineError, EngineParams, QpStats};
+use super::{EngineError, EngineParams, PolicyKind, QpStats};
+use arrayvec::ArrayVec;
+use std::collections::VecDeque;
+
+/// Most routes (policy + QP subset) one sender holds: the configured one and up to three more.
+pub const MAX_ROUTES: usize = 4;
+
+/// A way to cut messages: a policy and the QPs it may use.
+#[derive(Debug, Clone)]
+struct Route {
+    policy: AnyPolicy,
+    /// QPs this route may place segments on.
+    qps: Room,
+}
 
 /// One segment to put on the wire now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,21 +43,27 @@ struct Msg {
     segs_cut: u64,
     segs_done: u64,
     token: u32,
+    /// Index into the sender's routes, fixed when the message is posted.
+    route: u8,
 }
 
-/// A segment in flight on a QP.
+/// A segment in flight on a QP (what a resend on another QP needs, too).
 #[derive(Debug, Clone, Copy, Default)]
 struct Seg {
     /// Ring slot of its message.
     slot: u32,
-    seq: u32,
+    /// Its immediate (sequence number and last flag).
+    imm: u32,
     posted_at: u64,
+    offset: u64,
+    len: u32,
 }
 
 /// Sender state machine of one connection.
 #[derive(Debug, Clone)]
 pub struct Sender {
-    policy: AnyPolicy,
+    /// Route 0 is the configured policy over every QP; `add_route` appends others.
+    routes: ArrayVec<Route, MAX_ROUTES>,
     qps: usize,
     max_outstanding: u32,
     max_messages: usize,
@@ -67,6 +87,17 @@ pub struct Sender {
     /// A sequence number at or before the oldest incomplete segment.
     oldest_hint: u32,
     span: u32,
+    /// QPs that get no new segment: draining stragglers and failed paths.
+    blocked: Room,
+    draining: Room,
+    dead: Room,
+    /// Draining QPs already reported by `poll_path_event`.
+    reported: Room,
+    /// Segments of failed QPs waiting to go out again (capacity: one QP's in-flight ring; a
+    /// second QP failing while the first one's segments still wait may grow it, off the data
+    /// path).
+    resend: VecDeque<Seg>,
+    straggler: Option<Straggler>,
 }
 
 impl Sender {
@@ -82,8 +113,13 @@ impl Sender {
         check_initial_seq(initial_seq)?;
         let msg_cap = p.max_messages.next_power_of_two();
         let stride = p.max_outstanding.next_power_of_two();
-        Ok(Sender {
+        let mut routes = ArrayVec::new();
+        routes.push(Route {
             policy: AnyPolicy::new(p),
+            qps: Room::all(p.qps),
+        });
+        Ok(Sender {
+            routes,
             qps: p.qps,
             max_outstanding: p.max_outstanding,
             max_messages: p.max_messages,
@@ -102,23 +138,79 @@ impl Sender {
             next_seq: initial_seq,
             oldest_hint: initial_seq,
             span: (p.window() * u64::from(REORDER_SLACK)) as u32,
+            blocked: Room::default(),
+            draining: Room::default(),
+            dead: Room::default(),
+            reported: Room::default(),
+            resend: VecDeque::with_capacity(stride as usize),
+            straggler: None,
         })
     }
 
-    /// Queues a message of `len` bytes identified by the driver's `token`.
+    /// Adds a route: `policy` over QPs `0 .. qps` (clamped to the connection's QPs, 0 = all), with
+    /// the segment size of the configured one; returns its index for `post_routed`. Called at
+    /// set-up: it never allocates (at most [`MAX_ROUTES`] routes).
+    pub fn add_route(
+        &mut self,
+        policy: PolicyKind,
+        qps: usize,
+        segment_bytes: u32,
+    ) -> Result<u8, EngineError> {
+        let n = if qps == 0 {
+            self.qps
+        } else {
+            qps.min(self.qps)
+        };
+        let p = EngineParams {
+            qps: n,
+            max_outstanding: self.max_outstanding,
+            segment_bytes,
+            max_messages: self.max_messages,
+            policy,
+        };
+        p.validate()?;
+        let route = Route {
+            policy: AnyPolicy::new(&p),
+            qps: Room::all(n),
+        };
+        let index = self.routes.len();
+        self.routes
+            .try_push(route)
+            .map_err(|_| EngineError::TooManyRoutes { limit: MAX_ROUTES })?;
+        Ok(index as u8)
+    }
+
+    /// Routes held (1 + those added).
+    pub fn routes(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Queues a message of `len` bytes identified by the driver's `token`, on route 0.
     pub fn post(&mut self, token: u32, len: u64) -> Result<(), EngineError> {
+        self.post_routed(token, len, 0)
+    }
+
+    /// Queues a message on `route` (from `add_route`; 0 = the configured policy).
+    pub fn post_routed(&mut self, token: u32, len: u64, route: u8) -> Result<(), EngineError> {
         if (self.msg_tail - self.msg_head) as usize >= self.max_messages {
             return Err(EngineError::TooManyMessages {
                 limit: self.max_messages,
             });
         }
-        self.policy.check_len(len)?;
+        let Some(r) = self.routes.get(route as usize) else {
+            return Err(EngineError::NoSuchRoute {
+                route,
+                routes: self.routes.len(),
+            });
+        };
+        r.policy.check_len(len)?;
         self.msgs[(self.msg_tail & self.msg_mask) as usize] = Msg {
             len,
             cut: 0,
             segs_cut: 0,
             segs_done: 0,
             token,
+            route,
         };
         self.msg_tail += 1;
         Ok(())
@@ -128,6 +220,9 @@ impl Sender {
     /// units) is recorded to measure the segment's completion latency.
     #[inline]
     pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
+        if !self.resend.is_empty() {
+            return self.transmit_resend(now);
+        }
         if self.msg_cursor == self.msg_tail {
             return None;
         }
@@ -142,7 +237,9 @@ impl Sender {
             index: msg.segs_cut,
             serial: self.msg_cursor,
         };
-        let (qp, len) = self.policy.choose(&cursor, self.room)?;
+        // The route index was checked at post; `get_mut` keeps a corrupt one from panicking.
+        let r = self.routes.get_mut(msg.route as usize)?;
+        let (qp, len) = r.policy.choose(&cursor, self.room.and(r.qps))?;
         let seq = self.next_seq;
         self.next_seq = imm::seq_add(seq, 1);
         let offset = msg.cut;
@@ -156,10 +253,13 @@ impl Sender {
         }
         let st = &mut self.stats[qp];
         let pos = (self.qp_head[qp] + st.outstanding) & self.stride_mask;
+        let imm = imm::encode(seq, last);
         self.segs[(qp << self.stride_shift) | pos as usize] = Seg {
             slot: slot as u32,
-            seq,
+            imm,
             posted_at: now,
+            offset,
+            len,
         };
         st.on_post(len);
         if st.outstanding == self.max_outstanding {
@@ -168,11 +268,138 @@ impl Sender {
         self.outstanding += 1;
         Some(Transmit {
             qp,
-            imm: imm::encode(seq, last),
+            imm,
             token,
             offset,
             len,
         })
+    }
+
+    /// The oldest segment of a failed QP again, on the first healthy QP with room (same
+    /// immediate, offset and length: the receiver counts its sequence number once).
+    #[cold]
+    fn transmit_resend(&mut self, now: u64) -> Option<Transmit> {
+        let qp = self.room.next_from(0)?;
+        let mut seg = self.resend.pop_front()?;
+        seg.posted_at = now;
+        let st = &mut self.stats[qp];
+        let pos = (self.qp_head[qp] + st.outstanding) & self.stride_mask;
+        self.segs[(qp << self.stride_shift) | pos as usize] = seg;
+        st.on_post(seg.len);
+        st.resent += 1;
+        if st.outstanding == self.max_outstanding {
+            self.room.clear(qp);
+        }
+        self.outstanding += 1;
+        Some(Transmit {
+            qp,
+            imm: seg.imm,
+            token: self.msgs[seg.slot as usize].token,
+            offset: seg.offset,
+            len: seg.len,
+        })
+    }
+
+    /// Installs the straggler re-hash rule (allocates its per-QP state now, never later).
+    pub fn set_rehash_rule(&mut self, rule: RehashRule) -> Result<(), EngineError> {
+        rule.validate()?;
+        self.straggler = Some(Straggler::new(rule, self.qps));
+        Ok(())
+    }
+
+    /// QPs that may carry new segments (neither draining nor failed).
+    pub fn healthy_qps(&self) -> Room {
+        Room::all(self.qps).without(self.blocked)
+    }
+
+    /// Stops scheduling on `qp` (draining or dead).
+    fn block(&mut self, qp: usize) {
+        self.blocked.set(qp);
+        self.room.clear(qp);
+    }
+
+    /// The next thing the transport must do for path health, if any: a drained straggler to
+    /// replace (reported once).
+    pub fn poll_path_event(&mut self) -> Option<PathEvent> {
+        let mut waiting = self.draining.without(self.reported);
+        let mut q = waiting.next_from(0)?;
+        loop {
+            if self.stats[q].outstanding == 0 {
+                self.reported.set(q);
+                return Some(PathEvent::Replace { qp: q });
+            }
+            waiting.clear(q);
+            q = waiting.next_from(q)?;
+        }
+    }
+
+    /// Path `qp` failed (verbs: a QP in error, TCP: a reset stream): its segments in flight go out
+    /// again on healthy QPs, and it gets nothing new until `path_replaced`. Returns how many were
+    /// moved; Err when no QP is left that is not failed.
+    pub fn path_failed(&mut self, qp: usize) -> Result<u32, EngineError> {
+        if qp >= self.qps {
+            return Err(EngineError::NoSuchQp { qp, qps: self.qps });
+        }
+        let moved = if self.dead.has(qp) {
+            0
+        } else {
+            let st = &mut self.stats[qp];
+            let n = st.outstanding;
+            for k in 0..n {
+                let pos = (self.qp_head[qp] + k) & self.stride_mask;
+                self.resend
+                    .push_back(self.segs[(qp << self.stride_shift) | pos as usize]);
+            }
+            st.outstanding = 0;
+            st.failures += 1;
+            self.qp_head[qp] = 0;
+            self.outstanding -= n as usize;
+            n
+        };
+        self.dead.set(qp);
+        self.draining.clear(qp);
+        self.reported.clear(qp);
+        self.block(qp);
+        if self.dead.bits() == Room::all(self.qps).bits() {
+            return Err(EngineError::AllPathsFailed { qps: self.qps });
+        }
+        Ok(moved)
+    }
+
+    /// `qp` has a new path (a replaced straggler or a re-created failed QP): it is scheduled again
+    /// with fresh latency figures.
+    pub fn path_replaced(&mut self, qp: usize) -> Result<(), EngineError> {
+        if qp >= self.qps {
+            return Err(EngineError::NoSuchQp { qp, qps: self.qps });
+        }
+        if !self.blocked.has(qp) {
+            return Ok(());
+        }
+        if self.stats[qp].outstanding != 0 {
+            return Err(EngineError::PathBusy {
+                qp,
+                outstanding: self.stats[qp].outstanding,
+            });
+        }
+        let st = &mut self.stats[qp];
+        if self.draining.has(qp) {
+            st.rehashes += 1;
+        }
+        st.latency_ewma = 0.0;
+        for r in [
+            &mut self.blocked,
+            &mut self.draining,
+            &mut self.dead,
+            &mut self.reported,
+        ] {
+            r.clear(qp);
+        }
+        self.qp_head[qp] = 0;
+        self.room.set(qp);
+        if let Some(s) = &mut self.straggler {
+            s.reset(qp);
+        }
+        Ok(())
     }
 
     /// Moves the oldest-incomplete hint to the true oldest; true if the span now allows a send.
@@ -180,9 +407,16 @@ impl Sender {
     fn refresh_oldest(&mut self) -> bool {
         let mut oldest = self.next_seq;
         let mut age = 0;
+        if let Some(s) = self.resend.front() {
+            let seq = imm::seq_of(s.imm);
+            age = seq_distance(seq, self.next_seq);
+            oldest = seq;
+        }
         for qp in 0..self.qps {
             if self.stats[qp].outstanding > 0 {
-                let seq = self.segs[(qp << self.stride_shift) | self.qp_head[qp] as usize].seq;
+                let seq = imm::seq_of(
+                    self.segs[(qp << self.stride_shift) | self.qp_head[qp] as usize].imm,
+                );
                 let a = seq_distance(seq, self.next_seq);
                 if a > age {
                     age = a;
@@ -206,12 +440,22 @@ impl Sender {
         let head = self.qp_head[qp];
         let seg = self.segs[(qp << self.stride_shift) | head as usize];
         self.qp_head[qp] = (head + 1) & self.stride_mask;
-        if st.outstanding == self.max_outstanding {
+        if st.outstanding == self.max_outstanding && !self.blocked.has(qp) {
             self.room.set(qp);
         }
-        st.on_complete(now.saturating_sub(seg.posted_at));
+        let latency = now.saturating_sub(seg.posted_at);
+        st.on_complete(latency);
         self.outstanding -= 1;
         self.msgs[seg.slot as usize].segs_done += 1;
+        if let Some(s) = &mut self.straggler {
+            if !self.blocked.has(qp) {
+                let eligible = Room::all(self.qps).without(self.blocked);
+                if s.on_complete(qp, latency, now, &self.stats, eligible) {
+                    self.draining.set(qp);
+                    self.block(qp);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -274,5 +518,7 @@ impl Sender {
             + self.segs.len() * size_of::<Seg>()
             + self.qp_head.len() * size_of::<u32>()
             + self.stats.len() * size_of::<QpStats>()
+            + self.resend.capacity() * size_of::<Seg>()
+            + self.straggler.as_ref().map_or(0, |s| s.footprint_bytes())
     }
 }

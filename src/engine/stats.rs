@@ -25,6 +25,12 @@ pub struct QpStats {
     pub latency_ewma: f64,
     /// Log2 histogram of post-to-completion latency, driver units.
     pub latency_log2: [u64; LATENCY_BUCKETS],
+    /// Segments this QP carried again after another QP failed.
+    pub resent: u64,
+    /// Times this QP was replaced after draining as a straggler.
+    pub rehashes: u64,
+    /// Times this QP's path failed.
+    pub failures: u64,
 }
 
 impl QpStats {
@@ -37,6 +43,9 @@ impl QpStats {
             peak_outstanding: 0,
             latency_ewma: 0.0,
             latency_log2: [0; LATENCY_BUCKETS],
+            resent: 0,
+            rehashes: 0,
+            failures: 0,
         }
     }
 

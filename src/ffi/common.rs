@@ -13,6 +13,7 @@ use super::sys::{
 use crate::plugin::{
     self, log, CommContext, ConnOptions, ListenComm, MemHandle, RecvComm, RegRequest, SendComm,
 };
+use crate::transport::events::{EventDescr, NetEvents};
 use crate::transport::slots::MAX_RECVS;
 use crate::transport::tcp::HANDLE_BYTES;
 use crate::transport::{NetError, NetResult, UserBuf};
@@ -204,14 +205,120 @@ fn sink_from(logger: ncclDebugLogger_t) -> Option<log::Sink> {
     ))
 }
 
-/// The profiler callback NCCL v10 passes to init (v11+ per context: the latest one). Stored, never
-/// called: this plugin emits no profiler events.
+/// The profiler callback NCCL v10 passes to init (v11+ per context: the latest one). Comms created
+/// while it is set report per-segment events through it (`NcclProfiler`).
 static PROFILER: Mutex<ncclProfilerCallback_t> = Mutex::new(None);
 
 pub(super) fn store_profiler(p: ncclProfilerCallback_t) {
     match PROFILER.lock() {
         Ok(mut g) => *g = p,
         Err(e) => *e.into_inner() = p,
+    }
+    let sink = p.map(|f| Arc::new(NcclProfiler(f)) as Arc<dyn NetEvents>);
+    crate::transport::events::set_sink(sink);
+}
+
+/// ncclProfilerNetEventStart / Stop (src/include/nccl_common.h 2.26-2.30).
+const NET_EVENT_START: c_int = 0;
+const NET_EVENT_STOP: c_int = 1;
+/// pluginId = NCCL_PROFILER_NET_TYPE_{IB,SOCK} (1 << 16, 2 << 16) | descriptor version 1
+/// (plugins/profiler/example/nccl/profiler_net.h, net_ib_v1.h, net_socket_v1.h).
+const PLUGIN_ID_IB: i64 = (1 << 16) | 1;
+const PLUGIN_ID_SOCK: i64 = (2 << 16) | 1;
+/// type = ncclProfileQp / ncclProfileSocket (1 << 0).
+const PROFILE_QP: u8 = 1;
+const PROFILE_SOCKET: u8 = 1;
+
+/// The qp member of ncclProfilerNetIbDescr_v1_t's union.
+#[repr(C)]
+struct IbQpV1 {
+    device: c_int,
+    wr_id: u64,
+    opcode: c_int,
+    qp_num: c_int,
+    length: usize,
+}
+
+/// ncclProfilerNetIbDescr_v1_t: type, then the union (8-byte aligned by its u64/size_t members).
+#[repr(C)]
+struct IbDescrV1 {
+    kind: u8,
+    qp: IbQpV1,
+}
+const _: () = assert!(std::mem::size_of::<IbDescrV1>() == 40);
+const _: () = assert!(std::mem::offset_of!(IbDescrV1, qp) == 8);
+const _: () = assert!(std::mem::offset_of!(IbQpV1, length) == 24);
+
+/// The sock member of ncclProfilerNetSockDescr_v1_t's union.
+#[repr(C)]
+struct SockV1 {
+    fd: c_int,
+    op: c_int,
+    length: usize,
+}
+
+/// ncclProfilerNetSockDescr_v1_t: type, then the union.
+#[repr(C)]
+struct SockDescrV1 {
+    kind: u8,
+    sock: SockV1,
+}
+const _: () = assert!(std::mem::size_of::<SockDescrV1>() == 24);
+const _: () = assert!(std::mem::offset_of!(SockDescrV1, sock) == 8);
+
+/// NCCL's profiler callback as the transports' event sink, called as net_ib (p2p.cc) and
+/// net_socket call theirs: Start(&eHandle, parent phandle, pluginId, &descriptor) with eHandle
+/// NULL beforehand (NCCL leaves it NULL when the profiler does not record net-plugin events),
+/// Stop(&eHandle). The descriptor lives on the stack for the call (NCCL's profilers copy it).
+struct NcclProfiler(
+    unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_void, i64, *mut c_void) -> ncclResult_t,
+);
+
+impl NetEvents for NcclProfiler {
+    fn start(&self, parent: usize, d: &EventDescr) -> usize {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        let parent = parent as *mut c_void;
+        // SAFETY: NCCL's callback with its documented arguments; the descriptor outlives the call.
+        unsafe {
+            match *d {
+                EventDescr::Qp {
+                    device,
+                    wr_id,
+                    opcode,
+                    qp_num,
+                    length,
+                } => {
+                    let mut x = IbDescrV1 {
+                        kind: PROFILE_QP,
+                        qp: IbQpV1 {
+                            device,
+                            wr_id,
+                            opcode,
+                            qp_num: qp_num as c_int,
+                            length,
+                        },
+                    };
+                    let p = &mut x as *mut IbDescrV1 as *mut c_void;
+                    (self.0)(&mut h, NET_EVENT_START, parent, PLUGIN_ID_IB, p);
+                }
+                EventDescr::Socket { fd, op, length } => {
+                    let mut x = SockDescrV1 {
+                        kind: PROFILE_SOCKET,
+                        sock: SockV1 { fd, op, length },
+                    };
+                    let p = &mut x as *mut SockDescrV1 as *mut c_void;
+                    (self.0)(&mut h, NET_EVENT_START, parent, PLUGIN_ID_SOCK, p);
+                }
+            }
+        }
+        h as usize
+    }
+
+    fn stop(&self, event: usize) {
+        let mut h = event as *mut c_void;
+        let null = std::ptr::null_mut();
+        // SAFETY: as in start; `h` is the handle NCCL's start wrote.
+        unsafe { (self.0)(&mut h, NET_EVENT_STOP, null, 0, null) };
     }
 }
 
@@ -355,6 +462,7 @@ pub(super) fn listen_impl(
             let opts = ConnOptions {
                 traffic_class: ctx.and_then(|c| c.traffic_class),
                 owner: ctx.map(|c| c.serial),
+                pattern: None,
             };
             let comm = plugin::listen_with(dev, h, opts)?;
             let boxed = Box::new(FfiListen {
@@ -557,6 +665,7 @@ pub(super) fn isend_impl(
     size: impl FnOnce() -> NetResult<usize>,
     tag: c_int,
     mhandle: *mut c_void,
+    phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
     guard(
@@ -573,6 +682,8 @@ pub(super) fn isend_impl(
             let s = unsafe { &mut *(send_comm as *mut FfiSend) };
             // SAFETY: see mem_handle.
             let mh = unsafe { mem_handle(mhandle) };
+            // NCCL's profiler handle (v10+): an opaque address the events of this send hang under.
+            s.comm.set_event_parent(phandle as usize);
             if let Some(slot) = s.comm.isend(buf, tag, mh)? {
                 put(request, cell_ptr(&mut s.cells, slot));
             }
@@ -894,8 +1005,8 @@ pub(super) unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     )
 }
 
-/// v11+ setNetAttr(ctx, attr): stores the communication-pattern hints in the context and logs
-/// them; the connection plan does not (yet) depend on them.
+/// v11+ setNetAttr(ctx, attr): stores the communication-pattern hints in the context; the
+/// pattern they describe picks the engine route of the context's next isends.
 pub(super) unsafe extern "C" fn set_net_attr(
     ctx: *mut c_void,
     attr: *mut super::sys::ncclNetAttr_v11_t,
@@ -926,8 +1037,7 @@ pub(super) unsafe extern "C" fn set_net_attr(
                 algo: a.algo,
                 proto: a.proto,
             };
-            tracing::info!(target: "dqplb::net", "communicator {:#x}: setNetAttr {na:?}", c.comm_id);
-            c.set_net_attr(na);
+            plugin::set_net_attr(c, na);
             Ok(())
         },
         || {},
@@ -958,6 +1068,7 @@ pub(super) unsafe extern "C" fn connect_ctx(
     let opts = ConnOptions {
         traffic_class: c.and_then(|c| c.traffic_class),
         owner: c.map(|c| c.serial),
+        pattern: c.map(|c| c.pattern.clone()),
     };
     connect_impl(opts, dev, handle, send_comm, dev_comm)
 }
@@ -971,20 +1082,28 @@ pub(super) unsafe extern "C" fn isend_v9(
     mhandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    isend_impl(send_comm, data, || Ok(size), tag, mhandle, request)
+    isend_impl(
+        send_comm,
+        data,
+        || Ok(size),
+        tag,
+        mhandle,
+        std::ptr::null_mut(),
+        request,
+    )
 }
 
-/// v10+ isend(size_t size, phandle): the profiler handle is ignored.
+/// v10+ isend(size_t size, phandle): each segment's profiler event hangs under `phandle`.
 pub(super) unsafe extern "C" fn isend_v10(
     send_comm: *mut c_void,
     data: *mut c_void,
     size: usize,
     tag: c_int,
     mhandle: *mut c_void,
-    _phandle: *mut c_void,
+    phandle: *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
-    isend_impl(send_comm, data, || Ok(size), tag, mhandle, request)
+    isend_impl(send_comm, data, || Ok(size), tag, mhandle, phandle, request)
 }
 
 /// v9+ irecv(size_t* sizes).

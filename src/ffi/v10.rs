@@ -47,6 +47,7 @@ unsafe extern "C" fn connect_v10(
     let opts = ConnOptions {
         traffic_class: tc.and_then(plugin::traffic_class_from_nccl),
         owner: None,
+        pattern: None,
     };
     connect_impl(opts, dev, handle, send_comm, dev_comm)
 }

@@ -67,6 +67,7 @@ unsafe extern "C" fn isend(
         || int_size("isend", size),
         tag,
         mhandle,
+        std::ptr::null_mut(),
         request,
     )
 }

@@ -4,6 +4,9 @@
 #[cfg(feature = "verbs")]
 use std::sync::Arc;
 
+use super::pattern::{self, Pattern, PatternCell, PATTERNS};
+use crate::config::SiteConfig;
+
 use crate::transport::slots::{RecvSizes, MAX_RECVS};
 use crate::transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
 #[cfg(feature = "verbs")]
@@ -40,6 +43,10 @@ pub struct SendComm {
     inner: SendInner,
     log_stats: bool,
     ptr_support: i32,
+    /// The communicator's traffic pattern (v11+ contexts), read at each isend.
+    pattern: Option<PatternCell>,
+    /// Engine route per pattern (see `use_patterns`).
+    route_of: [u8; PATTERNS],
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -266,6 +273,8 @@ impl SendComm {
             inner: SendInner::Tcp(tcp),
             log_stats,
             ptr_support,
+            pattern: None,
+            route_of: [0; PATTERNS],
         }
     }
 
@@ -280,6 +289,8 @@ impl SendComm {
             inner: SendInner::Verbs(v, domain),
             log_stats,
             ptr_support,
+            pattern: None,
+            route_of: [0; PATTERNS],
         }
     }
 
@@ -301,6 +312,44 @@ impl SendComm {
         }
     }
 
+    /// Gives this comm one engine route per traffic pattern of `[patterns]` and follows `cell`
+    /// (its context's pattern) from the next isend on.
+    pub fn use_patterns(&mut self, cell: PatternCell, cfg: &SiteConfig, dev: i32) -> NetResult<()> {
+        let qps = self.qp_stats().len();
+        let plan = pattern::plan_routes(&cfg.patterns, cfg.engine.policy, qps, super::policy_kind);
+        for &(kind, n) in &plan.extra {
+            match &mut self.inner {
+                SendInner::Tcp(t) => t.add_route(kind, n)?,
+                #[cfg(feature = "verbs")]
+                SendInner::Verbs(v, _) => v.add_route(kind, n)?,
+            };
+        }
+        let shown: Vec<String> = Pattern::ALL
+            .iter()
+            .map(|&p| {
+                let r = plan.route_of[p as usize];
+                let (kind, n) = match r {
+                    0 => (super::policy_kind(cfg.engine.policy), qps),
+                    _ => plan.extra[r as usize - 1],
+                };
+                format!("{} -> {kind} over {n}", p.as_str())
+            })
+            .collect();
+        tracing::info!(target: "dqplb::net", "dev {dev} send comm: traffic patterns: {} of {qps} data QPs", shown.join(", "));
+        self.route_of = plan.route_of;
+        self.pattern = Some(cell);
+        Ok(())
+    }
+
+    /// NCCL's profiler handle (v10+ isend `phandle`, 0: none) for the next isend's events.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.set_event_parent(parent),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(_, _) => {}
+        }
+    }
+
     pub fn isend(
         &mut self,
         buf: UserBuf,
@@ -308,6 +357,14 @@ impl SendComm {
         mh: Option<&MemHandle>,
     ) -> NetResult<Option<u32>> {
         check_mr(&buf, mh, "isend")?;
+        if let Some(cell) = &self.pattern {
+            let r = self.route_of[cell.get() as usize];
+            match &mut self.inner {
+                SendInner::Tcp(t) => t.set_route(r),
+                #[cfg(feature = "verbs")]
+                SendInner::Verbs(v, _) => v.set_route(r),
+            }
+        }
         match &mut self.inner {
             SendInner::Tcp(t) => t.isend(buf, tag),
             #[cfg(feature = "verbs")]

@@ -4,6 +4,7 @@
 pub mod comm;
 pub mod devices;
 pub mod log;
+pub mod pattern;
 #[cfg(feature = "verbs")]
 pub mod rdma;
 pub mod state;
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 
 pub use comm::{ListenComm, MemHandle, RecvComm, RegRequest, SendComm};
 pub use devices::Properties;
+pub use pattern::{Pattern, PatternCell};
 pub use state::{CommAttr, CommContext, NetAttr};
 
 use crate::config::{self, ConnClass, SiteConfig};
@@ -33,13 +35,31 @@ const STAGE_RANGE: std::ops::Range<usize> = 112..120;
 pub const MAX_TRANSFER_BYTES: usize = i32::MAX as usize;
 
 /// Per-connection options NCCL v10+ passes (connect's config, or the communicator's config).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ConnOptions {
     /// IP TOS / IPV6 traffic class on TCP streams, GRH traffic class on verbs data QPs
     /// (overrides NCCL_IB_TC); None keeps the defaults.
     pub traffic_class: Option<u8>,
     /// Serial of the communicator context the connect belongs to (dropped with it).
     pub owner: Option<u64>,
+    /// The context's current traffic pattern (v11+ setNetAttr): picks each message's route.
+    pub pattern: Option<PatternCell>,
+}
+
+/// v11+ setNetAttr: records NCCL's hints in the context and its traffic pattern, which the send
+/// comms of the context read at each isend.
+pub fn set_net_attr(ctx: &CommContext, na: NetAttr) {
+    let min_peers = match state::get() {
+        Ok(g) => g.config.patterns.alltoall_min_peers,
+        Err(_) => config::PatternsSection::default().alltoall_min_peers,
+    };
+    let p = pattern::classify(&na, min_peers);
+    if ctx.pattern.set(p) {
+        tracing::info!(target: "dqplb::net", "communicator {:#x}: traffic pattern {} (setNetAttr op {:#x}, send peers {}, recv peers {})",
+            ctx.comm_id, p.as_str(), na.op, na.send.max_concurrent_peers, na.recv.max_concurrent_peers);
+    }
+    tracing::trace!(target: "dqplb::net", "communicator {:#x}: setNetAttr {na:?}", ctx.comm_id);
+    ctx.set_net_attr(na);
 }
 
 /// NCCL's trafficClass int: -1 (NCCL_NET_TRAFFIC_CLASS_UNDEF) or any other value outside 0..=255
@@ -415,9 +435,12 @@ pub fn connect_with(
     };
     match step {
         Ok(None) => Ok(None),
-        Ok(Some(comm)) => {
+        Ok(Some(mut comm)) => {
             map.remove(&id);
             handle[STAGE_RANGE].fill(0);
+            if let Some(cell) = opts.pattern {
+                comm.use_patterns(cell, &g.config, dev)?;
+            }
             Ok(Some(comm))
         }
         Err(e) => {

@@ -88,6 +88,8 @@ pub struct CommContext {
     /// trafficClass of the communicator's config (None: NCCL_NET_TRAFFIC_CLASS_UNDEF).
     pub traffic_class: Option<u8>,
     pub net_attr: Mutex<Option<NetAttr>>,
+    /// The pattern of the latest hints, shared with the context's send comms.
+    pub pattern: super::PatternCell,
 }
 
 impl CommContext {
@@ -98,6 +100,7 @@ impl CommContext {
             comm_id,
             traffic_class,
             net_attr: Mutex::new(None),
+            pattern: super::PatternCell::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! Each maps engine actions to wire operations and wire events back to engine calls.
 
 pub mod error;
+pub mod events;
 pub mod gdr;
 pub mod regcache;
 pub mod slots;

@@ -98,6 +98,7 @@ pub fn run() -> Result<(), String> {
         let abort = role.work == "abort" && ci == 0;
         let c = one_comm(&mut nccl, &role, ci, abort)?;
         total.isend += c.isend;
+        total.isend_bytes += c.isend_bytes;
         total.irecv += c.irecv;
         total.test += c.test;
         total.consumed += c.consumed;
@@ -113,7 +114,7 @@ pub fn run() -> Result<(), String> {
     let (fds1, threads1) = super::versions::fds_and_threads();
     let (rail, plane) = super::versions::rail_plane().unwrap_or((-2, -2));
     say(&format!(
-        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={}",
+        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={} net_attr_calls={} prof_starts={} prof_stops={} prof_bytes={} prof_bad={} isend_bytes={}",
         super::versions::version(),
         super::versions::HINTS.load(std::sync::atomic::Ordering::Relaxed),
         super::versions::HINTS_LEFT.load(std::sync::atomic::Ordering::Relaxed),
@@ -122,6 +123,12 @@ pub fn run() -> Result<(), String> {
         nccl.finalizes,
         super::versions::has_after_close("setNetAttr"),
         super::versions::has_after_close("makeVDevice"),
+        super::versions::NET_ATTR_CALLS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_STARTS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_STOPS.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        super::versions::PROF_BAD.load(std::sync::atomic::Ordering::Relaxed),
+        total.isend_bytes,
     ));
     say(&format!(
         "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} iflush_req={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
@@ -157,6 +164,8 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
         ));
     }
     let (r, n, nch) = (role.rank, role.nranks, role.nch);
+    setup.nranks = n as c_int;
+    setup.nchannels = nch as c_int;
     let a2a = role.work == "a2a";
     // Emulated PXN for all-to-all: with maxRecvs > 1 NCCL shares one comm per (peer, channel)
     // between connections of different ranks behind one proxy, and groups their receives.
@@ -283,7 +292,9 @@ fn ring_ops(
                 .collect();
             let conn = eng.s.find(send, Key { peer, ch, g: 0 });
             let sub = Sub::new(conn, ch, m, seeds, slice, nbytes);
-            ops.push(Args::new(send, proto, slice, chunk, false, vec![sub]));
+            let mut a = Args::new(send, proto, slice, chunk, false, vec![sub]);
+            a.nchannels = nch as c_int;
+            ops.push(a);
         }
     }
     ops
@@ -359,8 +370,19 @@ fn a2a_ops(
                 ));
             }
         }
-        ops.push(Args::new(true, Proto::Simple, 1, 1, true, send));
-        ops.push(Args::new(false, Proto::Simple, 1, 1, true, recv));
+        for (dir, subs) in [(true, send), (false, recv)] {
+            let mut a = Args::new(dir, Proto::Simple, 1, 1, true, subs);
+            // collAPI of the p2p tasks (enqueue.cc 2.28-2.30): ncclAlltoAll, or grouped
+            // ncclSend/ncclRecv (DQPLB_EMU_A2A_API=sendrecv); nPeers = the batch's peers.
+            a.coll_api = match std::env::var("DQPLB_EMU_A2A_API").as_deref() {
+                Ok("sendrecv") if dir => super::versions::FUNC_SEND,
+                Ok("sendrecv") => super::versions::FUNC_RECV,
+                _ => super::versions::FUNC_ALLTOALL,
+            };
+            a.npeers = deltas.len() as c_int;
+            a.nchannels = nch as c_int;
+            ops.push(a);
+        }
     }
     ops
 }

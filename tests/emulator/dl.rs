@@ -96,9 +96,16 @@ impl CLog {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let dir = exe.parent().ok_or("exe dir")?.join("dqplb-emulator");
         let so = dir.join("emu-logger.so");
-        if !so.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulator/logger.c");
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        // Rebuilt when logger.c changed; where the source is absent (the VM) the shipped one.
+        let stale = match (mtime(&so), mtime(&src)) {
+            (None, _) => true,
+            (Some(built), Some(edited)) => edited > built,
+            (Some(_), None) => false,
+        };
+        if stale {
             std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulator/logger.c");
             let tmp = dir.join(format!("emu-logger.{}.so", std::process::id()));
             let out = std::process::Command::new("cc")
                 .args(["-shared", "-fPIC", "-O2", "-o"])

@@ -9,6 +9,8 @@ use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
 pub(super) const STEPS: usize = NCCL_STEPS as usize;
+/// NCCL_ALGO_RING (src/include/device.h).
+pub const ALGO_RING: u32 = 1;
 
 /// ncclProxySubArgs, reduced.
 pub struct Sub {
@@ -37,6 +39,8 @@ pub struct Sub {
     /// Emulated GPU: sendMem->head on the receive side (steps consumed); messages filled.
     pub(super) head: u64,
     pub(super) filled: usize,
+    /// sub->pHandles: the per-step profiler handles whose addresses isend gets as phandle.
+    pub(super) phandles: [u64; STEPS],
 }
 
 impl Sub {
@@ -70,6 +74,7 @@ impl Sub {
             got: [0; STEPS],
             head: 0,
             filled: 0,
+            phandles: [0; STEPS],
         }
     }
 }
@@ -84,6 +89,13 @@ pub struct Args {
     pub subs: Vec<Sub>,
     pub(super) ready: bool,
     pub(super) ndone: usize,
+    /// args->collAPI (ncclFunc_t), nPeers, nChannels and algorithm, for setXferNetAttrs.
+    pub coll_api: u32,
+    pub npeers: i32,
+    pub nchannels: i32,
+    pub algo: u32,
+    /// The checkedNetAttr of send/recvProxyProgress: hints given before the first isend/irecv.
+    pub(super) checked_attr: bool,
 }
 
 impl Args {
@@ -104,6 +116,11 @@ impl Args {
             subs,
             ready: false,
             ndone: 0,
+            coll_api: super::versions::FUNC_ALLREDUCE,
+            npeers: 1,
+            nchannels: 1,
+            algo: ALGO_RING,
+            checked_attr: false,
         }
     }
 
@@ -115,6 +132,8 @@ impl Args {
 #[derive(Default, Debug, Clone)]
 pub struct Counters {
     pub isend: u64,
+    /// Bytes of the isends the plugin accepted.
+    pub isend_bytes: u64,
     pub isend_null: u64,
     pub irecv: u64,
     pub irecv_null: u64,
@@ -281,6 +300,26 @@ impl<'a, 'n> Engine<'a, 'n> {
                     sub.filled = k + 1;
                 }
                 let mut req: P = std::ptr::null_mut();
+                // `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, 1)` right before
+                // the first isend of the args (sendProxyProgress, net.cc 2.28-2.30).
+                if !a.checked_attr {
+                    a.checked_attr = true;
+                    super::versions::xfer_net_attr(
+                        true,
+                        a.coll_api,
+                        a.npeers,
+                        a.nchannels,
+                        a.algo,
+                        a.proto as u32,
+                    )?;
+                }
+                // phandle = &sub->pHandles[DIVUP(transmittedStepId, sliceSteps) % NCCL_STEPS].
+                let ph =
+                    &sub.phandles[(sub.transmitted.div_ceil(a.slice_steps) % NCCL_STEPS) as usize];
+                super::versions::NEXT_PHANDLE.store(
+                    ph as *const u64 as usize,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 // SAFETY: registered buffer, size <= stepSize*sliceSteps, tag = tpRank.
                 ok("isend", unsafe {
                     isend(
@@ -295,6 +334,7 @@ impl<'a, 'n> Engine<'a, 'n> {
                 self.c.isend += 1;
                 sub.requests[slot] = req;
                 if !req.is_null() {
+                    self.c.isend_bytes += m.size as u64;
                     if m.size == 0 {
                         self.c.zero_byte_msgs += 1;
                     }

@@ -93,6 +93,9 @@ pub struct Setup<'n> {
     /// NCCL_PTR_CUDA (recvProxyConnect, src/transport/net.cc 2.28.3: NCCL_NET_MAP_ADD_POINTER
     /// with devMem = useGdr for every protocol and for the shared pool).
     pub gdr_recv: bool,
+    /// comm->nRanks and nChannels, for the connect-time setNetAttr hints.
+    pub nranks: i32,
+    pub nchannels: i32,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -128,6 +131,8 @@ impl<'n> Setup<'n> {
             share_comms: max_recvs > 1,
             stats: Stats::default(),
             gdr_recv: false,
+            nranks: 2,
+            nchannels: 1,
         }
     }
 
@@ -242,6 +247,10 @@ impl<'n> Setup<'n> {
                     }
                 }
                 if self.conns[i].comm.is_null() {
+                    // setNetAttrs(proxyState, &req->netAttr) opens every sendProxyConnect and
+                    // recvProxyConnect call (v11+); shared-buffer connections are p2pOnly.
+                    let p2p = self.conns[i].shared;
+                    super::versions::connect_net_attr(p2p, self.nranks, self.nchannels)?;
                     let c = &mut self.conns[i];
                     if send {
                         self.stats.connect_calls += 1;

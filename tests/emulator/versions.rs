@@ -19,7 +19,7 @@
 use super::abi::{Logger, NetV8, Props};
 use super::dl::Lib;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 type P = *mut c_void;
 
@@ -89,7 +89,7 @@ pub struct CommConfig {
 
 /// ncclNetAttr_v11_t / v12.
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
 pub struct NetAttr {
     pub send: [i32; 4],
     pub recv: [i32; 4],
@@ -189,7 +189,57 @@ pub fn has(which: &str) -> bool {
     }
 }
 
-unsafe extern "C" fn profiler(_e: *mut P, _t: c_int, _p: P, _id: i64, _x: P) -> c_int {
+/// The profiler handle the next isend passes (&sub->pHandles[step % NCCL_STEPS] in
+/// sendProxyProgress, net.cc 2.26-2.30; never NULL there).
+pub static NEXT_PHANDLE: AtomicUsize = AtomicUsize::new(0);
+/// Profiler events: started, stopped, payload bytes started, and malformed calls.
+pub static PROF_STARTS: AtomicU64 = AtomicU64::new(0);
+pub static PROF_STOPS: AtomicU64 = AtomicU64::new(0);
+pub static PROF_BYTES: AtomicU64 = AtomicU64::new(0);
+pub static PROF_BAD: AtomicU64 = AtomicU64::new(0);
+static PROF_NEXT: AtomicUsize = AtomicUsize::new(0x1000);
+static PROF_LIVE: std::sync::Mutex<Option<std::collections::HashSet<usize>>> =
+    std::sync::Mutex::new(None);
+
+/// ncclProfilerCallback (src/plugin/profiler.cc 2.26-2.30) with a profiler that records every
+/// net-plugin event: Start(&eHandle, 0, pHandle, pluginId, descriptor) must come with the parent
+/// handle of an isend, pluginId NCCL_PROFILER_NET_TYPE_{IB,SOCK} | 1 and a version-1 descriptor
+/// whose type is 1 (ncclProfileQp / ncclProfileSocket); Stop(&eHandle, 1, ...) must name a live
+/// event. Anything else counts as bad.
+unsafe extern "C" fn profiler(e: *mut P, t: c_int, p: P, id: i64, x: P) -> c_int {
+    let mut live = PROF_LIVE.lock().unwrap_or_else(|q| q.into_inner());
+    let live = live.get_or_insert_with(Default::default);
+    match t {
+        0 => {
+            let ok_parent = !p.is_null();
+            // The descriptors (plugins/profiler/example/nccl/net_ib_v1.h, net_socket_v1.h):
+            // type at 0, the union at 8; length at 8 + 24 (qp) or 8 + 8 (sock).
+            let len_at = match id {
+                0x10001 => Some(32),
+                0x20001 => Some(16),
+                _ => None,
+            };
+            match (ok_parent, len_at, x.is_null(), e.is_null()) {
+                (true, Some(off), false, false) if *(x as *const u8) == 1 => {
+                    let len = *((x as *const u8).add(off) as *const usize);
+                    PROF_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+                    PROF_STARTS.fetch_add(1, Ordering::Relaxed);
+                    let h = PROF_NEXT.fetch_add(1, Ordering::Relaxed);
+                    live.insert(h);
+                    *e = h as P;
+                }
+                _ => {
+                    PROF_BAD.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        1 if !e.is_null() && live.remove(&(*e as usize)) => {
+            PROF_STOPS.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {
+            PROF_BAD.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     0
 }
 
@@ -208,8 +258,8 @@ pub fn traffic_class() -> c_int {
 }
 
 /// One init as the loaded version's NCCL calls it: v8/v9 init(logger), v10 init(logger,
-/// profiler), v11+ init(&ctx, commHash, &config, logger, profiler) then, as the proxy does before
-/// the first transfer, setNetAttr(ctx, attr) (setXferNetAttrs in src/transport/net.cc).
+/// profiler), v11+ init(&ctx, commHash, &config, logger, profiler). setNetAttr comes later, at
+/// connect (`connect_net_attr`) and per transfer (`xfer_net_attr`).
 pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
     let f = slot_ptr(slot::INIT);
     if f == 0 {
@@ -237,16 +287,6 @@ pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
                         return Err(format!("v{} init left ctx {ctx:?}", version()));
                     }
                     CTX.store(ctx, Ordering::Release);
-                    let sna = slot_ptr(slot::SET_NET_ATTR);
-                    if sna != 0 {
-                        let mut a = NetAttr {
-                            send: [8, 1, 4, 1],
-                            recv: [8, 1, 4, 1],
-                            ..NetAttr::default()
-                        };
-                        let r = std::mem::transmute::<usize, SetNetAttr>(sna)(ctx, &mut a);
-                        super::nccl::ok("setNetAttr", r)?;
-                    }
                 }
                 rc
             }
@@ -255,12 +295,118 @@ pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
     super::nccl::ok("init", rc)
 }
 
+/// proxyState->netAttr: the hints last given to setNetAttr (src/include/proxy.h, 2.28-2.30).
+static LAST_ATTR: std::sync::Mutex<Option<NetAttr>> = std::sync::Mutex::new(None);
+/// setNetAttr calls made.
+pub static NET_ATTR_CALLS: AtomicU64 = AtomicU64::new(0);
+
+const NCCL_NET_ATTR_UNDEF: i32 = -1;
+// ncclFunc_t (src/include/nccl_common.h 2.28-2.30).
+pub const FUNC_ALLREDUCE: u32 = 4;
+pub const FUNC_SEND: u32 = 6;
+pub const FUNC_RECV: u32 = 7;
+pub const FUNC_ALLTOALL: u32 = 8;
+const FUNC_SCATTER: u32 = 9;
+const FUNC_GATHER: u32 = 10;
+/// NCCL_MAX_TREE_ARITY (src/include/device.h) and NCCL_MAX_DEV_WORK_P2P_PER_BATCH (2.24-2.30).
+const MAX_TREE_ARITY: i32 = 3;
+const MAX_DEV_WORK_P2P_PER_BATCH: i32 = 8;
+
+/// setNetAttrs (src/transport/net.cc 2.28-2.30): calls the plugin and remembers the hints.
+fn set_net_attrs(a: NetAttr) -> Result<(), String> {
+    let ctx = CTX.load(Ordering::Acquire);
+    let f = slot_ptr(slot::SET_NET_ATTR);
+    if version() < 11 || f == 0 || ctx.is_null() {
+        return Ok(());
+    }
+    let mut a2 = a;
+    NET_ATTR_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: v11+ setNetAttr with the context init returned and a live attribute struct.
+    let r = unsafe { std::mem::transmute::<usize, SetNetAttr>(f)(ctx, &mut a2) };
+    // NCCL ignores setNetAttr's result (setNetAttrs returns void); a failure is still a bug.
+    super::nccl::ok("setNetAttr", r)?;
+    *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
+    Ok(())
+}
+
+/// populateCommNetAttrs + setNetAttrs at the top of sendProxyConnect/recvProxyConnect
+/// (src/transport/net.cc 2.28-2.30), on every call of the connect retry loop: p2p connections
+/// (`p2p_only`) hint Send|Recv|AlltoAll|Scatter|Gather with up to min(nRanks, p2pnChannels *
+/// NCCL_MAX_DEV_WORK_P2P_PER_BATCH) peers and p2pnChannelsPerPeer flows; collective ones leave
+/// op undefined with min(nRanks, (NCCL_MAX_TREE_ARITY - 1) * 2) peers and nChannels flows.
+pub fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> Result<(), String> {
+    let u = NCCL_NET_ATTR_UNDEF;
+    let (peers, flows, op) = if p2p_only {
+        let ops = [
+            FUNC_SEND,
+            FUNC_RECV,
+            FUNC_ALLTOALL,
+            FUNC_SCATTER,
+            FUNC_GATHER,
+        ]
+        .iter()
+        .fold(0u32, |m, f| m | (1 << f));
+        (
+            nranks.min(nchannels * MAX_DEV_WORK_P2P_PER_BATCH),
+            nchannels,
+            ops,
+        )
+    } else {
+        (nranks.min((MAX_TREE_ARITY - 1) * 2), nchannels, u as u32)
+    };
+    let side = [peers, 1, flows, 1];
+    set_net_attrs(NetAttr {
+        send: side,
+        recv: side,
+        op,
+        algo: u as u32,
+        proto: u as u32,
+    })
+}
+
+/// setXferNetAttrs (src/transport/net.cc 2.28-2.30), called before the first isend/irecv of
+/// each ncclProxyArgs: the last hints with this side's peers and flows set to the transfer's
+/// nPeers/nChannels, op = BIT(collAPI), algo/proto for collectives only (collAPI <
+/// NCCL_NUM_FUNCTIONS = 5); setNetAttr only when that differs from the last hints.
+pub fn xfer_net_attr(
+    send: bool,
+    coll_api: u32,
+    npeers: i32,
+    nchannels: i32,
+    algo: u32,
+    proto: u32,
+) -> Result<(), String> {
+    if version() < 11 || slot_ptr(slot::SET_NET_ATTR) == 0 {
+        return Ok(());
+    }
+    let last = *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut a) = last else {
+        return Ok(());
+    };
+    let side = [npeers, npeers, nchannels, nchannels];
+    if send {
+        a.send = side;
+    } else {
+        a.recv = side;
+    }
+    a.op = 1 << coll_api;
+    if coll_api < 5 {
+        a.algo = 1 << algo;
+        a.proto = 1 << proto;
+    }
+    if Some(a) != last {
+        set_net_attrs(a)?;
+    }
+    Ok(())
+}
+
 /// ncclNetFinalize's plugin call for v11+: finalize(ctx). Ok(true) when called.
 pub fn finalize() -> Result<bool, String> {
     if version() < 11 {
         return Ok(false);
     }
     let ctx = CTX.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = None;
     let f = slot_ptr(slot::FINALIZE);
     if f == 0 {
         return Err("finalize is NULL".into());
@@ -445,10 +591,18 @@ unsafe extern "C" fn isend(comm: P, data: P, size: c_int, tag: c_int, mh: P, req
             f,
         )(comm, data, size, tag, mh, req)
     } else {
-        // phandle: NCCL passes its profiler handle slot; a NULL one is legal (profiler off).
+        // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL.
         std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, P, *mut P) -> c_int>(
             f,
-        )(comm, data, size, tag, mh, std::ptr::null_mut(), req)
+        )(
+            comm,
+            data,
+            size,
+            tag,
+            mh,
+            NEXT_PHANDLE.load(Ordering::Relaxed) as P,
+            req,
+        )
     }
 }
 

@@ -52,6 +52,18 @@ impl Room {
         u128::from(self.0[0]) | (u128::from(self.0[1]) << 64)
     }
 
+    /// QPs of this set that are not in `other`.
+    #[inline]
+    pub fn without(self, other: Room) -> Room {
+        Room([self.0[0] & !other.0[0], self.0[1] & !other.0[1]])
+    }
+
+    /// QPs in both sets.
+    #[inline]
+    pub fn and(self, other: Room) -> Room {
+        Room([self.0[0] & other.0[0], self.0[1] & other.0[1]])
+    }
+
     /// QP `q` has room.
     #[inline]
     pub fn has(self, q: usize) -> bool {

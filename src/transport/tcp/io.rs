@@ -146,6 +146,14 @@ impl Readiness {
         }
     }
 
+    /// Stops watching socket `i` (a failed stream: poll skips negative descriptors).
+    pub fn ignore(&mut self, i: usize) {
+        if let Some(p) = self.fds.get_mut(i) {
+            p.fd = -1;
+            p.revents = 0;
+        }
+    }
+
     /// Whether socket `i` (in construction order) has data, EOF or an error to read.
     pub fn readable(&self, i: usize) -> bool {
         self.fds

@@ -24,7 +24,13 @@ enum RxState {
         seg: SegHeader,
         got: usize,
     },
-    /// The sender closed the stream at a segment boundary.
+    /// A second copy of a segment that already arrived (resent after a path failure): its
+    /// payload is read and dropped, never placed, and it is acknowledged like any other.
+    Discard {
+        seg: SegHeader,
+        got: usize,
+    },
+    /// The sender closed the stream at a segment boundary, or the stream failed.
     Closed,
 }
 
@@ -91,6 +97,7 @@ pub struct TcpRecvComm {
     bufs: Vec<Posted>,
     failed: Sticky,
     params: ConnParams,
+    duplicates: u64,
 }
 
 impl TcpRecvComm {
@@ -139,6 +146,7 @@ impl TcpRecvComm {
             bufs: vec![NOT_POSTED; n * MAX_RECVS],
             failed: Sticky::default(),
             params,
+            duplicates: 0,
         })
     }
 
@@ -265,7 +273,9 @@ impl TcpRecvComm {
         }
         for qp in 0..self.data.len() {
             if self.ready.readable(qp + 1) {
-                self.read_stream(qp)?;
+                if let Some(e) = self.read_stream(qp)? {
+                    self.stream_failed(qp, e);
+                }
             }
             let d = &mut self.data[qp];
             if !d.acks.is_empty() {
@@ -273,8 +283,8 @@ impl TcpRecvComm {
                     // Nobody is left to read them: the sender closed after its last completion.
                     d.acks.clear();
                     d.acks_pos = 0;
-                } else {
-                    drain(&d.sock, &mut d.acks, &mut d.acks_pos, &d.name)?;
+                } else if let Err(e) = drain(&d.sock, &mut d.acks, &mut d.acks_pos, &d.name) {
+                    self.stream_failed(qp, e);
                 }
             }
         }
@@ -284,7 +294,7 @@ impl TcpRecvComm {
             if let Some(d) = self
                 .data
                 .iter()
-                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token))
+                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token && !self.engine.is_duplicate(seg.imm)))
             {
                 return Err(NetError::remote(format!(
                     "{}: receive slot {token} completed by sequence number while a segment for it is still arriving: sender out of step",
@@ -326,29 +336,48 @@ impl TcpRecvComm {
         Ok(())
     }
 
-    /// Reads every segment available on one data stream (at most `outstanding` can be in flight).
-    fn read_stream(&mut self, qp: usize) -> NetResult<()> {
+    /// Data stream `qp` failed (an I/O error, or EOF inside a segment): it is dropped, and the
+    /// sender sends what it had in flight on it again over the other streams. Bytes a partial
+    /// segment placed are rewritten by the second copy; the engine counted nothing of it.
+    fn stream_failed(&mut self, qp: usize, why: NetError) {
+        let d = &mut self.data[qp];
+        if matches!(d.state, RxState::Closed) && d.acks.is_empty() {
+            return;
+        }
+        tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); the sender resends its segments on the other streams", d.name);
+        d.state = RxState::Closed;
+        d.acks.clear();
+        d.acks_pos = 0;
+        d.start = 0;
+        d.end = 0;
+        self.ready.ignore(qp + 1);
+    }
+
+    /// Reads every segment available on one data stream (at most `outstanding` can be in
+    /// flight). Ok(Some(e)): the stream failed; Err: a protocol violation.
+    fn read_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
         loop {
             let d = &mut self.data[qp];
             match d.state {
-                RxState::Closed => return Ok(()),
+                RxState::Closed => return Ok(None),
                 RxState::Header => {
                     if d.end - d.start < SEG_HEADER_BYTES {
                         d.stage.copy_within(d.start..d.end, 0);
                         d.end -= d.start;
                         d.start = 0;
-                        match read_some(&mut d.sock, &mut d.stage[d.end..], &d.name)? {
-                            Read::Data(n) => d.end += n,
-                            Read::WouldBlock => return Ok(()),
-                            Read::Eof if d.end == 0 => {
+                        match read_some(&mut d.sock, &mut d.stage[d.end..], &d.name) {
+                            Err(e) => return Ok(Some(e)),
+                            Ok(Read::Data(n)) => d.end += n,
+                            Ok(Read::WouldBlock) => return Ok(None),
+                            Ok(Read::Eof) if d.end == 0 => {
                                 d.state = RxState::Closed;
-                                return Ok(());
+                                return Ok(None);
                             }
-                            Read::Eof => {
-                                return Err(NetError::remote(format!(
+                            Ok(Read::Eof) => {
+                                return Ok(Some(NetError::remote(format!(
                                     "{}: peer closed in the middle of a segment header",
                                     d.name
-                                )))
+                                ))))
                             }
                         }
                         continue;
@@ -358,6 +387,10 @@ impl TcpRecvComm {
                     d.start += SEG_HEADER_BYTES;
                     let seg = SegHeader::decode(&hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                    if self.engine.is_duplicate(seg.imm) {
+                        d.state = RxState::Discard { seg, got: 0 };
+                        continue;
+                    }
                     let fits = posted(&self.slots, &self.bufs, seg.slot).is_some_and(|p| {
                         p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
                     });
@@ -401,15 +434,16 @@ impl TcpRecvComm {
                                 d.end = 0;
                             }
                             let into: &mut [u8] = if direct { dst } else { &mut d.stage[..] };
-                            match read_some(&mut d.sock, into, &d.name)? {
-                                Read::Data(n) if direct => got += n,
-                                Read::Data(n) => d.end = n,
-                                Read::WouldBlock => return Ok(()),
-                                Read::Eof => {
-                                    return Err(NetError::remote(format!(
+                            match read_some(&mut d.sock, into, &d.name) {
+                                Err(e) => return Ok(Some(e)),
+                                Ok(Read::Data(n)) if direct => got += n,
+                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::WouldBlock) => return Ok(None),
+                                Ok(Read::Eof) => {
+                                    return Ok(Some(NetError::remote(format!(
                                         "{}: peer closed {got} bytes into a {len}-byte segment",
                                         d.name
-                                    )))
+                                    ))))
                                 }
                             }
                         }
@@ -429,8 +463,48 @@ impl TcpRecvComm {
                     d.acks.extend_from_slice(&encode_ack(seg.imm));
                     d.state = RxState::Header;
                 }
+                RxState::Discard { seg, mut got } => {
+                    let len = seg.len as usize;
+                    if got < len {
+                        let staged = (d.end - d.start).min(len - got);
+                        if staged > 0 {
+                            d.start += staged;
+                            got += staged;
+                        } else {
+                            d.start = 0;
+                            d.end = 0;
+                            match read_some(&mut d.sock, &mut d.stage[..], &d.name) {
+                                Err(e) => return Ok(Some(e)),
+                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::WouldBlock) => return Ok(None),
+                                Ok(Read::Eof) => return Ok(Some(NetError::remote(format!(
+                                    "{}: peer closed {got} bytes into a resent {len}-byte segment",
+                                    d.name
+                                )))),
+                            }
+                        }
+                        d.state = RxState::Discard { seg, got };
+                        if got < len {
+                            continue;
+                        }
+                    }
+                    self.duplicates += 1;
+                    d.acks.extend_from_slice(&encode_ack(seg.imm));
+                    d.state = RxState::Header;
+                }
             }
         }
+    }
+
+    /// Second copies of segments dropped after a path failure (tests, stats).
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// The raw descriptors of the data streams, in QP order (fault-injection tests).
+    pub fn data_stream_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.data.iter().map(|d| d.sock.as_raw_fd()).collect()
     }
 }
 

@@ -4,13 +4,15 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
     decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
-use crate::engine::{EngineParams, QpStats, Sender};
+use crate::engine::{EngineError, EngineParams, PolicyKind, QpStats, Sender};
+use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
 
@@ -22,6 +24,8 @@ struct TxSeg {
     off: usize,
     len: usize,
     written: usize,
+    /// Profiler event of this segment (0: none).
+    ev: usize,
 }
 
 struct DataTx {
@@ -30,10 +34,14 @@ struct DataTx {
     queue: VecDeque<TxSeg>,
     ack: [u8; ACK_BYTES],
     ack_got: usize,
-    /// Immediates of segments fully written and not yet acknowledged, oldest first.
-    unacked: VecDeque<u32>,
+    /// Immediates (and profiler events) of segments fully written and not yet acknowledged,
+    /// oldest first.
+    unacked: VecDeque<(u32, usize)>,
     /// The receiver closed this stream (orderly, with nothing of ours left unacknowledged).
     closed: bool,
+    /// The stream failed (reset, error, or closed with segments due): the engine resends what
+    /// was in flight on it over the other streams and gives it nothing new.
+    dead: bool,
 }
 
 /// An in-flight send: its buffer and the receive buffer id the peer announced for it.
@@ -41,6 +49,8 @@ struct DataTx {
 struct Active {
     buf: UserBuf,
     remote_slot: u32,
+    /// NCCL's profiler handle of the isend (0: none).
+    parent: usize,
 }
 
 pub struct TcpSendComm {
@@ -59,6 +69,12 @@ pub struct TcpSendComm {
     data: Vec<DataTx>,
     ready: Readiness,
     engine: Sender,
+    /// Profiler events (NCCL v10+), per segment from queueing to acknowledgement.
+    events: CommEvents,
+    /// The first data-stream failure (named when the last stream fails too).
+    first_failure: Option<NetError>,
+    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
+    route: u8,
     slots: Slots<Active>,
     failed: Sticky,
     epoch: Instant,
@@ -98,6 +114,7 @@ impl TcpSendComm {
                 ack_got: 0,
                 unacked: VecDeque::with_capacity(cap),
                 closed: false,
+                dead: false,
             })
             .collect();
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
@@ -115,6 +132,9 @@ impl TcpSendComm {
             data,
             ready,
             engine,
+            events: CommEvents::current(),
+            route: 0,
+            first_failure: None,
             // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
             slots: Slots::new(n * MAX_RECVS),
             failed: Sticky::default(),
@@ -129,6 +149,23 @@ impl TcpSendComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
+    pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
+        self.engine
+            .add_route(policy, qps, self.params.segment_bytes)
+            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+    }
+
+    /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        self.events.next_parent = parent;
+    }
+
+    /// Messages matched from now on are cut by engine route `route` (from `add_route`).
+    pub fn set_route(&mut self, route: u8) {
+        self.route = route;
     }
 
     pub fn qp_stats(&self) -> &[QpStats] {
@@ -179,6 +216,7 @@ impl TcpSendComm {
         let Some(slot) = self.slots.alloc(Active {
             buf,
             remote_slot: target.remote,
+            parent: self.events.next_parent,
         }) else {
             return Ok(None);
         };
@@ -186,7 +224,7 @@ impl TcpSendComm {
             if gone.is_none() {
                 for &s in group.sends() {
                     let len = self.slots.active(s).map_or(0, |a| a.buf.len());
-                    if let Err(e) = self.engine.post(s, len as u64) {
+                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
                         let e = NetError::internal(format!(
                             "engine refused a send to {}: {e}",
                             self.ctrl_name.peer
@@ -325,57 +363,118 @@ impl TcpSendComm {
     fn read_acks(&mut self) -> NetResult<()> {
         let now = self.now();
         for qp in 0..self.data.len() {
-            if !self.ready.readable(qp + 1) {
+            if !self.ready.readable(qp + 1) || self.data[qp].dead {
                 continue;
             }
-            let d = &mut self.data[qp];
-            while !d.closed {
-                let Some(&want) = d.unacked.front() else {
-                    // No ack is due: only EOF may arrive; anything else is a protocol error.
-                    let mut probe = [0u8; 1];
-                    match read_some(&mut d.sock, &mut probe, &d.name)? {
-                        Read::WouldBlock => break,
-                        Read::Eof => close_stream(d)?,
-                        Read::Data(_) => {
-                            return Err(NetError::remote(format!(
-                            "{}: bytes arrived while no written segment awaits an acknowledgement",
-                            d.name
-                        )))
-                        }
-                    }
-                    continue;
-                };
-                match fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name)? {
-                    Fill::Partial => break,
-                    Fill::Eof => close_stream(d)?,
-                    Fill::Full => {
-                        d.ack_got = 0;
-                        let imm = decode_ack(&d.ack)
-                            .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                        if imm != want {
-                            return Err(NetError::remote(format!(
-                                "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
-                                d.name
-                            )));
-                        }
-                        d.unacked.pop_front();
-                        self.engine.completed(qp, now).map_err(|e| {
-                            NetError::remote(format!(
-                                "{}: acknowledgement without a segment in flight: {e}",
-                                d.name
-                            ))
-                        })?;
-                    }
-                }
+            if let Some(e) = self.read_stream_acks(qp, now)? {
+                self.stream_failed(qp, e)?;
             }
         }
         Ok(())
     }
 
+    /// Reads the acknowledgements available on data stream `qp`. Ok(Some(e)): the stream failed
+    /// (an I/O error, or the receiver closed it with segments due); Err: a protocol violation.
+    fn read_stream_acks(&mut self, qp: usize, now: u64) -> NetResult<Option<NetError>> {
+        let d = &mut self.data[qp];
+        while !d.closed {
+            let Some(&(want, ev)) = d.unacked.front() else {
+                // No ack is due: only EOF may arrive; anything else is a protocol error.
+                let mut probe = [0u8; 1];
+                match read_some(&mut d.sock, &mut probe, &d.name) {
+                    Err(e) => return Ok(Some(e)),
+                    Ok(Read::WouldBlock) => break,
+                    Ok(Read::Eof) => {
+                        if let Err(e) = close_stream(d) {
+                            return Ok(Some(e));
+                        }
+                    }
+                    Ok(Read::Data(_)) => {
+                        return Err(NetError::remote(format!(
+                            "{}: bytes arrived while no written segment awaits an acknowledgement",
+                            d.name
+                        )))
+                    }
+                }
+                continue;
+            };
+            match fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name) {
+                Err(e) => return Ok(Some(e)),
+                Ok(Fill::Partial) => break,
+                Ok(Fill::Eof) => {
+                    if let Err(e) = close_stream(d) {
+                        return Ok(Some(e));
+                    }
+                }
+                Ok(Fill::Full) => {
+                    d.ack_got = 0;
+                    let imm = decode_ack(&d.ack)
+                        .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                    if imm != want {
+                        return Err(NetError::remote(format!(
+                            "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
+                            d.name
+                        )));
+                    }
+                    d.unacked.pop_front();
+                    self.events.stop(ev);
+                    self.engine.completed(qp, now).map_err(|e| {
+                        NetError::remote(format!(
+                            "{}: acknowledgement without a segment in flight: {e}",
+                            d.name
+                        ))
+                    })?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Data stream `qp` failed with `why`: the engine sends what was in flight on it again over
+    /// the other streams (the receiver counts each sequence number once and never places a
+    /// second copy) and gives it nothing new; the comm fails only when every stream has.
+    fn stream_failed(&mut self, qp: usize, why: NetError) -> NetResult<()> {
+        let d = &mut self.data[qp];
+        if d.dead {
+            return Ok(());
+        }
+        d.dead = true;
+        d.closed = true;
+        d.ack_got = 0;
+        for seg in d.queue.drain(..) {
+            self.events.stop(seg.ev);
+        }
+        for (_, ev) in d.unacked.drain(..) {
+            self.events.stop(ev);
+        }
+        self.ready.ignore(qp + 1);
+        let first = self.first_failure.get_or_insert_with(|| why.clone());
+        match self.engine.path_failed(qp) {
+            Ok(moved) => {
+                tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); {moved} segment(s) in flight on it go out again on the other streams", d.name);
+                Ok(())
+            }
+            // The first failure is the cause worth naming (often the peer going away).
+            Err(EngineError::AllPathsFailed { qps }) => Err(NetError::new(
+                first.code,
+                format!(
+                    "{}; every one of the {qps} data streams to {} has failed",
+                    first.msg, self.ctrl_name.peer
+                ),
+            )),
+            Err(e) => Err(NetError::internal(format!("{}: {e}", d.name))),
+        }
+    }
+
     fn schedule(&mut self) -> NetResult<()> {
         let now = self.now();
         while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(Active { buf, remote_slot }) = self.slots.active(t.token) else {
+            let Some(Active {
+                buf,
+                remote_slot,
+                parent,
+            }) = self.slots.active(t.token)
+            else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
                     t.token
@@ -383,10 +482,11 @@ impl TcpSendComm {
             };
             let d = &mut self.data[t.qp];
             if d.closed {
-                return Err(NetError::remote(format!(
-                    "{}: the receiver closed this stream",
-                    d.name
-                )));
+                // Closed by the receiver while the engine still used it: a failed path (the
+                // segment just taken goes out again elsewhere).
+                let e = NetError::remote(format!("{}: the receiver closed this stream", d.name));
+                self.stream_failed(t.qp, e)?;
+                continue;
             }
             let hdr = SegHeader {
                 imm: t.imm,
@@ -395,6 +495,18 @@ impl TcpSendComm {
                 len: t.len,
             }
             .encode();
+            let ev = if self.events.enabled() {
+                self.events.start(
+                    parent,
+                    EventDescr::Socket {
+                        fd: d.sock.as_raw_fd(),
+                        op: 0,
+                        length: t.len as usize,
+                    },
+                )
+            } else {
+                0
+            };
             d.queue.push_back(TxSeg {
                 imm: t.imm,
                 hdr,
@@ -402,36 +514,53 @@ impl TcpSendComm {
                 off: t.offset as usize,
                 len: t.len as usize,
                 written: 0,
+                ev,
             });
         }
         Ok(())
     }
 
     fn write_segments(&mut self) -> NetResult<()> {
-        for d in &mut self.data {
-            while let Some(seg) = d.queue.front_mut() {
-                let total = SEG_HEADER_BYTES + seg.len;
-                let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
-                    NetError::internal(format!("{}: segment outside its send buffer", d.name))
-                })?;
-                let n = if seg.written < SEG_HEADER_BYTES {
-                    let bufs = [IoSlice::new(&seg.hdr[seg.written..]), IoSlice::new(payload)];
-                    write_some(&d.sock, &bufs, &d.name)?
-                } else {
-                    let done = seg.written - SEG_HEADER_BYTES;
-                    write_some(&d.sock, &[IoSlice::new(&payload[done..])], &d.name)?
-                };
-                if n == 0 {
-                    break;
-                }
-                seg.written += n;
-                if seg.written == total {
-                    d.unacked.push_back(seg.imm);
-                    d.queue.pop_front();
-                }
+        for qp in 0..self.data.len() {
+            if let Some(e) = self.write_stream(qp)? {
+                self.stream_failed(qp, e)?;
             }
         }
         Ok(())
+    }
+
+    /// Writes what data stream `qp` takes now. Ok(Some(e)): the stream failed.
+    fn write_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
+        let d = &mut self.data[qp];
+        if d.dead {
+            return Ok(None);
+        }
+        while let Some(seg) = d.queue.front_mut() {
+            let total = SEG_HEADER_BYTES + seg.len;
+            let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
+                NetError::internal(format!("{}: segment outside its send buffer", d.name))
+            })?;
+            let r = if seg.written < SEG_HEADER_BYTES {
+                let bufs = [IoSlice::new(&seg.hdr[seg.written..]), IoSlice::new(payload)];
+                write_some(&d.sock, &bufs, &d.name)
+            } else {
+                let done = seg.written - SEG_HEADER_BYTES;
+                write_some(&d.sock, &[IoSlice::new(&payload[done..])], &d.name)
+            };
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => return Ok(Some(e)),
+            };
+            if n == 0 {
+                break;
+            }
+            seg.written += n;
+            if seg.written == total {
+                d.unacked.push_back((seg.imm, seg.ev));
+                d.queue.pop_front();
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -446,4 +575,21 @@ fn close_stream(d: &mut DataTx) -> NetResult<()> {
     }
     d.closed = true;
     Ok(())
+}
+
+impl Drop for TcpSendComm {
+    /// Segments still queued or unacknowledged end their profiler events with the comm.
+    fn drop(&mut self) {
+        if !self.events.enabled() {
+            return;
+        }
+        for d in &self.data {
+            for seg in &d.queue {
+                self.events.stop(seg.ev);
+            }
+            for &(_, ev) in &d.unacked {
+                self.events.stop(ev);
+            }
+        }
+    }
 }

@@ -76,6 +76,19 @@ fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
 
 /// Sends every size (receive buffers `extra` bytes larger) with up to 8 requests in flight.
 fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: usize) {
+    transfer_with_fault(s, r, sizes, extra, usize::MAX, |_, _| {});
+}
+
+/// As `transfer`, calling `fault` once when `fault_after` receives have completed.
+fn transfer_with_fault(
+    s: &mut TcpSendComm,
+    r: &mut TcpRecvComm,
+    sizes: &[usize],
+    extra: usize,
+    fault_after: usize,
+    mut fault: impl FnMut(&mut TcpSendComm, &mut TcpRecvComm),
+) {
+    let mut faulted = false;
     let mut src: Vec<Vec<u8>> = sizes
         .iter()
         .enumerate()
@@ -118,6 +131,10 @@ fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: us
                 assert_eq!(n, sizes[done_r], "received size of message {done_r}");
                 done_r += 1;
             }
+        }
+        if !faulted && done_r >= fault_after {
+            faulted = true;
+            fault(s, r);
         }
     }
     for (i, n) in sizes.iter().enumerate() {
@@ -686,4 +703,104 @@ fn close_in_the_middle_of_a_transfer_fails_the_other_side() {
         };
         assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
     }
+}
+
+/// Resets the TCP connection behind `fd` (RST to the peer, as a failing middlebox or NIC would)
+/// and leaves `fd` naming a fresh unconnected socket, so its owner sees the failure on its next
+/// read or write instead of a closed descriptor.
+fn reset_stream(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: plain socket calls on a descriptor the comm owns; dup2 replaces it atomically, and
+    // with linger 0 the old socket's last close sends RST.
+    unsafe {
+        assert_eq!(
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                &linger as *const libc::linger as *const libc::c_void,
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            ),
+            0
+        );
+        let fresh = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+        assert!(fresh >= 0);
+        assert_eq!(libc::dup2(fresh, fd), fd);
+        libc::close(fresh);
+    }
+}
+
+/// One of four data streams reset mid-transfer (issue 17, path-failure isolation): the sender
+/// sends that stream's segments in flight again on the other three, the receiver places every
+/// sequence number once (a second copy of one that had landed is read and dropped), and all 48
+/// messages arrive byte-exact; the stream's QP shows the failure, the others the resends, and
+/// nothing more goes to the dead stream.
+#[test]
+fn a_reset_stream_mid_transfer_is_survived_byte_exact() {
+    let sizes = vec![(256 << 10) + 129; 48];
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
+    let mut segs_at_fault = 0;
+    let (mut in_flight, mut unread) = (0, 0);
+    transfer_with_fault(&mut s, &mut r, &sizes, 0, 6, |s, r| {
+        // Only the sender moves until stream 2 got new segments the receiver has not read:
+        // the reset destroys them with the receiver's end of the stream.
+        let s0 = s.qp_stats()[2].segments;
+        for _ in 0..1_000_000 {
+            if s.qp_stats()[2].segments > s0 {
+                break;
+            }
+            s.progress().unwrap();
+        }
+        unread = s.qp_stats()[2].segments - s0;
+        in_flight = u64::from(s.qp_stats()[2].outstanding);
+        reset_stream(r.data_stream_fds()[2]);
+        segs_at_fault = s.qp_stats()[2].segments;
+    });
+    assert!(
+        unread > 0,
+        "stream 2 never got a segment during the fault window"
+    );
+    let st = s.qp_stats();
+    assert_eq!(st[2].failures, 1, "{st:?}");
+    assert_eq!(st[2].outstanding, 0);
+    assert_eq!(
+        st[2].segments, segs_at_fault,
+        "segments went to the dead stream"
+    );
+    // The segments the receiver never read went out again on the other streams; older ones in
+    // flight too unless their acknowledgement was already on its way back.
+    let resent: u64 = st.iter().map(|q| q.resent).sum();
+    assert!(
+        (unread..=in_flight).contains(&resent),
+        "resent {resent}, unread {unread}, in flight {in_flight}: {st:?}"
+    );
+    assert_eq!(st[0].failures + st[1].failures + st[3].failures, 0);
+}
+
+/// Every data stream reset: the comm fails with ncclRemoteError naming all of them.
+#[test]
+fn resetting_every_stream_fails_the_comm() {
+    let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
+    let mut dst = vec![0u8; 4 << 20];
+    let mut src = pattern(4 << 20, 0);
+    let _rq = until("irecv", || r.irecv(UserBuf::from_slice(&mut dst), 2)).unwrap();
+    let sq = until("isend", || {
+        r.progress().unwrap();
+        s.isend(UserBuf::from_slice(&mut src), 2)
+    })
+    .unwrap();
+    for _ in 0..20 {
+        s.progress().unwrap();
+        r.progress().unwrap();
+    }
+    for fd in r.data_stream_fds() {
+        reset_stream(fd);
+    }
+    let e = until("send test", || s.test(sq)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
+    assert!(e.msg.contains("every one of the 2 data streams to"), "{e}");
+    assert!(e.msg.starts_with("data stream "), "{e}");
 }

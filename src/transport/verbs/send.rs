@@ -12,7 +12,7 @@ use super::fifo::{
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
-use crate::engine::{EngineParams, QpStats, Sender};
+use crate::engine::{EngineParams, PolicyKind, QpStats, Sender};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
@@ -35,6 +35,8 @@ pub struct VerbsSendComm {
     matcher: GroupMatcher<FifoBuf>,
     targets: [Target<FifoBuf>; MAX_RECVS],
     engine: Sender,
+    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
+    route: u8,
     slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
     ops: OpCounters,
@@ -102,6 +104,7 @@ impl VerbsSendComm {
             matcher: GroupMatcher::new(n),
             targets: [Target::default(); MAX_RECVS],
             engine,
+            route: 0,
             slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
@@ -119,6 +122,18 @@ impl VerbsSendComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
+    pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
+        self.engine
+            .add_route(policy, qps, self.params.segment_bytes)
+            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+    }
+
+    /// Messages matched from now on are cut by engine route `route` (from `add_route`).
+    pub fn set_route(&mut self, route: u8) {
+        self.route = route;
     }
 
     pub fn qp_stats(&self) -> &[QpStats] {
@@ -206,7 +221,7 @@ impl VerbsSendComm {
             if gone.is_none() {
                 for &s in group.sends() {
                     let len = self.slots.active(s).map_or(0, |a| a.size);
-                    if let Err(e) = self.engine.post(s, len as u64) {
+                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
                         let e = NetError::internal(format!(
                             "engine refused a send to {}: {e}",
                             self.peer
