@@ -477,10 +477,12 @@ impl TcpRecvComm {
                                 Err(e) => return Ok(Some(e)),
                                 Ok(Read::Data(n)) => d.end = n,
                                 Ok(Read::WouldBlock) => return Ok(None),
-                                Ok(Read::Eof) => return Ok(Some(NetError::remote(format!(
+                                Ok(Read::Eof) => {
+                                    return Ok(Some(NetError::remote(format!(
                                     "{}: peer closed {got} bytes into a resent {len}-byte segment",
                                     d.name
-                                )))),
+                                ))))
+                                }
                             }
                         }
                         d.state = RxState::Discard { seg, got };
