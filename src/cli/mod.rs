@@ -5,6 +5,7 @@ pub mod check;
 pub mod paths;
 pub mod perf;
 pub mod plan;
+pub mod stats;
 
 /// Top-level usage text.
 pub const USAGE: &str = "\
@@ -17,6 +18,8 @@ commands:
           1 mismatch, 2 bad usage, 3 unverified (dqplb check --help)
   perf    point-to-point bandwidth / latency between two local processes through the
           plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
+  stats   the per-QP statistics files the plugin writes ([stats] file) as a table, --json or
+          --prometheus (dqplb stats --help)
   paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
           scripts/paths-bench.sh, which builds the network namespace; needs root)
 
@@ -41,6 +44,7 @@ pub fn main(args: Vec<String>) -> i32 {
         "plan" => plan::run(rest),
         "check" => check::run(rest),
         "perf" => perf::run(rest),
+        "stats" => stats::run(rest),
         "paths-bench" => paths::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");

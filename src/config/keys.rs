@@ -18,6 +18,8 @@ pub enum KeyKind {
     Bool,
     /// One of a fixed set of strings.
     Choice(&'static [&'static str]),
+    /// Any string of at most `max_len` bytes without NUL (a path template).
+    Text { max_len: usize },
 }
 
 /// One key of the site config (sections owned elsewhere, like `[dcqcn]`, are not listed).
@@ -109,7 +111,7 @@ pub const PATTERN_POLICY_NAMES: &[&str] = &[
     "single-qp",
 ];
 
-const OTHER: [KeySpec; 19] = [
+const OTHER: [KeySpec; 21] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -134,6 +136,8 @@ const OTHER: [KeySpec; 19] = [
     key("tcp.src-port-base", int(0, 65000)),
     key("stats.log-on-close", KeyKind::Bool),
     key("stats.log-interval-ms", int(0, 86_400_000)),
+    key("stats.file", KeyKind::Text { max_len: 4096 }),
+    key("stats.file-interval-ms", int(1000, 3_600_000)),
     optional("log.level", KeyKind::Choice(&["warn", "info", "trace"])),
 ];
 
@@ -190,6 +194,7 @@ impl KeyKind {
                 let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
                 format!("one of {}", quoted.join(", "))
             }
+            KeyKind::Text { max_len } => format!("a string of at most {max_len} bytes"),
         }
     }
 
@@ -225,6 +230,18 @@ impl KeyKind {
                 }
             }
             (KeyKind::Bool, Value::Boolean(_)) => Ok(()),
+            (KeyKind::Text { max_len }, Value::String(s)) => {
+                if s.len() > max_len {
+                    Err(format!(
+                        "a string of {} bytes is longer than {max_len}",
+                        s.len()
+                    ))
+                } else if s.contains('\0') {
+                    Err("a string with a NUL byte is not accepted".to_string())
+                } else {
+                    Ok(())
+                }
+            }
             (KeyKind::Choice(names), Value::String(s)) => {
                 if names.contains(&s.as_str()) {
                     Ok(())
@@ -256,6 +273,7 @@ impl KeyKind {
                 "false" | "0" | "no" | "off" => Value::Boolean(false),
                 _ => return Err(format!("'{raw}' is not a boolean")),
             },
+            KeyKind::Text { .. } => Value::String(raw.to_string()),
             KeyKind::Choice(names) => {
                 let lower = text.to_ascii_lowercase();
                 match names.iter().find(|n| **n == lower) {
@@ -318,7 +336,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 37);
+        assert_eq!(paths.len(), 39);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

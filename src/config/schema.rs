@@ -350,8 +350,13 @@ impl Default for TcpSection {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct StatsSection {
     pub log_on_close: bool,
-    /// Periodic statistics log interval; 0 disables periodic logging.
+    /// Periodic per-QP statistics log interval (INFO); 0 disables periodic logging.
     pub log_interval_ms: u64,
+    /// Per-QP statistics file the plugin rewrites (`%p` = process id, `%h` = host name); empty:
+    /// none. Read with `dqplb stats`.
+    pub file: String,
+    /// How often the statistics file is rewritten, at most once a second.
+    pub file_interval_ms: u64,
 }
 
 impl Default for StatsSection {
@@ -359,6 +364,8 @@ impl Default for StatsSection {
         StatsSection {
             log_on_close: true,
             log_interval_ms: 0,
+            file: String::new(),
+            file_interval_ms: 1000,
         }
     }
 }

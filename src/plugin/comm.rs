@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::pattern::{self, Pattern, PatternCell, PATTERNS};
+use super::telemetry::CommTelemetry;
 use crate::config::SiteConfig;
 
 use crate::transport::slots::{RecvSizes, MAX_RECVS};
@@ -47,6 +48,8 @@ pub struct SendComm {
     pattern: Option<PatternCell>,
     /// Engine route per pattern (see `use_patterns`).
     route_of: [u8; PATTERNS],
+    /// Stats file / periodic log publisher (None: neither configured).
+    tele: Option<CommTelemetry>,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -275,6 +278,7 @@ impl SendComm {
             ptr_support,
             pattern: None,
             route_of: [0; PATTERNS],
+            tele: None,
         }
     }
 
@@ -291,6 +295,7 @@ impl SendComm {
             ptr_support,
             pattern: None,
             route_of: [0; PATTERNS],
+            tele: None,
         }
     }
 
@@ -341,6 +346,11 @@ impl SendComm {
         Ok(())
     }
 
+    /// Publishes this comm's per-QP counters to the stats file / periodic log (`[stats]`).
+    pub fn set_telemetry(&mut self, t: Option<CommTelemetry>) {
+        self.tele = t;
+    }
+
     /// NCCL's profiler handle (v10+ isend `phandle`, 0: none) for the next isend's events.
     pub fn set_event_parent(&mut self, parent: usize) {
         match &mut self.inner {
@@ -379,10 +389,26 @@ impl SendComm {
     }
 
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        match &mut self.inner {
+        let r = match &mut self.inner {
             SendInner::Tcp(t) => t.test(slot),
             #[cfg(feature = "verbs")]
             SendInner::Verbs(v, _) => v.test(slot),
+        };
+        if self.tele.is_some() {
+            self.publish();
+        }
+        r
+    }
+
+    #[cold]
+    fn publish(&mut self) {
+        let stats: &[crate::engine::QpStats] = match &self.inner {
+            SendInner::Tcp(t) => t.qp_stats(),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, _) => v.qp_stats(),
+        };
+        if let Some(t) = &mut self.tele {
+            t.tick(stats);
         }
     }
 

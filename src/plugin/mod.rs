@@ -8,6 +8,7 @@ pub mod pattern;
 #[cfg(feature = "verbs")]
 pub mod rdma;
 pub mod state;
+pub mod telemetry;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -441,6 +442,21 @@ pub fn connect_with(
             if let Some(cell) = opts.pattern {
                 comm.use_patterns(cell, &g.config, dev)?;
             }
+            let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
+            let transport = match &d.kind {
+                devices::DeviceKind::Tcp { .. } => "tcp",
+                #[cfg(feature = "verbs")]
+                devices::DeviceKind::Verbs { .. } => "verbs",
+            };
+            let qps = comm.qp_stats().len();
+            comm.set_telemetry(telemetry::CommTelemetry::new(
+                &g.config.stats,
+                dev,
+                transport,
+                h.addr.to_string(),
+                class.as_str(),
+                qps,
+            ));
             Ok(Some(comm))
         }
         Err(e) => {
