@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::transport::tcp::handle::{ListenHandle, PROTOCOL_VERSION};
-use nccl_net_dqplb::transport::tcp::wire::{Announce, ConnParams, Hello, ANNOUNCE_BYTES};
+use nccl_net_dqplb::transport::tcp::wire::{Announce, ConnParams, Control, Hello, ANNOUNCE_BYTES};
 use nccl_net_dqplb::transport::tcp::{
     TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm,
 };
@@ -71,11 +71,17 @@ pub fn recv_comm(p: ConnParams) -> (TcpRecvComm, RawSender) {
 }
 
 impl RawSender {
-    /// Reads the next announcement the receive comm sent (blocking, 5 s timeout).
+    /// Reads the next announcement the receive comm sent (blocking, 5 s timeout), past the
+    /// re-path frame that opens the control stream (protocol 4).
     pub fn announce(&mut self) -> Announce {
-        let mut b = [0u8; ANNOUNCE_BYTES];
-        self.ctrl.read_exact(&mut b).expect("announcement");
-        Announce::decode(&b).expect("well-formed announcement")
+        loop {
+            let mut b = [0u8; ANNOUNCE_BYTES];
+            self.ctrl.read_exact(&mut b).expect("announcement");
+            match Control::decode(&b).expect("well-formed control frame") {
+                Control::Announce(a) => return a,
+                Control::Repath { .. } => continue,
+            }
+        }
     }
 }
 

@@ -27,6 +27,8 @@ pub struct TcpConnector {
     conn_id: u64,
     secret: [u8; 16],
     streams: Vec<Stage>,
+    opts: TcpOptions,
+    traffic_class: Option<u8>,
 }
 
 /// Opens a non-blocking TCP connect to `peer` (optionally from `local`); shared with the verbs
@@ -137,6 +139,8 @@ impl TcpConnector {
             conn_id: u64::from_le_bytes(conn_id),
             secret: handle.secret,
             streams,
+            opts: opts.clone(),
+            traffic_class,
         })
     }
 
@@ -209,7 +213,14 @@ impl TcpConnector {
             ));
         };
         let data: Vec<TcpStream> = socks.collect();
-        let comm = TcpSendComm::new(ctrl, data, self.params)?;
+        let setup = super::repath::StreamSetup {
+            conn_id: self.conn_id,
+            secret: self.secret,
+            params: self.params,
+            opts: self.opts.clone(),
+            traffic_class: self.traffic_class,
+        };
+        let comm = TcpSendComm::new(ctrl, data, setup)?;
         for (local, peer) in comm.data_stream_addrs() {
             tracing::debug!(target: "dqplb::net", "data stream {local} -> {peer}");
         }

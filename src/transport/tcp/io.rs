@@ -146,6 +146,14 @@ impl Readiness {
         }
     }
 
+    /// Watches `sock` in place of socket `i` (a replaced stream).
+    pub fn replace(&mut self, i: usize, sock: &TcpStream) {
+        if let Some(p) = self.fds.get_mut(i) {
+            p.fd = sock.as_raw_fd();
+            p.revents = 0;
+        }
+    }
+
     /// Stops watching socket `i` (a failed stream: poll skips negative descriptors).
     pub fn ignore(&mut self, i: usize) {
         if let Some(p) = self.fds.get_mut(i) {

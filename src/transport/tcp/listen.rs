@@ -93,7 +93,11 @@ impl TcpListenComm {
                 "accepted connection without a control stream",
             ));
         };
-        TcpRecvComm::new(ctrl, streams.collect(), g.params).map(Some)
+        let auth = super::recv::Auth {
+            conn_id: g.conn_id,
+            secret: self.handle.secret,
+        };
+        TcpRecvComm::new(ctrl, streams.collect(), g.params, auth, self.opts.clone()).map(Some)
     }
 
     fn accept_new(&mut self) -> NetResult<()> {

@@ -7,6 +7,7 @@ pub mod iface;
 pub mod io;
 pub mod listen;
 pub mod recv;
+pub mod repath;
 pub mod send;
 pub mod wire;
 

@@ -1,13 +1,16 @@
 //! Receiver side of a TCP connection: announces posted buffers on the control stream, reads each
 //! segment's payload straight into its buffer at its offset, acks it, and lets the engine order them.
 
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
 
-use super::io::{drain, read_some, Read, Readiness, StreamName};
+use super::handle::PROTOCOL_VERSION;
+use super::io::{drain, fill, read_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
-    buffer_id, encode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
-    SEG_HEADER_BYTES,
+    buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
+    ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
 };
+use super::TcpOptions;
 use crate::engine::Receiver;
 use crate::transport::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
 use crate::transport::{NetError, NetResult, UserBuf};
@@ -83,6 +86,25 @@ fn posted(slots: &Slots<Grp>, bufs: &[Posted], id: u32) -> Option<Posted> {
     bufs.get(id as usize).copied().filter(|p| !p.done)
 }
 
+/// What a replacement data stream's hello must carry: the connection it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct Auth {
+    pub conn_id: u64,
+    pub secret: [u8; 16],
+}
+
+/// A replacement data stream accepted on the re-path listener, its hello still arriving.
+struct Replacement {
+    sock: TcpStream,
+    peer: std::net::SocketAddr,
+    buf: [u8; HELLO_BYTES],
+    got: usize,
+    since: Instant,
+}
+
+/// A replacement that has not sent its hello within this long is dropped.
+const REPATH_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct TcpRecvComm {
     ctrl: TcpStream,
     ctrl_name: StreamName,
@@ -98,6 +120,14 @@ pub struct TcpRecvComm {
     failed: Sticky,
     params: ConnParams,
     duplicates: u64,
+    /// Where the sender opens replacement data streams (its port went out on the control
+    /// stream first); None when it could not be bound (then streams are never replaced).
+    repath: Option<TcpListener>,
+    replacements: Vec<Replacement>,
+    auth: Auth,
+    opts: TcpOptions,
+    /// Data streams replaced so far.
+    repaths: u64,
 }
 
 impl TcpRecvComm {
@@ -105,6 +135,8 @@ impl TcpRecvComm {
         ctrl: TcpStream,
         data: Vec<TcpStream>,
         params: ConnParams,
+        auth: Auth,
+        opts: TcpOptions,
     ) -> NetResult<TcpRecvComm> {
         let peer = ctrl
             .peer_addr()
@@ -133,10 +165,30 @@ impl TcpRecvComm {
             })
             .collect();
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
+        // The re-path listener on the address the sender reached us at; its port is the first
+        // control frame (protocol 4).
+        let repath = ctrl
+            .local_addr()
+            .and_then(|a| TcpListener::bind((a.ip(), 0)))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l));
+        let mut ctrl_out = Vec::with_capacity(n * MAX_RECVS * ANNOUNCE_BYTES + ANNOUNCE_BYTES);
+        let repath = match repath {
+            Ok(l) => match l.local_addr() {
+                Ok(a) => {
+                    ctrl_out.extend_from_slice(&encode_repath(a.port()));
+                    Some(l)
+                }
+                Err(_) => None,
+            },
+            Err(e) => {
+                tracing::info!(target: "dqplb::net", "receive comm from {peer}: no re-path listener ({e}): failed data streams will not be replaced");
+                None
+            }
+        };
         Ok(TcpRecvComm {
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
-            ctrl_out: Vec::with_capacity(n * MAX_RECVS * ANNOUNCE_BYTES),
+            ctrl_out,
             ctrl_pos: 0,
             ctrl_closed: false,
             data,
@@ -147,6 +199,11 @@ impl TcpRecvComm {
             failed: Sticky::default(),
             params,
             duplicates: 0,
+            repath,
+            replacements: Vec::new(),
+            auth,
+            opts,
+            repaths: 0,
         })
     }
 
@@ -250,6 +307,9 @@ impl TcpRecvComm {
     }
 
     fn step(&mut self) -> NetResult<()> {
+        if self.repath.is_some() {
+            self.accept_replacements();
+        }
         self.ready.poll()?;
         drain(
             &self.ctrl,
@@ -496,6 +556,93 @@ impl TcpRecvComm {
                 }
             }
         }
+    }
+
+    /// Accepts replacement data streams and swaps each in once its hello names this connection
+    /// and a data stream (the sender opens one after draining or losing the old stream, from a
+    /// new source port: a new ECMP hash). Bad ones are dropped with a WARN, never fatal.
+    #[cold]
+    fn accept_replacements(&mut self) {
+        let Some(l) = &self.repath else { return };
+        loop {
+            match l.accept() {
+                Ok((sock, peer)) => {
+                    if sock.set_nonblocking(true).is_err() || self.opts.apply(&sock).is_err() {
+                        continue;
+                    }
+                    self.replacements.push(Replacement {
+                        sock,
+                        peer,
+                        buf: [0; HELLO_BYTES],
+                        got: 0,
+                        since: Instant::now(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let mut i = 0;
+        while i < self.replacements.len() {
+            let r = &mut self.replacements[i];
+            let name = StreamName {
+                peer: r.peer,
+                index: 0,
+            };
+            match fill(&mut r.sock, &mut r.buf, &mut r.got, &name) {
+                Ok(Fill::Partial) if r.since.elapsed() < REPATH_HELLO_WITHIN => i += 1,
+                Ok(Fill::Full) => {
+                    let r = self.replacements.swap_remove(i);
+                    if let Err(e) = self.swap_in(r) {
+                        tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream: {}", self.ctrl_name, e.msg);
+                    }
+                }
+                _ => {
+                    let r = self.replacements.swap_remove(i);
+                    tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes", self.ctrl_name, r.peer, r.got);
+                }
+            }
+        }
+    }
+
+    fn swap_in(&mut self, r: Replacement) -> NetResult<()> {
+        let h = Hello::decode(&r.buf)?;
+        if h.version != PROTOCOL_VERSION
+            || h.secret != self.auth.secret
+            || h.conn_id != self.auth.conn_id
+        {
+            return Err(NetError::remote(format!(
+                "from {}: not a stream of this connection (version {}, wrong secret or connection id)",
+                r.peer, h.version
+            )));
+        }
+        let q = usize::from(h.stream).wrapping_sub(1);
+        if q >= self.data.len() {
+            return Err(NetError::remote(format!(
+                "from {}: data stream index {} of a {}-stream connection",
+                r.peer,
+                h.stream,
+                self.data.len()
+            )));
+        }
+        let d = &mut self.data[q];
+        // The sender replaces a stream only once nothing is due on it (drained) or it failed: what
+        // the old one still held is stale.
+        d.sock = r.sock;
+        d.state = RxState::Header;
+        d.start = 0;
+        d.end = 0;
+        d.acks.clear();
+        d.acks_pos = 0;
+        self.ready.replace(q + 1, &d.sock);
+        self.repaths += 1;
+        tracing::info!(target: "dqplb::net", "{}: replacement stream from {} accepted", d.name, r.peer);
+        Ok(())
+    }
+
+    /// Data streams replaced so far (tests, stats).
+    pub fn repaths(&self) -> u64 {
+        self.repaths
     }
 
     /// Second copies of segments dropped after a path failure (tests, stats).

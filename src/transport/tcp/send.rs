@@ -3,15 +3,19 @@
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
+use super::repath::{Repath, StreamSetup, Why};
 use super::wire::{
-    decode_ack, Announce, ConnParams, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+    decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
+    SEG_HEADER_BYTES,
 };
-use crate::engine::{EngineError, EngineParams, PolicyKind, QpStats, Sender};
+use crate::engine::{
+    EngineError, EngineParams, PathEvent, PolicyKind, QpStats, RehashRule, Sender,
+};
 use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
@@ -79,14 +83,28 @@ pub struct TcpSendComm {
     failed: Sticky,
     epoch: Instant,
     params: ConnParams,
+    /// How replacement streams are opened and greeted.
+    setup: StreamSetup,
+    /// The receiver's re-path listener (from its first control frame); None: never replace.
+    repath_to: Option<SocketAddr>,
+    /// Per data stream: a replacement in progress.
+    repaths: Vec<Option<Repath>>,
+    /// Per data stream: replacements after failures (bounded: a peer that is gone stays gone).
+    failure_repaths: Vec<u32>,
+    /// Data streams replaced so far.
+    repaths_done: u64,
 }
+
+/// Replacements of one data stream after failures before it is left dead.
+const MAX_FAILURE_REPATHS: u32 = 3;
 
 impl TcpSendComm {
     pub(super) fn new(
         ctrl: TcpStream,
         data: Vec<TcpStream>,
-        params: ConnParams,
+        setup: StreamSetup,
     ) -> NetResult<TcpSendComm> {
+        let params = setup.params;
         let peer = ctrl
             .peer_addr()
             .map_err(|e| NetError::io("connected control stream has no peer address", &e))?;
@@ -139,6 +157,11 @@ impl TcpSendComm {
             slots: Slots::new(n * MAX_RECVS),
             failed: Sticky::default(),
             epoch: Instant::now(),
+            repaths: (0..params.qps).map(|_| None).collect(),
+            failure_repaths: vec![0; params.qps as usize],
+            repaths_done: 0,
+            repath_to: None,
+            setup,
             params,
         })
     }
@@ -274,6 +297,12 @@ impl TcpSendComm {
             self.read_announces()?;
         }
         self.read_acks()?;
+        if self.repaths.iter().any(Option::is_some) {
+            self.advance_repaths()?;
+        }
+        while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
+            self.begin_repath(qp, Why::Straggler)?;
+        }
         self.schedule()?;
         self.write_segments()?;
         while let Some(token) = self.engine.poll_done() {
@@ -309,9 +338,14 @@ impl TcpSendComm {
                 }
                 Fill::Full => {
                     self.ctrl_got = 0;
-                    let a = Announce::decode(&self.ctrl_in)
+                    let frame = Control::decode(&self.ctrl_in)
                         .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
-                    self.take_announce(a)?;
+                    match frame {
+                        Control::Announce(a) => self.take_announce(a)?,
+                        Control::Repath { port } => {
+                            self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
+                        }
+                    }
                 }
             }
         }
@@ -430,6 +464,87 @@ impl TcpSendComm {
         Ok(None)
     }
 
+    /// Starts replacing data stream `qp` (drained, or failed) by a new connection from a new
+    /// source port; without a re-path listener a straggler keeps its stream.
+    fn begin_repath(&mut self, qp: usize, why: Why) -> NetResult<()> {
+        let Some(to) = self.repath_to else {
+            if why == Why::Straggler {
+                tracing::info!(target: "dqplb::net", "{}: straggler kept: the receiver has no re-path listener", self.data[qp].name);
+                self.engine
+                    .path_replaced(qp)
+                    .map_err(|e| NetError::internal(e.to_string()))?;
+            }
+            return Ok(());
+        };
+        match Repath::start(qp, to, why, &self.setup) {
+            Ok(r) => self.repaths[qp] = Some(r),
+            Err(e) => self.repath_failed(qp, why, e)?,
+        }
+        Ok(())
+    }
+
+    /// A replacement could not be made: a straggler goes on with its old stream, a failed
+    /// stream stays dead.
+    fn repath_failed(&mut self, qp: usize, why: Why, e: NetError) -> NetResult<()> {
+        tracing::info!(target: "dqplb::net", "{}: no replacement stream ({}): {e}", self.data[qp].name, why.as_str());
+        self.repaths[qp] = None;
+        if why == Why::Straggler {
+            self.engine
+                .path_replaced(qp)
+                .map_err(|e| NetError::internal(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Advances replacements in progress; a greeted one takes the old stream's place.
+    #[cold]
+    fn advance_repaths(&mut self) -> NetResult<()> {
+        for qp in 0..self.repaths.len() {
+            let Some(r) = &mut self.repaths[qp] else {
+                continue;
+            };
+            let why = r.why;
+            let sock = match r.progress(&self.data[qp].name) {
+                Ok(Some(sock)) => sock,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.repath_failed(qp, why, e)?;
+                    continue;
+                }
+            };
+            self.repaths[qp] = None;
+            let d = &mut self.data[qp];
+            let old = d.sock.local_addr().ok();
+            let new = sock.local_addr().ok();
+            d.sock = sock;
+            d.queue.clear();
+            d.unacked.clear();
+            d.ack_got = 0;
+            d.closed = false;
+            d.dead = false;
+            self.ready.replace(qp + 1, &d.sock);
+            self.engine
+                .path_replaced(qp)
+                .map_err(|e| NetError::internal(format!("{}: {e}", d.name)))?;
+            self.repaths_done += 1;
+            tracing::info!(target: "dqplb::net", "{}: replaced ({}): source {} -> {}", d.name, why.as_str(),
+                old.map_or("?".to_string(), |a| a.to_string()), new.map_or("?".to_string(), |a| a.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Installs the engine's straggler re-hash rule (per connection class, from the site config).
+    pub fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
+        self.engine
+            .set_rehash_rule(rule)
+            .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))
+    }
+
+    /// Data streams replaced so far (stragglers and failures).
+    pub fn repaths(&self) -> u64 {
+        self.repaths_done
+    }
+
     /// Data stream `qp` failed with `why`: the engine sends what was in flight on it again over
     /// the other streams (the receiver counts each sequence number once and never places a
     /// second copy) and gives it nothing new; the comm fails only when every stream has.
@@ -452,6 +567,11 @@ impl TcpSendComm {
         match self.engine.path_failed(qp) {
             Ok(moved) => {
                 tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); {moved} segment(s) in flight on it go out again on the other streams", d.name);
+                self.repaths[qp] = None;
+                if self.repath_to.is_some() && self.failure_repaths[qp] < MAX_FAILURE_REPATHS {
+                    self.failure_repaths[qp] += 1;
+                    self.begin_repath(qp, Why::Failure)?;
+                }
                 Ok(())
             }
             // The first failure is the cause worth naming (often the peer going away).

@@ -737,12 +737,14 @@ fn reset_stream(fd: std::os::fd::RawFd) {
 /// sends that stream's segments in flight again on the other three, the receiver places every
 /// sequence number once (a second copy of one that had landed is read and dropped), and all 48
 /// messages arrive byte-exact; the stream's QP shows the failure, the others the resends, and
-/// nothing more goes to the dead stream.
+/// the stream is re-created from a new source port through the receiver's re-path listener and
+/// carries segments again.
 #[test]
 fn a_reset_stream_mid_transfer_is_survived_byte_exact() {
     let sizes = vec![(256 << 10) + 129; 48];
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 4));
     let mut segs_at_fault = 0;
+    let port_before = s.data_stream_addrs()[2].0.port();
     let (mut in_flight, mut unread) = (0, 0);
     transfer_with_fault(&mut s, &mut r, &sizes, 0, 6, |s, r| {
         // Only the sender moves until stream 2 got new segments the receiver has not read:
@@ -766,9 +768,15 @@ fn a_reset_stream_mid_transfer_is_survived_byte_exact() {
     let st = s.qp_stats();
     assert_eq!(st[2].failures, 1, "{st:?}");
     assert_eq!(st[2].outstanding, 0);
-    assert_eq!(
-        st[2].segments, segs_at_fault,
-        "segments went to the dead stream"
+    assert_eq!((s.repaths(), r.repaths()), (1, 1), "{st:?}");
+    assert!(
+        st[2].segments > segs_at_fault,
+        "the new stream 2 carried nothing: {st:?}"
+    );
+    let port_after = s.data_stream_addrs()[2].0.port();
+    assert_ne!(
+        port_before, port_after,
+        "the replacement reused the source port"
     );
     // The segments the receiver never read went out again on the other streams; older ones in
     // flight too unless their acknowledgement was already on its way back.
@@ -780,7 +788,8 @@ fn a_reset_stream_mid_transfer_is_survived_byte_exact() {
     assert_eq!(st[0].failures + st[1].failures + st[3].failures, 0);
 }
 
-/// Every data stream reset: the comm fails with ncclRemoteError naming all of them.
+/// Every data stream reset and the receiver gone: the comm fails with ncclRemoteError naming
+/// the first failure and that every stream failed.
 #[test]
 fn resetting_every_stream_fails_the_comm() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
@@ -799,6 +808,8 @@ fn resetting_every_stream_fails_the_comm() {
     for fd in r.data_stream_fds() {
         reset_stream(fd);
     }
+    // The receiver goes with them (a dead host): no replacement stream can be made.
+    drop(r);
     let e = until("send test", || s.test(sq)).unwrap_err();
     assert_eq!(e.code, ErrorCode::RemoteError, "{e}");
     assert!(e.msg.contains("every one of the 2 data streams to"), "{e}");

@@ -13,6 +13,9 @@ pub const ACK_BYTES: usize = 8;
 const HELLO_MAGIC: [u8; 4] = *b"DQPS";
 /// Version 2 of the announce frame (grouped receives); version 1 ("1NNA") had no index/count.
 const ANNOUNCE_KIND: u32 = 0x414e_4e32; // "2NNA"
+/// Control frame (receiver to sender, once, first): the port of the receiver's re-path
+/// listener, where the sender opens replacement data streams (protocol 4).
+const REPATH_KIND: u32 = 0x5041_5452; // "RTAP"
 const SEG_MARK: u32 = 0x5345_4721; // "!GES"
 const ACK_MARK: u32 = 0x4143_4b21; // "!KCA"
 
@@ -164,6 +167,39 @@ pub struct Announce {
     /// Buffers in the group (1..=MAX_RECVS).
     pub count: u8,
     pub capacity: u64,
+}
+
+/// The re-path frame: `port` of the receiver's listener for replacement data streams.
+pub fn encode_repath(port: u16) -> [u8; ANNOUNCE_BYTES] {
+    let mut b = [0u8; ANNOUNCE_BYTES];
+    b[0..4].copy_from_slice(&REPATH_KIND.to_le_bytes());
+    b[4..6].copy_from_slice(&port.to_le_bytes());
+    b
+}
+
+/// A frame of the control stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Announce(Announce),
+    Repath { port: u16 },
+}
+
+impl Control {
+    pub fn decode(b: &[u8; ANNOUNCE_BYTES]) -> NetResult<Control> {
+        if u32_at(b, 0) == REPATH_KIND {
+            if b[6..].iter().any(|&x| x != 0) {
+                return Err(NetError::remote(
+                    "re-path frame with non-zero reserved bytes: stream out of sync".to_string(),
+                ));
+            }
+            let port = u16::from_le_bytes([b[4], b[5]]);
+            if port == 0 {
+                return Err(NetError::remote("re-path frame naming port 0".to_string()));
+            }
+            return Ok(Control::Repath { port });
+        }
+        Announce::decode(b).map(Control::Announce)
+    }
 }
 
 impl Announce {
@@ -355,6 +391,14 @@ mod tests {
         let mut rsv = good.encode();
         rsv[15] = 1;
         assert!(Announce::decode(&rsv).unwrap_err().msg.contains("reserved"));
+        assert_eq!(
+            Control::decode(&encode_repath(4242)).unwrap(),
+            Control::Repath { port: 4242 }
+        );
+        assert!(Control::decode(&encode_repath(0)).is_err());
+        let mut odd = encode_repath(7);
+        odd[20] = 1;
+        assert!(Control::decode(&odd).unwrap_err().msg.contains("reserved"));
         assert!(SegHeader::decode(&[0; SEG_HEADER_BYTES])
             .unwrap_err()
             .msg
