@@ -94,6 +94,51 @@ fn gdr_probe_sequence_host_memory_and_reload() {
     );
 }
 
+/// The test-only switch (DQPLB_TEST_FORCE_GDR=1) advertises NCCL_PTR_CUDA: NCCL's GDR probe
+/// (ncclGpuGdrSupport: regMr with NCCL_PTR_CUDA on both comms) runs at every communicator init
+/// and again as the workload, and passes.
+#[test]
+fn gdr_probe_passes_with_cuda_advertised() {
+    let oks = run(
+        "probe-cuda",
+        1,
+        &[
+            ("DQPLB_EMU_WORK", "probe"),
+            ("DQPLB_EMU_COMMS", "2"),
+            ("DQPLB_TEST_FORCE_GDR", "1"),
+        ],
+    );
+    assert_eq!(field(&oks[0], "cuda_devs"), Some(1), "{oks:?}");
+}
+
+/// GDR receives as NCCL runs them (useGdr, needFlush): receive buffers registered as
+/// NCCL_PTR_CUDA after the GDR probe, and every SIMPLE step that received data flushed through
+/// iflush, its request tested until done (a NULL request on TCP; an RDMA READ on verbs).
+#[test]
+fn gdr_probe_then_ring_with_gdr_receives_and_iflush() {
+    let oks = run(
+        "ring-gdr-simple",
+        2,
+        &[
+            ("DQPLB_EMU_WORK", "ring"),
+            ("DQPLB_EMU_PROTO", "SIMPLE"),
+            ("DQPLB_EMU_CHANNELS", "2"),
+            ("DQPLB_EMU_BYTES", "1048576"),
+            ("DQPLB_EMU_COMMS", "2"),
+            ("DQPLB_TEST_FORCE_GDR", "1"),
+            ("DQPLB_EMU_GDR", "1"),
+        ],
+    );
+    // verbs (the VM): every flush is an RDMA READ request; TCP has no flush QP: all NULL
+    let verbs = std::env::var("NCCL_DQPLB_TRANSPORT").as_deref() == Ok("verbs");
+    for ok in &oks {
+        let (flushes, irecvs) = (field(ok, "iflush").unwrap(), field(ok, "irecv").unwrap());
+        assert!(flushes > 0 && flushes <= irecvs, "{ok}");
+        let requests = field(ok, "iflush_req").unwrap();
+        assert_eq!(requests, if verbs { flushes } else { 0 }, "{ok}");
+    }
+}
+
 /// The 2.20-2.23 loader: dlopen once, init once, never dlclose, for three communicators.
 #[test]
 fn probe_with_direct_v8_loader_of_nccl_2_20() {

@@ -44,4 +44,41 @@ fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
             "{transport}: {hca_warns:#?}"
         );
     }
+    gdr_switches_on_tcp(&lines, &sink);
+}
+
+/// TCP devices: host memory only and no cache (regIsGlobal 0), unless the test-only switch forces
+/// NCCL_PTR_CUDA on; a value other than 0/1 fails init naming the variable.
+fn gdr_switches_on_tcp(lines: &Arc<Mutex<Vec<(log::NcclLevel, String)>>>, sink: &log::Sink) {
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
+    std::env::remove_var("NCCL_IB_HCA");
+    plugin::init(Some(Arc::clone(sink))).unwrap();
+    let p = plugin::properties(0).unwrap();
+    assert_eq!((p.ptr_support, p.reg_is_global), (1, 0));
+    std::env::set_var("DQPLB_TEST_FORCE_GDR", "1");
+    lines.lock().unwrap().clear();
+    plugin::init(Some(Arc::clone(sink))).unwrap();
+    let p = plugin::properties(0).unwrap();
+    assert_eq!((p.ptr_support, p.reg_is_global), (3, 0));
+    let got = lines.lock().unwrap().clone();
+    assert!(
+        got.iter().any(|(l, m)| *l == log::NcclLevel::Info
+            && m.contains("lo: GPUDirect NCCL_PTR_CUDA on, FORCED by DQPLB_TEST_FORCE_GDR=1")),
+        "{got:#?}"
+    );
+    for (var, value) in [
+        ("DQPLB_TEST_FORCE_GDR", "yes"),
+        ("NCCL_IB_GDR_FLUSH_DISABLE", "2"),
+    ] {
+        std::env::set_var(var, value);
+        let e = plugin::init(Some(Arc::clone(sink))).unwrap_err();
+        assert_eq!(
+            e.code,
+            nccl_net_dqplb::transport::ErrorCode::InvalidArgument
+        );
+        assert_eq!(e.msg, format!("{var}={value:?}: must be 0 or 1"));
+        std::env::set_var(var, "0");
+    }
+    std::env::remove_var("DQPLB_TEST_FORCE_GDR");
+    std::env::remove_var("NCCL_IB_GDR_FLUSH_DISABLE");
 }

@@ -412,6 +412,11 @@ fn entries() -> Vec<Entry> {
     const_entry!(out, IBV_LINK_LAYER_ETHERNET);
     const_entry!(out, IBV_SYSFS_NAME_MAX);
     const_entry!(out, IBV_SYSFS_PATH_MAX);
+    // sys/gdr.rs: iflush's READ, ibv_is_fork_initialized's answers
+    const_entry!(out, IBV_WR_RDMA_READ);
+    const_entry!(out, IBV_FORK_DISABLED);
+    const_entry!(out, IBV_FORK_ENABLED);
+    const_entry!(out, IBV_FORK_UNNEEDED);
     out
 }
 

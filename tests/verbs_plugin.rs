@@ -5,7 +5,8 @@
 
 mod verbs_support;
 
-use nccl_net_dqplb::plugin;
+use nccl_net_dqplb::plugin::{self, RegRequest};
+use nccl_net_dqplb::transport::regcache::Lookup;
 use nccl_net_dqplb::transport::UserBuf;
 use std::time::Instant;
 use verbs_support::{pattern, require_device, DEADLINE};
@@ -45,8 +46,43 @@ fn plugin_carries_messages_over_rdma() {
     let len = (2 << 20) + 3;
     let mut src = pattern(42, len);
     let mut dst = vec![0u8; len + 64];
-    let smh = plugin::reg_mr(src.as_mut_ptr() as usize, src.len(), 1).expect("regMr src");
-    let rmh = plugin::reg_mr(dst.as_mut_ptr() as usize, dst.len(), 1).expect("regMr dst");
+    let req = |b: &mut [u8]| RegRequest {
+        addr: b.as_mut_ptr() as usize,
+        len: b.len(),
+        kind: 1,
+        dmabuf: None,
+    };
+    // registered at regMr time, through the device's cache (regIsGlobal = 1)
+    assert_eq!(props.reg_is_global, 1);
+    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    let (sc, rc) = (
+        smh.cached().expect("src registered"),
+        rmh.cached().expect("dst registered"),
+    );
+    assert_eq!(
+        (sc.lookup(), rc.lookup()),
+        (Lookup::Registered, Lookup::Registered)
+    );
+    assert!(
+        std::sync::Arc::ptr_eq(sc.domain(), rc.domain()),
+        "one cache per device"
+    );
+    let cache = sc.domain().reg_cache();
+    assert_eq!((cache.stats().registrations, cache.stats().entries), (2, 2));
+    // a sub-range regMr through the other comm hits the cache (ncclCommRegister's pattern)
+    let piece = recv
+        .reg_mr(RegRequest {
+            addr: src.as_mut_ptr() as usize + 4096,
+            len: 8192,
+            kind: 1,
+            dmabuf: None,
+        })
+        .expect("sub-range regMr");
+    assert_eq!(piece.cached().map(|c| c.lookup()), Some(Lookup::Hit));
+    assert_eq!(piece.cached().unwrap().mr().rkey(), sc.mr().rkey());
+    drop(piece);
+    assert_eq!((cache.stats().hits, cache.stats().entries), (1, 2));
     for round in 0..3 {
         dst.iter_mut().for_each(|b| *b = 0);
         let rreq = recv
@@ -82,6 +118,13 @@ fn plugin_carries_messages_over_rdma() {
     assert!(segs >= 3, "QP statistics count segments: {segs}");
     drop(send);
     drop(recv);
+    let cache = std::sync::Arc::clone(smh.cached().unwrap().domain());
     drop(smh);
     drop(rmh);
+    assert_eq!(
+        cache.reg_cache().stats().entries,
+        0,
+        "deregMr emptied the cache"
+    );
+    assert_eq!(cache.reg_cache().stats().removals, 2);
 }

@@ -43,7 +43,8 @@ fi
 # the NCCL-call-pattern harness against the plugin .so, forced onto RDMA (rxe0); test ACK timeout
 # 14 (67 ms) as in tests/verbs_support: rxe under emulation drops a packet now and then
 # The emulator over rxe0: every policy (P4 x C4 ring on LL/LL128/SIMPLE plus all-to-all), the GDR
-# probe sequence and abort with requests in flight; the full P x C matrix runs over TCP on the host
+# probe sequence (also with CUDA forced on, and GDR receives whose iflush READs run on rxe0) and
+# abort with requests in flight; the full P x C matrix runs over TCP on the host
 # (under TCG the 8-process, 8-channel cases would take most of an hour).
 EMULATOR_FILTER="policy_ gdr_probe abort_with"
 for h in nccl_harness nccl_emulator; do
@@ -106,8 +107,8 @@ case ${PERFTEST:-quick} in
     dqperf dqplb_perf_verbs_q4_64MiB --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1
     # rxe under TCG pays per work request: the same transfer with 16 MiB segments
     dqperf dqplb_perf_verbs_q4_64MiB_seg16M --min-bytes 64M --max-bytes 64M --iters 5 --warmup 1 --segment 16M
-    # registration is lazy (first isend/irecv of a handle): --warmup 4 uses each of the 4 in-flight
-    # buffers once (registering it) before the timed window; --warmup 1 may not
+    # --warmup 4 uses each of the 4 in-flight buffers once before the timed window (registration
+    # itself now happens at regMr, before both; the pair compares with the earlier lazy figures)
     dqperf dqplb_perf_verbs_q4_64MiB_warm4 --min-bytes 64M --max-bytes 64M --iters 5 --warmup 4
     dqperf dqplb_perf_verbs_latency_8B --latency --iters 1000 --warmup 100
     ;;

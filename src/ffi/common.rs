@@ -11,7 +11,7 @@ use super::sys::{
     ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclProfilerCallback_t, ncclResult_t,
 };
 use crate::plugin::{
-    self, log, CommContext, ConnOptions, ListenComm, MemHandle, RecvComm, SendComm,
+    self, log, CommContext, ConnOptions, ListenComm, MemHandle, RecvComm, RegRequest, SendComm,
 };
 use crate::transport::events::{EventDescr, NetEvents};
 use crate::transport::slots::MAX_RECVS;
@@ -28,52 +28,146 @@ unsafe impl<T> Sync for Vtable<T> {}
 /// The name every version exports (NCCL_NET=DQPLB matches it case-insensitively).
 pub const NAME: *const c_char = c"DQPLB".as_ptr();
 
+/// What a request cell's slot refers to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CellKind {
+    Send,
+    Recv,
+    /// An iflush of the receive comm (test() completes it, sizes untouched).
+    Flush,
+}
+
 /// Request pointers NCCL holds are addresses of these cells, owned by their comm.
 #[repr(C)]
 struct ReqCell {
     owner: *mut c_void,
-    is_send: bool,
+    kind: CellKind,
     slot: u32,
     /// Buffers of the receive request now in this cell (test() writes that many sizes).
     n: u32,
 }
 
+/// First field of every comm box NCCL holds (repr(C)): regMr/regMrDmaBuf get a comm without
+/// saying which kind it is, and a listen comm or a foreign pointer must be refused, not misread.
+const SEND_TAG: u64 = u64::from_le_bytes(*b"DQPLSEND");
+const RECV_TAG: u64 = u64::from_le_bytes(*b"DQPLRECV");
+const LISTEN_TAG: u64 = u64::from_le_bytes(*b"DQPLLSTN");
+
+/// A listen comm as NCCL holds it.
+#[repr(C)]
+struct FfiListen {
+    tag: u64,
+    comm: ListenComm,
+}
+
 /// A comm as NCCL holds it: the plugin's comm plus the request cells that point back at it.
+#[repr(C)]
 struct FfiComm<C> {
+    tag: u64,
     comm: C,
     cells: Box<[ReqCell]>,
+    /// iflush requests (receive comms with a flush QP; empty otherwise).
+    flush_cells: Box<[ReqCell]>,
 }
 
 type FfiSend = FfiComm<SendComm>;
 type FfiRecv = FfiComm<RecvComm>;
 
 impl<C> FfiComm<C> {
-    /// Boxes `comm` with `n` request cells and returns the pointer NCCL will hold.
-    fn into_raw(comm: C, n: usize, is_send: bool) -> *mut c_void {
+    /// Boxes `comm` with `n` request cells (and `n_flush` iflush cells) and returns the pointer
+    /// NCCL will hold.
+    fn into_raw(comm: C, n: usize, is_send: bool, n_flush: usize) -> *mut c_void {
+        let kind = if is_send {
+            CellKind::Send
+        } else {
+            CellKind::Recv
+        };
         let raw = Box::into_raw(Box::new(FfiComm {
+            tag: if is_send { SEND_TAG } else { RECV_TAG },
             comm,
-            cells: cells(n, is_send),
+            cells: cells(n, kind),
+            flush_cells: cells(n_flush, CellKind::Flush),
         }));
         // SAFETY: raw is the live box just created; each cell records its owner for test().
         unsafe {
-            (*raw)
-                .cells
+            let c = &mut *raw;
+            c.cells
                 .iter_mut()
+                .chain(c.flush_cells.iter_mut())
                 .for_each(|c| c.owner = raw as *mut c_void)
         };
         raw as *mut c_void
     }
 }
 
-fn cells(n: usize, is_send: bool) -> Box<[ReqCell]> {
+fn cells(n: usize, kind: CellKind) -> Box<[ReqCell]> {
     (0..n)
         .map(|i| ReqCell {
             owner: std::ptr::null_mut(),
-            is_send,
+            kind,
             slot: i as u32,
             n: 1,
         })
         .collect()
+}
+
+/// A send or receive comm NCCL passes to regMr/regMrDmaBuf/deregMr.
+enum AnyComm<'a> {
+    Send(&'a FfiSend),
+    Recv(&'a FfiRecv),
+}
+
+/// The send or receive comm behind `comm`, told apart by its tag.
+///
+/// # Safety
+/// `comm` is NULL or a live comm from our listen, connect or accept.
+unsafe fn any_comm<'a>(entry: &str, comm: *mut c_void) -> NetResult<AnyComm<'a>> {
+    if comm.is_null() {
+        return Err(null(&format!("{entry}: comm")));
+    }
+    // SAFETY: every comm box we hand out is repr(C) with a u64 tag first.
+    let tag = unsafe { *(comm as *const u64) };
+    // SAFETY: the tag says which box this is.
+    unsafe {
+        match tag {
+            SEND_TAG => Ok(AnyComm::Send(&*(comm as *const FfiSend))),
+            RECV_TAG => Ok(AnyComm::Recv(&*(comm as *const FfiRecv))),
+            LISTEN_TAG => Err(NetError::invalid_argument(format!(
+                "{entry}: comm {comm:p} is a listen comm; memory is registered on send and receive comms"
+            ))),
+            _ => Err(NetError::invalid_argument(format!(
+                "{entry}: comm {comm:p} is not a comm of this plugin"
+            ))),
+        }
+    }
+}
+
+/// regMr and regMrDmaBuf: registered at once on the comm's device (RDMA: its cache).
+fn reg_impl(
+    entry: &'static str,
+    comm: *mut c_void,
+    req: RegRequest,
+    mhandle: *mut *mut c_void,
+) -> ncclResult_t {
+    let out = |p: *mut c_void| put(mhandle, p);
+    guard(
+        entry,
+        || {
+            maybe_panic(entry);
+            out(std::ptr::null_mut());
+            if mhandle.is_null() {
+                return Err(null(&format!("{entry}: mhandle")));
+            }
+            // SAFETY: NCCL passes a comm from our connect/accept.
+            let mh = match unsafe { any_comm(entry, comm)? } {
+                AnyComm::Send(s) => s.comm.reg_mr(req)?,
+                AnyComm::Recv(r) => r.comm.reg_mr(req)?,
+            };
+            out(Box::into_raw(Box::new(mh)) as *mut c_void);
+            Ok(())
+        },
+        || out(std::ptr::null_mut()),
+    )
 }
 
 pub(super) fn null(what: &str) -> NetError {
@@ -371,7 +465,11 @@ pub(super) fn listen_impl(
                 pattern: None,
             };
             let comm = plugin::listen_with(dev, h, opts)?;
-            out(Box::into_raw(Box::new(comm)) as *mut c_void);
+            let boxed = Box::new(FfiListen {
+                tag: LISTEN_TAG,
+                comm,
+            });
+            out(Box::into_raw(boxed) as *mut c_void);
             Ok(())
         },
         || out(std::ptr::null_mut()),
@@ -414,7 +512,7 @@ pub(super) fn connect_impl(
             let h = unsafe { handle_mut(handle)? };
             if let Some(comm) = plugin::connect_with(dev, h, opts)? {
                 let n = comm.max_requests();
-                out(FfiSend::into_raw(comm, n, true));
+                out(FfiSend::into_raw(comm, n, true, 0));
             }
             Ok(())
         },
@@ -451,10 +549,11 @@ pub(super) unsafe extern "C" fn accept(
                 return Err(null("accept: listenComm or recvComm"));
             }
             // SAFETY: listen_comm came from our listen() and is not closed (NCCL contract).
-            let l = unsafe { &mut *(listen_comm as *mut ListenComm) };
+            let l = unsafe { &mut (*(listen_comm as *mut FfiListen)).comm };
             if let Some(comm) = l.accept()? {
                 let n = comm.max_requests();
-                out(FfiRecv::into_raw(comm, n, false));
+                let n_flush = if comm.flush_enabled() { n } else { 0 };
+                out(FfiRecv::into_raw(comm, n, false, n_flush));
             }
             Ok(())
         },
@@ -472,42 +571,33 @@ pub(super) unsafe extern "C" fn reg_mr(
     kind: c_int,
     mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    let out = |p: *mut c_void| put(mhandle, p);
-    guard(
-        "regMr",
-        || {
-            maybe_panic("regMr");
-            if comm.is_null() || mhandle.is_null() {
-                return Err(null("regMr: comm or mhandle"));
-            }
-            let mh = plugin::reg_mr(data as usize, size, kind)?;
-            out(Box::into_raw(Box::new(mh)) as *mut c_void);
-            Ok(())
-        },
-        || out(std::ptr::null_mut()),
-    )
+    let req = RegRequest {
+        addr: data as usize,
+        len: size,
+        kind,
+        dmabuf: None,
+    };
+    reg_impl("regMr", comm, req, mhandle)
 }
 
+/// regMrDmaBuf: fd -1 registers the pointer as regMr does (net_ib's ncclIbRegMr is
+/// regMrDmaBuf(fd -1), NCCL 2.28.3 src/transport/net_ib.cc).
 pub(super) unsafe extern "C" fn reg_mr_dma_buf(
     comm: *mut c_void,
-    _data: *mut c_void,
-    _size: usize,
+    data: *mut c_void,
+    size: usize,
     kind: c_int,
-    _offset: u64,
+    offset: u64,
     fd: c_int,
     mhandle: *mut *mut c_void,
 ) -> ncclResult_t {
-    let _ = comm;
-    guard(
-        "regMrDmaBuf",
-        || {
-            maybe_panic("regMrDmaBuf");
-            Err(NetError::invalid_argument(format!(
-                "regMrDmaBuf(type {kind}, fd {fd}): DMA-BUF registration needs an RDMA device with GPUDirect; these devices advertise host memory only"
-            )))
-        },
-        || put(mhandle, std::ptr::null_mut()),
-    )
+    let req = RegRequest {
+        addr: data as usize,
+        len: size,
+        kind,
+        dmabuf: Some((fd, offset)),
+    };
+    reg_impl("regMrDmaBuf", comm, req, mhandle)
 }
 
 pub(super) unsafe extern "C" fn dereg_mr(_comm: *mut c_void, mhandle: *mut c_void) -> ncclResult_t {
@@ -685,22 +775,58 @@ pub(super) fn irecv_impl(
     )
 }
 
+/// iflush: NULL request (nothing to wait for) unless the comm has a flush QP and the last
+/// non-empty buffer is GPU memory; then one RDMA READ that test() completes (net_ib ncclIbIflush).
 pub(super) unsafe extern "C" fn iflush(
     recv_comm: *mut c_void,
-    _n: c_int,
-    _data: *mut *mut c_void,
-    _sizes: *mut c_int,
-    _mhandles: *mut *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    mhandles: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> ncclResult_t {
     guard(
         "iflush",
         || {
-            // Host memory needs no flush: a NULL request tells NCCL there is nothing to wait for.
             put(request, std::ptr::null_mut());
             maybe_panic("iflush");
             if recv_comm.is_null() || request.is_null() {
                 return Err(null("iflush: recvComm or request"));
+            }
+            // SAFETY: comm boxes start with their tag (see any_comm).
+            if unsafe { *(recv_comm as *const u64) } != RECV_TAG {
+                return Err(NetError::invalid_argument(format!(
+                    "iflush: {recv_comm:p} is not a receive comm of this plugin"
+                )));
+            }
+            // SAFETY: recv_comm came from our accept (tag checked).
+            let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
+            if !r.comm.flush_enabled() {
+                return Ok(());
+            }
+            let count = usize::try_from(n).unwrap_or(0);
+            if count == 0 || count > MAX_RECVS {
+                return Err(NetError::invalid_argument(format!(
+                    "iflush with n = {n}: accepted 1..={MAX_RECVS}"
+                )));
+            }
+            if data.is_null() || sizes.is_null() || mhandles.is_null() {
+                return Err(null("iflush: data, sizes or mhandles"));
+            }
+            let mut bufs: [(usize, c_int, Option<&MemHandle>); MAX_RECVS] =
+                [(0, 0, None); MAX_RECVS];
+            for (i, b) in bufs.iter_mut().enumerate().take(count) {
+                // SAFETY: the three arrays have n entries (NCCL contract); see mem_handle.
+                *b = unsafe {
+                    (
+                        *data.add(i) as usize,
+                        *sizes.add(i),
+                        mem_handle(*mhandles.add(i)),
+                    )
+                };
+            }
+            if let Some(slot) = r.comm.iflush(&bufs[..count])? {
+                put(request, cell_ptr(&mut r.flush_cells, slot));
             }
             Ok(())
         },
@@ -728,7 +854,14 @@ pub(super) unsafe extern "C" fn test(
             // SAFETY: request is a cell of a live comm (NCCL never tests after done or close).
             let cell = unsafe { &*(request as *const ReqCell) };
             let clamp = |size: usize| size.min(c_int::MAX as usize) as c_int;
-            if cell.is_send {
+            if cell.kind == CellKind::Flush {
+                // SAFETY: flush cells are owned by an FfiRecv.
+                let r = unsafe { &mut *(cell.owner as *mut FfiRecv) };
+                if r.comm.test_flush(cell.slot)? {
+                    // SAFETY: non-null output from NCCL (sizes is NULL for flushes: untouched).
+                    unsafe { *done = 1 };
+                }
+            } else if cell.kind == CellKind::Send {
                 // SAFETY: send cells are owned by an FfiSend.
                 let got = unsafe { &mut *(cell.owner as *mut FfiSend) }
                     .comm
@@ -801,7 +934,7 @@ pub(super) unsafe extern "C" fn close_recv(recv_comm: *mut c_void) -> ncclResult
 }
 
 pub(super) unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> ncclResult_t {
-    close_box::<ListenComm>("closeListen", listen_comm)
+    close_box::<FfiListen>("closeListen", listen_comm)
 }
 
 // ---- Communicator contexts (v11+: init/finalize per communicator, listen/connect take them) ----

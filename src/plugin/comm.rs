@@ -2,7 +2,7 @@
 //! streams, or RDMA verbs with feature `verbs`); memory registrations; per-QP statistics on close.
 
 #[cfg(feature = "verbs")]
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::pattern::{self, Pattern, PatternCell, PATTERNS};
 use super::telemetry::CommTelemetry;
@@ -12,7 +12,8 @@ use crate::transport::slots::{RecvSizes, MAX_RECVS};
 use crate::transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
 #[cfg(feature = "verbs")]
 use crate::transport::verbs::{
-    MemoryRegion, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
+    mrcache, CachedMr, Flusher, MemSource, MemoryRegion, RemoteSlice, VerbsDomain, VerbsListenComm,
+    VerbsRecvComm, VerbsSendComm,
 };
 use crate::transport::{NetError, NetResult, UserBuf};
 #[cfg(feature = "verbs")]
@@ -26,6 +27,8 @@ pub(super) enum ListenInner {
 
 pub struct ListenComm {
     pub(super) dev: i32,
+    /// The device's ptrSupport, handed to the comms it accepts.
+    pub(super) ptr_support: i32,
     pub(super) inner: ListenInner,
 }
 
@@ -40,6 +43,7 @@ enum SendInner {
 pub struct SendComm {
     inner: SendInner,
     log_stats: bool,
+    ptr_support: i32,
     /// The communicator's traffic pattern (v11+ contexts), read at each isend.
     pattern: Option<PatternCell>,
     /// Engine route per pattern (see `use_patterns`).
@@ -57,17 +61,113 @@ enum RecvInner {
 
 pub struct RecvComm {
     inner: RecvInner,
+    ptr_support: i32,
+    /// The loopback READ of iflush, on RDMA devices with GPUDirect (or the test switch).
+    #[cfg(feature = "verbs")]
+    flush: Option<Flusher>,
 }
 
-/// A registered region. TCP needs bookkeeping only (checked on use); on an RDMA device the region
-/// is registered with the device on first use by a comm (regMr does not say which device).
+/// A registered region. TCP needs bookkeeping only (checked on use); on an RDMA device regMr
+/// registers it at once through the device's registration cache (shared by all its comms).
 #[derive(Debug)]
 pub struct MemHandle {
     pub addr: usize,
     pub len: usize,
     pub kind: i32,
     #[cfg(feature = "verbs")]
-    pub(super) verbs_mr: OnceLock<MemoryRegion>,
+    pub(super) reg: Option<CachedMr>,
+}
+
+/// What a regMr or regMrDmaBuf call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegRequest {
+    pub addr: usize,
+    pub len: usize,
+    pub kind: i32,
+    /// regMrDmaBuf's (fd, offset); None for regMr or fd -1 (net_ib registers the pointer then).
+    pub dmabuf: Option<(i32, u64)>,
+}
+
+fn kind_name(kind: i32) -> &'static str {
+    match kind {
+        super::devices::PTR_HOST => "NCCL_PTR_HOST",
+        super::devices::PTR_CUDA => "NCCL_PTR_CUDA",
+        super::devices::PTR_DMABUF => "NCCL_PTR_DMABUF",
+        _ => "unknown",
+    }
+}
+
+/// Checks `req` against the device's ptrSupport: HOST always, CUDA when advertised, a dma-buf fd
+/// only with NCCL_PTR_DMABUF; a NULL address with bytes is refused.
+fn check_request(req: &RegRequest, ptr_support: i32) -> NetResult<()> {
+    use super::devices::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
+    let entry = if req.dmabuf.is_some() {
+        "regMrDmaBuf"
+    } else {
+        "regMr"
+    };
+    if req.addr == 0 && req.len > 0 {
+        return Err(NetError::invalid_argument(format!(
+            "{entry}: data is NULL with {} bytes",
+            req.len
+        )));
+    }
+    let allowed = match req.dmabuf {
+        Some((fd, _)) if fd < -1 => {
+            return Err(NetError::invalid_argument(format!(
+                "regMrDmaBuf: fd {fd} is not a file descriptor"
+            )))
+        }
+        // a dma-buf: NCCL passes NCCL_PTR_CUDA with the fd (src/transport/net.cc 2.28.3)
+        Some((fd, _)) if fd >= 0 => {
+            ptr_support & PTR_DMABUF != 0 && [PTR_CUDA, PTR_DMABUF].contains(&req.kind)
+        }
+        _ => req.kind == PTR_HOST || (req.kind == PTR_CUDA && ptr_support & PTR_CUDA != 0),
+    };
+    if !allowed {
+        return Err(NetError::invalid_argument(format!(
+            "{entry} of memory type {} ({}){}: this device advertises ptrSupport = {ptr_support:#x} (HOST 1, CUDA 2, DMABUF 4); see the device's GPUDirect INFO line at init",
+            req.kind,
+            kind_name(req.kind),
+            req.dmabuf.map_or(String::new(), |(fd, off)| format!(" with dma-buf fd {fd} offset {off}"))
+        )));
+    }
+    Ok(())
+}
+
+/// Registers `req` on `domain` (an RDMA device), or records it (TCP: None).
+#[cfg(feature = "verbs")]
+fn register(
+    req: RegRequest,
+    ptr_support: i32,
+    domain: Option<&Arc<VerbsDomain>>,
+) -> NetResult<MemHandle> {
+    check_request(&req, ptr_support)?;
+    let mut mh = MemHandle::new(req.addr, req.len, req.kind);
+    let Some(domain) = domain else {
+        return Ok(mh);
+    };
+    if req.len == 0 {
+        return Ok(mh);
+    }
+    let src = match req.dmabuf {
+        Some((fd, offset)) if fd >= 0 => MemSource::DmaBuf { fd, offset },
+        _ => MemSource::Pointer,
+    };
+    // SAFETY: NCCL's regMr contract: [addr, addr+len) stays valid until deregMr, which drops
+    // this handle (and its cache reference) after the requests using it completed.
+    let reg = unsafe { mrcache::register(domain, req.addr, req.len, src) }.map_err(|e| {
+        NetError::system(format!("{} on {}: {e}", kind_name(req.kind), domain.name()))
+    })?;
+    tracing::debug!(target: "dqplb::net", "{}: registered {:#x}+{} ({}) as {:?}", domain.name(), req.addr, req.len, kind_name(req.kind), reg);
+    mh.reg = Some(reg);
+    Ok(mh)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn register(req: RegRequest, ptr_support: i32, _domain: Option<&()>) -> NetResult<MemHandle> {
+    check_request(&req, ptr_support)?;
+    Ok(MemHandle::new(req.addr, req.len, req.kind))
 }
 
 impl MemHandle {
@@ -77,8 +177,14 @@ impl MemHandle {
             len,
             kind,
             #[cfg(feature = "verbs")]
-            verbs_mr: OnceLock::new(),
+            reg: None,
         }
+    }
+
+    /// The device registration behind this handle (None on TCP).
+    #[cfg(feature = "verbs")]
+    pub fn cached(&self) -> Option<&CachedMr> {
+        self.reg.as_ref()
     }
 
     fn covers(&self, buf: &UserBuf) -> bool {
@@ -86,31 +192,29 @@ impl MemHandle {
             || (buf.addr() >= self.addr && buf.addr() + buf.len() <= self.addr + self.len)
     }
 
-    /// The device registration of this region on `domain`, made on first use.
+    /// The registration regMr made of this region on `domain` (regIsGlobal: any comm of the
+    /// same device may use it).
     #[cfg(feature = "verbs")]
-    fn verbs_mr(&self, domain: &VerbsDomain) -> NetResult<Option<&MemoryRegion>> {
+    fn verbs_mr(&self, domain: &Arc<VerbsDomain>) -> NetResult<Option<&MemoryRegion>> {
         if self.len == 0 {
             return Ok(None);
         }
-        if let Some(mr) = self.verbs_mr.get() {
-            if !std::ptr::eq(mr.pd().as_ref(), domain.pd().as_ref()) {
-                return Err(NetError::invalid_usage(format!(
-                    "memory handle {:#x}+{} registered on {} used on {}",
-                    self.addr,
-                    self.len,
-                    mr.pd().context().name(),
-                    domain.name()
-                )));
-            }
-            return Ok(Some(mr));
+        match &self.reg {
+            Some(r) if Arc::ptr_eq(r.domain(), domain) => Ok(Some(r.mr())),
+            Some(r) => Err(NetError::invalid_usage(format!(
+                "memory handle {:#x}+{} registered on {} used on {}",
+                self.addr,
+                self.len,
+                r.domain().name(),
+                domain.name()
+            ))),
+            None => Err(NetError::invalid_usage(format!(
+                "memory handle {:#x}+{} has no registration on {} (registered through another transport's comm)",
+                self.addr,
+                self.len,
+                domain.name()
+            ))),
         }
-        // SAFETY: NCCL's regMr contract: [addr, addr+len) stays valid until deregMr, which drops
-        // this handle (and the registration with it) after the requests using it completed.
-        let mr = unsafe { MemoryRegion::register_raw(domain.pd(), self.addr as *mut u8, self.len) }
-            .map_err(|e| NetError::system(format!("regMr on {}: {e}", domain.name())))?;
-        // A concurrent first use may have won the race: its registration is kept, ours dropped.
-        let _ = self.verbs_mr.set(mr);
-        Ok(self.verbs_mr.get())
     }
 }
 
@@ -136,21 +240,42 @@ impl ListenComm {
                     self.dev, p.qps, p.outstanding, p.segment_bytes, p.policy);
                 RecvComm {
                     inner: RecvInner::Tcp(tcp),
+                    ptr_support: self.ptr_support,
+                    #[cfg(feature = "verbs")]
+                    flush: None,
                 }
             })),
             #[cfg(feature = "verbs")]
-            ListenInner::Verbs(l) => Ok(l.accept()?.map(|v| RecvComm {
-                inner: RecvInner::Verbs(v, Arc::clone(l.domain())),
-            })),
+            ListenInner::Verbs(l) => {
+                let Some(v) = l.accept()? else {
+                    return Ok(None);
+                };
+                let domain = Arc::clone(l.domain());
+                // net_ib's ncclIbAccept: the flush QP exists when flushEnabled
+                let flush = if domain.caps().flush {
+                    let f = Flusher::new(&domain, v.max_requests()).map_err(|e| {
+                        NetError::system(format!("{}: iflush QP: {e}", domain.name()))
+                    })?;
+                    Some(f)
+                } else {
+                    None
+                };
+                Ok(Some(RecvComm {
+                    inner: RecvInner::Verbs(v, domain),
+                    ptr_support: self.ptr_support,
+                    flush,
+                }))
+            }
         }
     }
 }
 
 impl SendComm {
-    pub(super) fn new(tcp: TcpSendComm, log_stats: bool) -> SendComm {
+    pub(super) fn new(tcp: TcpSendComm, log_stats: bool, ptr_support: i32) -> SendComm {
         SendComm {
             inner: SendInner::Tcp(tcp),
             log_stats,
+            ptr_support,
             pattern: None,
             route_of: [0; PATTERNS],
             tele: None,
@@ -162,13 +287,25 @@ impl SendComm {
         v: VerbsSendComm,
         domain: Arc<VerbsDomain>,
         log_stats: bool,
+        ptr_support: i32,
     ) -> SendComm {
         SendComm {
             inner: SendInner::Verbs(v, domain),
             log_stats,
+            ptr_support,
             pattern: None,
             route_of: [0; PATTERNS],
             tele: None,
+        }
+    }
+
+    /// regMr / regMrDmaBuf on this comm's device: registered now (RDMA: through the device's
+    /// cache), not at first use.
+    pub fn reg_mr(&self, req: RegRequest) -> NetResult<MemHandle> {
+        match &self.inner {
+            SendInner::Tcp(_) => register(req, self.ptr_support, None),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(_, domain) => register(req, self.ptr_support, Some(domain)),
         }
     }
 
@@ -335,6 +472,98 @@ impl Drop for SendComm {
 }
 
 impl RecvComm {
+    /// regMr / regMrDmaBuf on this comm's device (see SendComm::reg_mr).
+    pub fn reg_mr(&self, req: RegRequest) -> NetResult<MemHandle> {
+        match &self.inner {
+            RecvInner::Tcp(_) => register(req, self.ptr_support, None),
+            #[cfg(feature = "verbs")]
+            RecvInner::Verbs(_, domain) => register(req, self.ptr_support, Some(domain)),
+        }
+    }
+
+    /// Whether iflush can return requests (an RDMA device with GPUDirect or the test switch).
+    pub fn flush_enabled(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        return self.flush.is_some();
+        #[cfg(not(feature = "verbs"))]
+        false
+    }
+
+    /// net_ib's ncclIbIflush (NCCL 2.28.3 src/transport/net_ib.cc): the last buffer with a
+    /// non-zero size gets one RDMA READ through the flush QP; Ok(None) (NULL request) without
+    /// a flush QP, when every size is 0, or when that buffer is host memory (no GDR involved).
+    /// `bufs` are (address, size received, memory handle) as NCCL passes them.
+    pub fn iflush(&mut self, bufs: &[(usize, i32, Option<&MemHandle>)]) -> NetResult<Option<u32>> {
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
+            return Err(NetError::invalid_argument(format!(
+                "iflush with {} buffers: this plugin advertises maxRecvs = {MAX_RECVS}",
+                bufs.len()
+            )));
+        }
+        if let Some((i, (_, size, _))) = bufs.iter().enumerate().find(|(_, b)| b.1 < 0) {
+            return Err(NetError::invalid_argument(format!(
+                "iflush: sizes[{i}] = {size} is negative"
+            )));
+        }
+        #[cfg(feature = "verbs")]
+        {
+            let (Some(flush), RecvInner::Verbs(_, domain)) = (self.flush.as_mut(), &self.inner)
+            else {
+                return Ok(None);
+            };
+            let Some(last) = bufs.iter().rposition(|b| b.1 != 0) else {
+                return Ok(None);
+            };
+            let (addr, size, mh) = bufs[last];
+            let Some(mh) = mh else {
+                return Err(NetError::invalid_argument(format!(
+                    "iflush: buffer {last} ({addr:#x}, {size} bytes) has no memory handle"
+                )));
+            };
+            if mh.kind == super::devices::PTR_HOST {
+                return Ok(None);
+            }
+            let end = addr.checked_add(size as usize);
+            if addr < mh.addr || end.is_none_or(|e| e > mh.addr + mh.len) {
+                return Err(NetError::invalid_argument(format!(
+                    "iflush buffer {last} {addr:#x}+{size} lies outside its registration {:#x}+{}",
+                    mh.addr, mh.len
+                )));
+            }
+            let Some(mr) = mh.verbs_mr(domain)? else {
+                return Ok(None);
+            };
+            let slot = flush
+                .post(RemoteSlice {
+                    addr: addr as u64,
+                    rkey: mr.rkey(),
+                })
+                .map_err(|e| NetError::system(format!("iflush on {}: {e}", domain.name())))?;
+            Ok(Some(slot))
+        }
+        #[cfg(not(feature = "verbs"))]
+        Ok(None)
+    }
+
+    /// Whether the flush `slot` returned by iflush has completed.
+    pub fn test_flush(&mut self, slot: u32) -> NetResult<bool> {
+        #[cfg(feature = "verbs")]
+        if let Some(f) = self.flush.as_mut() {
+            return f
+                .test(slot)
+                .map_err(|e| NetError::system(format!("iflush test: {e}")));
+        }
+        Err(NetError::invalid_usage(format!(
+            "test of flush request {slot} on a comm without iflush"
+        )))
+    }
+
+    /// The flush QP of this comm (None without GPUDirect), for counters and tests.
+    #[cfg(feature = "verbs")]
+    pub fn flusher(&self) -> Option<&Flusher> {
+        self.flush.as_ref()
+    }
+
     pub fn max_requests(&self) -> usize {
         match &self.inner {
             RecvInner::Tcp(t) => t.max_requests(),
@@ -399,5 +628,62 @@ impl RecvComm {
             #[cfg(feature = "verbs")]
             RecvInner::Verbs(v, _) => v.test_sizes(slot),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::devices::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
+    use super::*;
+
+    fn req(kind: i32, dmabuf: Option<(i32, u64)>) -> RegRequest {
+        RegRequest {
+            addr: 0x10000,
+            len: 4096,
+            kind,
+            dmabuf,
+        }
+    }
+
+    #[test]
+    fn memory_types_follow_ptr_support() {
+        let host = PTR_HOST;
+        let cuda = PTR_HOST | PTR_CUDA;
+        let all = PTR_HOST | PTR_CUDA | PTR_DMABUF;
+        assert_eq!(check_request(&req(PTR_HOST, None), host), Ok(()));
+        assert_eq!(check_request(&req(PTR_CUDA, None), cuda), Ok(()));
+        assert_eq!(
+            check_request(&req(PTR_CUDA, None), host).unwrap_err().msg,
+            "regMr of memory type 2 (NCCL_PTR_CUDA): this device advertises ptrSupport = 0x1 (HOST 1, CUDA 2, DMABUF 4); see the device's GPUDirect INFO line at init"
+        );
+        assert!(check_request(&req(7, None), all).is_err());
+        // regMrDmaBuf: fd -1 is regMr; a real fd needs NCCL_PTR_DMABUF
+        assert_eq!(check_request(&req(PTR_HOST, Some((-1, 0))), host), Ok(()));
+        assert_eq!(check_request(&req(PTR_CUDA, Some((9, 0))), all), Ok(()));
+        assert_eq!(
+            check_request(&req(PTR_CUDA, Some((9, 4096))), cuda)
+                .unwrap_err()
+                .msg,
+            "regMrDmaBuf of memory type 2 (NCCL_PTR_CUDA) with dma-buf fd 9 offset 4096: this device advertises ptrSupport = 0x3 (HOST 1, CUDA 2, DMABUF 4); see the device's GPUDirect INFO line at init"
+        );
+        assert_eq!(
+            check_request(&req(PTR_CUDA, Some((-5, 0))), all)
+                .unwrap_err()
+                .msg,
+            "regMrDmaBuf: fd -5 is not a file descriptor"
+        );
+        let null = RegRequest {
+            addr: 0,
+            ..req(PTR_HOST, None)
+        };
+        assert_eq!(
+            check_request(&null, host).unwrap_err().msg,
+            "regMr: data is NULL with 4096 bytes"
+        );
+        // TCP: recorded, not registered
+        let mh = register(req(PTR_HOST, None), host, None).unwrap();
+        assert_eq!((mh.addr, mh.len, mh.kind), (0x10000, 4096, PTR_HOST));
+        #[cfg(feature = "verbs")]
+        assert!(mh.cached().is_none());
     }
 }

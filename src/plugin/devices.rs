@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use crate::transport::tcp::iface;
 use crate::transport::NetResult;
 
-pub const PTR_HOST: i32 = 1;
+pub use crate::transport::gdr::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
 
 /// What the ffi layer copies into ncclNetProperties_v8_t.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-pub use comm::{ListenComm, MemHandle, RecvComm, SendComm};
+pub use comm::{ListenComm, MemHandle, RecvComm, RegRequest, SendComm};
 pub use devices::Properties;
 pub use pattern::{Pattern, PatternCell};
 pub use state::{CommAttr, CommContext, NetAttr};
@@ -99,8 +99,11 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
+    // checked before any device opens (the RDMA detection reads them again)
+    let force_gdr = gdr_switches()?;
     #[cfg(feature = "verbs")]
     let devices = rdma::choose_devices(&loaded.config, devices)?;
+    let devices = force_gdr_on_tcp(devices, force_gdr);
     let names: Vec<String> = devices
         .iter()
         .map(|d| d.props.name.to_string_lossy().into_owned())
@@ -110,6 +113,32 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let rail_plane = rail_planes(&loaded.config, &devices);
     state::set(loaded, devices, rail_plane);
     Ok(())
+}
+
+/// The test-only switch (DQPLB_TEST_FORCE_GDR=1) on TCP devices: they advertise NCCL_PTR_CUDA
+/// too, so NCCL's GDR probe and CUDA-typed regMr run over TCP with host memory (RDMA devices
+/// apply the switch in their own detection, src/transport/verbs/caps.rs).
+fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devices::Device> {
+    for d in devices.iter_mut() {
+        if matches!(d.kind, devices::DeviceKind::Tcp { .. }) {
+            if force {
+                d.props.ptr_support |= devices::PTR_CUDA;
+            }
+            tracing::info!(target: "dqplb::init", "{}: GPUDirect NCCL_PTR_CUDA {}; NCCL_PTR_DMABUF off (TCP device); iflush returns NULL",
+                d.props.name.to_string_lossy(),
+                if force { "on, FORCED by DQPLB_TEST_FORCE_GDR=1 (test only: host memory stands in)" } else { "off (TCP device)" });
+        }
+    }
+    devices
+}
+
+/// DQPLB_TEST_FORCE_GDR and NCCL_IB_GDR_FLUSH_DISABLE: 0 or 1, anything else fails init naming
+/// the variable; returns the first.
+fn gdr_switches() -> NetResult<bool> {
+    use crate::transport::gdr::{switch_from, FORCE_GDR_ENV};
+    let env = |k: &str| std::env::var(k).ok();
+    switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE").map_err(NetError::invalid_argument)?;
+    switch_from(env, FORCE_GDR_ENV).map_err(NetError::invalid_argument)
 }
 
 /// NCCL v12 railId/planeId per device from NCCL_IB_HCA (`dev[:port[:rail[:plane]]]`, or the
@@ -294,7 +323,11 @@ pub fn listen_with(
             comm::ListenInner::Verbs(v)
         }
     };
-    Ok(ListenComm { dev, inner })
+    Ok(ListenComm {
+        dev,
+        ptr_support: d.props.ptr_support,
+        inner,
+    })
 }
 
 /// A connect in progress, over either transport.
@@ -389,15 +422,16 @@ pub fn connect_with(
         return Err(NetError::internal("connect state vanished"));
     };
     let log_stats = g.config.stats.log_on_close;
+    let ptrs = d.props.ptr_support;
     let step = match c {
         Connector::Tcp(t) => t
             .progress()
-            .map(|o| o.map(|tcp| SendComm::new(tcp, log_stats))),
+            .map(|o| o.map(|tcp| SendComm::new(tcp, log_stats, ptrs))),
         #[cfg(feature = "verbs")]
         Connector::Verbs(v, domain) => {
             let domain = std::sync::Arc::clone(domain);
             v.progress()
-                .map(|o| o.map(|s| SendComm::new_verbs(s, domain, log_stats)))
+                .map(|o| o.map(|s| SendComm::new_verbs(s, domain, log_stats, ptrs)))
         }
     };
     match step {
@@ -443,16 +477,6 @@ pub fn connect_with(
             Err(e)
         }
     }
-}
-
-/// Registers host memory (TCP needs no pinning; the handle lets isend/irecv check bounds).
-pub fn reg_mr(addr: usize, len: usize, kind: i32) -> NetResult<MemHandle> {
-    if kind != devices::PTR_HOST {
-        return Err(NetError::invalid_argument(format!(
-            "regMr of memory type {kind}: this device supports host memory (NCCL_PTR_HOST = 1) only"
-        )));
-    }
-    Ok(MemHandle::new(addr, len, kind))
 }
 
 static DEBUG_PANIC: Mutex<Option<String>> = Mutex::new(None);

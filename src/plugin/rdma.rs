@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::devices::{intern, Device, DeviceKind, Properties, PTR_HOST};
+use super::devices::{intern, Device, DeviceKind, Properties};
 use crate::config::{HcaList, SiteConfig, TransportKind};
 use crate::transport::verbs::{
     discover_report, ib_disabled_from_env, DeviceLimits, Discovery, QpTuning, Sysfs, VerbsDomain,
@@ -47,6 +47,8 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
         ),
         None => None,
     };
+    // before any device is opened: ibv_fork_init must precede every registration
+    crate::transport::verbs::fork::prepare();
     let (found, skipped) = match discover_report(&Sysfs::default(), &tuning) {
         Ok(Discovery::Found { devices, skipped }) => (devices, skipped),
         Ok(Discovery::NoLibrary(why)) => {
@@ -82,6 +84,15 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
                     continue;
                 }
             };
+            let caps = domain.caps();
+            // one INFO line per device: what GPUDirect it offers and why not (net_ib decides the
+            // same in ncclIbGetPhysProperties, NCCL 2.28.3 src/transport/net_ib.cc)
+            tracing::info!(target: "dqplb::init", "{} port {}: pciPath {}; {}; registration cache shared by all comms (regIsGlobal 1), relaxed ordering {}",
+                dev.name, port.port,
+                dev.pci_path.as_ref().map_or("none (virtual device)".to_string(), |p| p.display().to_string()),
+                caps.describe(&dev.name),
+                if domain.pd().relaxed_ordering() { "on" } else { "off" });
+            let ptr_support = caps.ptr_support();
             out.push(Device {
                 kind: DeviceKind::Verbs {
                     ip: boot_ip,
@@ -92,8 +103,8 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
                     name: intern(&dev.name),
                     pci_path: dev.pci_path.as_ref().map(|p| intern(&p.to_string_lossy())),
                     guid: dev.guid,
-                    ptr_support: PTR_HOST,
-                    reg_is_global: 0,
+                    ptr_support,
+                    reg_is_global: 1,
                     speed_mbps: port.speed_mbps.min(i32::MAX as u32) as i32,
                     port: i32::from(port.port),
                     latency_us: 0.0,

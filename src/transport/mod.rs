@@ -3,6 +3,8 @@
 
 pub mod error;
 pub mod events;
+pub mod gdr;
+pub mod regcache;
 pub mod slots;
 pub mod tcp;
 

@@ -68,15 +68,26 @@ pub fn run() -> Result<(), String> {
     if role.work == "probe" {
         // The GDR probe's call sequence on its own, with host memory: one thread connects to
         // itself (ncclGpuGdrSupport), twice, with dlclose/dlopen in between under 2.24+ rules.
+        // Devices advertising NCCL_PTR_CUDA were probed by comm_init already, with CUDA memory
+        // (host memory standing in); the probe runs again here with the type NCCL would use.
+        let mut cuda_devs = 0;
         for _ in 0..role.comms {
             let cn = nccl.comm_init()?;
+            cuda_devs = 0;
             for d in 0..cn.ndev {
-                nccl::gdr_probe(cn.net, d, STEP_LIMIT)?;
+                let cuda = cn.props[d as usize].ptr_support & super::abi::PTR_CUDA != 0;
+                cuda_devs += usize::from(cuda);
+                let kind = if cuda {
+                    super::abi::PTR_CUDA
+                } else {
+                    super::abi::PTR_HOST
+                };
+                nccl::gdr_probe(cn.net, d, STEP_LIMIT, kind)?;
             }
             nccl.comm_finalize()?;
         }
         say(&format!(
-            "OK probe inits={} dlopens={} dlcloses={}",
+            "OK probe inits={} dlopens={} dlcloses={} cuda_devs={cuda_devs}",
             nccl.inits, nccl.dlopens, nccl.dlcloses
         ));
         return Ok(());
@@ -93,6 +104,7 @@ pub fn run() -> Result<(), String> {
         total.consumed += c.consumed;
         total.irecv_grouped += c.irecv_grouped;
         total.iflush += c.iflush;
+        total.iflush_req += c.iflush_req;
         total.bytes_verified += c.bytes_verified;
         total.zero_byte_msgs += c.zero_byte_msgs;
         total.isend_null += c.isend_null;
@@ -119,9 +131,9 @@ pub fn run() -> Result<(), String> {
         total.isend_bytes,
     ));
     say(&format!(
-        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
+        "OK rank={} max_recvs={} comms={} inits={} dlopens={} dlcloses={} isend={} isend_null={} irecv={} irecv_null={} grouped={} test={} iflush={} iflush_req={} consumed={} zero_byte={} verified={} warns={} secs={:.2}",
         role.rank, nccl.max_recvs, role.comms, nccl.inits, nccl.dlopens, nccl.dlcloses, total.isend, total.isend_null, total.irecv,
-        total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.consumed, total.zero_byte_msgs,
+        total.irecv_null, total.irecv_grouped, total.test, total.iflush, total.iflush_req, total.consumed, total.zero_byte_msgs,
         total.bytes_verified, warns, start.elapsed().as_secs_f64()
     ));
     Ok(())
@@ -142,6 +154,15 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
     }
     let rv = Rendezvous::new(role.dir.join(format!("comm{ci}")))?;
     let mut setup = Setup::new(cn.net, cn.dev, max_recvs);
+    // DQPLB_EMU_GDR=1: receive buffers in "GPU memory" (useGdr, needFlush), as NCCL sets it up
+    // when ncclTopoCheckGdr allows GDR for the NIC; needs a device advertising NCCL_PTR_CUDA.
+    setup.gdr_recv = std::env::var("DQPLB_EMU_GDR").as_deref() == Ok("1");
+    if setup.gdr_recv && props.ptr_support & super::abi::PTR_CUDA == 0 {
+        return Err(format!(
+            "DQPLB_EMU_GDR=1 but device {} advertises ptrSupport {:#x} (no NCCL_PTR_CUDA): NCCL would not use GDR",
+            cn.dev, props.ptr_support
+        ));
+    }
     let (r, n, nch) = (role.rank, role.nranks, role.nch);
     setup.nranks = n as c_int;
     setup.nchannels = nch as c_int;
@@ -191,7 +212,9 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
     let cap = nccl::version() < 230;
     let counters;
     {
+        let gdr = setup.gdr_recv;
         let mut eng = Engine::new(&mut setup, max_recvs as usize, cap);
+        eng.use_gdr = gdr;
         let mut opid = 0usize;
         if abort {
             // ncclCommAbort mid-collective: the progress thread stops on abortFlag with sends and

@@ -208,7 +208,7 @@ impl Nccl {
         // host memory, since there is no GPU here.
         for (d, p) in props.iter().enumerate() {
             if p.ptr_support & PTR_CUDA != 0 {
-                gdr_probe(net, d as c_int, Duration::from_secs(30))?;
+                gdr_probe(net, d as c_int, Duration::from_secs(30), PTR_CUDA)?;
             }
         }
         Ok(CommNet {
@@ -310,9 +310,10 @@ pub fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
 /// ncclGpuGdrSupport's probe, in one thread: listen; connect and accept alternately, each
 /// called again only while its comm is still NULL, until both are non-NULL (device-handle
 /// argument NULL); regMr/deregMr a 2 MiB buffer on the send comm, then on the receive comm;
-/// closeRecv, closeSend, closeListen. NCCL registers GPU memory with NCCL_PTR_CUDA; this
-/// emulator has none, so host memory with NCCL_PTR_HOST exercises the same call sequence.
-pub fn gdr_probe(net: &NetV8, dev: c_int, limit: Duration) -> Result<(), String> {
+/// closeRecv, closeSend, closeListen. NCCL registers cudaMalloc'ed memory with NCCL_PTR_CUDA
+/// (`kind`; src/plugin/net.cc ncclGpuGdrSupport, 2.28.3); this emulator has no GPU, so host
+/// memory stands in (NCCL_PTR_HOST for devices without CUDA: the same call sequence).
+pub fn gdr_probe(net: &NetV8, dev: c_int, limit: Duration, kind: c_int) -> Result<(), String> {
     const GPU_BUF_SIZE: usize = 2 * 1024 * 1024;
     let listen = net.listen.ok_or("listen NULL")?;
     let connect = net.connect.ok_or("connect NULL")?;
@@ -360,12 +361,12 @@ pub fn gdr_probe(net: &NetV8, dev: c_int, limit: Duration) -> Result<(), String>
     unsafe {
         ok(
             "probe regMr(sendComm)",
-            reg(s, buf.as_mut_ptr().cast(), GPU_BUF_SIZE, PTR_HOST, &mut mh),
+            reg(s, buf.as_mut_ptr().cast(), GPU_BUF_SIZE, kind, &mut mh),
         )?;
         ok("probe deregMr(sendComm)", dereg(s, mh))?;
         ok(
             "probe regMr(recvComm)",
-            reg(r, buf.as_mut_ptr().cast(), GPU_BUF_SIZE, PTR_HOST, &mut mh),
+            reg(r, buf.as_mut_ptr().cast(), GPU_BUF_SIZE, kind, &mut mh),
         )?;
         ok("probe deregMr(recvComm)", dereg(r, mh))?;
         ok(

@@ -140,6 +140,8 @@ pub struct Counters {
     pub irecv_grouped: u64,
     pub test: u64,
     pub iflush: u64,
+    /// iflush calls that returned a request (NULL means nothing to wait for).
+    pub iflush_req: u64,
     pub consumed: u64,
     pub bytes_verified: u64,
     pub zero_byte_msgs: u64,

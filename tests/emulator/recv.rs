@@ -218,6 +218,7 @@ impl Engine<'_, '_> {
                             )
                         })?;
                         self.c.iflush += 1;
+                        self.c.iflush_req += u64::from(!req.is_null());
                         a.subs[s].requests[slot] = req;
                     }
                     active = true;

@@ -1,7 +1,7 @@
 //! Connection setup and teardown as src/transport/net.cc does it: listen in recvProxySetup,
 //! connect/accept repeated in sendProxyConnect/recvProxyConnect, regMr per buffer, free.
 
-use super::abi::{NetV8, HANDLE_BYTES, PTR_HOST};
+use super::abi::{NetV8, HANDLE_BYTES, PTR_CUDA, PTR_HOST};
 use super::nccl::{ok, P};
 use super::plan::{Proto, P2P_CHUNK, SHARED_STEPS};
 use super::rendezvous::Rendezvous;
@@ -89,6 +89,10 @@ pub struct Setup<'n> {
     shared_recv: HashMap<(usize, usize), SharedComm>,
     pub share_comms: bool,
     pub stats: Stats,
+    /// resources->useGdr of the receive side: its buffers are device memory, registered with
+    /// NCCL_PTR_CUDA (recvProxyConnect, src/transport/net.cc 2.28.3: NCCL_NET_MAP_ADD_POINTER
+    /// with devMem = useGdr for every protocol and for the shared pool).
+    pub gdr_recv: bool,
     /// comm->nRanks and nChannels, for the connect-time setNetAttr hints.
     pub nranks: i32,
     pub nchannels: i32,
@@ -126,6 +130,7 @@ impl<'n> Setup<'n> {
             shared_recv: HashMap::new(),
             share_comms: max_recvs > 1,
             stats: Stats::default(),
+            gdr_recv: false,
             nranks: 2,
             nchannels: 1,
         }
@@ -345,10 +350,15 @@ impl<'n> Setup<'n> {
                 self.bufs.len() - 1
             };
             let (ptr, len) = (self.bufs[b].ptr, self.bufs[b].len);
+            let kind = if self.gdr_recv && !self.conns[i].send {
+                PTR_CUDA
+            } else {
+                PTR_HOST
+            };
             let c = &mut self.conns[i];
             // SAFETY: buffer outlives the registration (deregistered before it is freed).
             ok("regMr", unsafe {
-                reg(c.comm, ptr.cast(), len, PTR_HOST, &mut c.mh[p as usize])
+                reg(c.comm, ptr.cast(), len, kind, &mut c.mh[p as usize])
             })?;
             self.stats.reg += 1;
             c.buf[p as usize] = Some(b);

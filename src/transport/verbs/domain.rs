@@ -1,10 +1,13 @@
-//! One opened RDMA port a transport works on: context, protection domain, port facts and QP knobs,
-//! shared by every comm of the device; memory registration for NCCL buffers happens here.
+//! One opened RDMA port a transport works on: context, protection domain, port facts, QP knobs,
+//! GPUDirect capabilities and the registration cache, shared by every comm of the device.
 
+use super::caps::{self, GdrCaps};
 use super::device::{Context, DeviceInfo, PortInfo};
 use super::error::{Result, VerbsError};
 use super::resources::{MemoryRegion, ProtectionDomain};
 use super::tuning::{QpTuning, RelaxedOrdering};
+use crate::transport::regcache::RegCache;
+use std::path::Path;
 use std::sync::Arc;
 
 /// An opened device port ready to carry connections.
@@ -12,6 +15,9 @@ pub struct VerbsDomain {
     pd: Arc<ProtectionDomain>,
     port: PortInfo,
     tuning: QpTuning,
+    caps: GdrCaps,
+    /// Every regMr of every comm on this port goes through here (regIsGlobal = 1).
+    cache: RegCache<MemoryRegion>,
 }
 
 impl std::fmt::Debug for VerbsDomain {
@@ -45,11 +51,24 @@ impl VerbsDomain {
             RelaxedOrdering::Auto => ctx.verbs().reg_mr_iova2.is_some(),
         };
         let pd = ProtectionDomain::with_relaxed_ordering(&ctx, relaxed)?;
+        let caps = caps::detect(Path::new("/sys"), &pd).map_err(VerbsError::invalid)?;
         Ok(Arc::new(VerbsDomain {
             pd,
             port: info,
             tuning,
+            caps,
+            cache: RegCache::with_system_page(),
         }))
+    }
+
+    /// GPUDirect capabilities detected when the port was opened.
+    pub fn caps(&self) -> &GdrCaps {
+        &self.caps
+    }
+
+    /// The registration cache of this port.
+    pub fn reg_cache(&self) -> &RegCache<MemoryRegion> {
+        &self.cache
     }
 
     pub fn name(&self) -> &str {

@@ -37,6 +37,15 @@ pub enum VerbsError {
     Invalid { what: String },
     /// libibverbs.so.1 could not be loaded, or lacks a symbol the transport needs.
     Library(crate::transport::verbs::sys::LoadError),
+    /// A memory registration failed: `what` names the memory, `memlock` is (soft, hard)
+    /// RLIMIT_MEMLOCK when the errno (ENOMEM, EPERM) points at the pinned-memory limit.
+    Register {
+        op: &'static str,
+        device: String,
+        what: String,
+        errno: i32,
+        memlock: Option<(u64, u64)>,
+    },
 }
 
 impl VerbsError {
@@ -97,6 +106,36 @@ impl fmt::Display for VerbsError {
             }
             VerbsError::Invalid { what } => write!(f, "invalid verbs request: {what}"),
             VerbsError::Library(e) => write!(f, "{e}"),
+            VerbsError::Register {
+                op,
+                device,
+                what,
+                errno,
+                memlock,
+            } => {
+                write!(
+                    f,
+                    "{op} of {what} failed on RDMA device {device}: {} (errno {errno})",
+                    std::io::Error::from_raw_os_error(*errno)
+                )?;
+                if let Some((soft, hard)) = memlock {
+                    let v = |x: u64| {
+                        if x == libc::RLIM_INFINITY {
+                            "unlimited".to_string()
+                        } else {
+                            format!("{x} bytes")
+                        }
+                    };
+                    write!(
+                        f,
+                        "; pinned memory is capped by RLIMIT_MEMLOCK = {} (hard {}): raise it \
+                         (ulimit -l unlimited, or LimitMEMLOCK=infinity / docker --ulimit memlock=-1)",
+                        v(*soft),
+                        v(*hard)
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Safe RDMA verbs layer over libibverbs (dlopen'ed at run time, see `sys`): device discovery,
 //! PD/CQ/MR wrappers and RC QP sets (one control QP + N data QPs) driven without blocking.
 
+pub mod caps;
 pub mod completion;
 pub mod device;
 pub mod error;
@@ -32,13 +33,19 @@ pub mod bootstrap;
 pub mod connect;
 pub mod domain;
 pub mod fifo;
+pub mod flush;
+pub mod fork;
 pub mod listen;
+pub mod mrcache;
 pub mod peer;
 pub mod recv;
 pub mod send;
 
+pub use caps::GdrCaps;
 pub use connect::VerbsConnector;
 pub use domain::VerbsDomain;
+pub use flush::{FlushCounters, Flusher};
 pub use listen::VerbsListenComm;
+pub use mrcache::{CachedMr, MemSource};
 pub use recv::VerbsRecvComm;
 pub use send::VerbsSendComm;

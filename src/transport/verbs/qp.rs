@@ -399,6 +399,39 @@ impl RcQp {
         Ok(())
     }
 
+    /// Posts a signaled RDMA READ of `local.len` bytes from `remote` into `local` (iflush's
+    /// read through the loopback QP, as net_ib's ncclIbIflush posts it). Never blocks.
+    pub fn post_read(&self, wr_id: u64, local: LocalSlice, remote: RemoteSlice) -> Result<()> {
+        let mut sge = ib::ibv_sge {
+            addr: local.addr,
+            length: local.len,
+            lkey: local.lkey,
+        };
+        // SAFETY: plain old data, zero is valid for every field.
+        let mut wr: ib::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ib::IBV_WR_RDMA_READ;
+        wr.send_flags = ib::IBV_SEND_SIGNALED;
+        wr.wr.rdma = ib::ibv_send_wr_rdma {
+            remote_addr: remote.addr,
+            rkey: remote.rkey,
+        };
+        let mut bad: *mut ib::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: as in post_write: live QP, `wr` and `sge` live across the call, the local
+        // range is registered with local write access.
+        let rc = unsafe { (self.post_send_fn)(self.raw.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(VerbsError::Call {
+                op: "ibv_post_send(RDMA_READ)",
+                device: format!("{} (QP {})", self.device(), self.qpn),
+                errno: rc.abs(),
+            });
+        }
+        Ok(())
+    }
+
     /// Posts one zero-length receive (consumed by an incoming WRITE_WITH_IMM).
     pub fn post_recv(&self, wr_id: u64) -> Result<()> {
         // SAFETY: plain old data, zero is valid for every field.

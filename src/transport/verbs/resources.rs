@@ -271,6 +271,29 @@ impl MemoryRegion {
         })
     }
 
+    /// Takes ownership of a region registered elsewhere in this layer (dma-buf, cached page
+    /// ranges: see `mrcache`), which `addr`/`len` describe; deregistered on drop.
+    ///
+    /// # Safety
+    /// `raw` is a live `ibv_mr` of `pd` returned by a registration call and owned by no one else.
+    pub(super) unsafe fn adopt(
+        pd: &Arc<ProtectionDomain>,
+        raw: NonNull<ib::ibv_mr>,
+        addr: u64,
+        len: usize,
+    ) -> Self {
+        // SAFETY: a successful registration returns an initialised ibv_mr.
+        let (lkey, rkey) = unsafe { ((*raw.as_ptr()).lkey, (*raw.as_ptr()).rkey) };
+        MemoryRegion {
+            raw,
+            pd: Arc::clone(pd),
+            addr,
+            len,
+            lkey,
+            rkey,
+        }
+    }
+
     pub fn addr(&self) -> u64 {
         self.addr
     }

@@ -128,7 +128,7 @@ fn dlerror_text(fallback: &str) -> String {
 }
 
 /// Looks `name@version` up in `handle`.
-fn lookup(
+pub(super) fn lookup(
     handle: *mut c_void,
     name: &'static CStr,
     version: &'static CStr,
@@ -151,7 +151,7 @@ fn lookup(
 ///
 /// # Safety
 /// `p` must be the address of a function whose C prototype `F` spells exactly.
-unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
+pub(super) unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
     const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
     // SAFETY: same size (checked at compile time); function and data pointers share one
     // representation on the platforms libibverbs exists for; the caller vouches for the type.

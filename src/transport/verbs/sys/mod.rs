@@ -4,12 +4,16 @@
 
 pub mod attr;
 pub mod consts;
+pub mod gdr;
 pub mod library;
 pub mod objects;
 pub mod wr;
 
 pub use attr::*;
 pub use consts::*;
+pub use gdr::{
+    gdr_verbs, GdrVerbs, IBV_FORK_DISABLED, IBV_FORK_ENABLED, IBV_FORK_UNNEEDED, IBV_WR_RDMA_READ,
+};
 pub use library::{verbs, LoadError, Verbs, LIBIBVERBS};
 pub use objects::*;
 pub use wr::*;
