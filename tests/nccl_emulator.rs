@@ -322,27 +322,57 @@ fn ifield(line: &str, key: &str) -> i64 {
 /// ring with every protocol and all-to-all, two communicators each with dlclose/dlopen between.
 /// Checked per version: the 0x1 optional-completion hint on every irecv (v9+) is overwritten;
 /// the communicator's trafficClass (DQPLB_EMU_TC=72, v10+) is on the plugin's TCP sockets
-/// (getsockopt IP_TOS on this process's sockets: v10 marks connecting streams only, since v10's
-/// listen has no config; v11+ both sides); v11+ init/finalize per communicator with setNetAttr,
+/// (getsockopt IP_TOS on this process's sockets) or, over rxe0, in the GRH of its data QPs (what
+/// ibv_query_qp reports, logged per QP): v10 marks the connecting side only, since v10's listen
+/// has no config; v11+ both sides; profiler events (v10+) one per segment, all stopped, as many
+/// bytes as were sent; v11+ init/finalize per communicator with setNetAttr,
 /// and no descriptor or thread left after the last finalize + dlclose; v12 railId/planeId from
 /// NCCL_IB_HCA (`=lo::11`: fabricId 11, 8 rails -> rail 3, no plane) and -1 without it.
 #[test]
 fn native_versions_v9_v10_v11_v12() {
-    let tc = [("DQPLB_EMU_TC", "72")];
+    let verbs = on_verbs();
+    let dir = std::env::temp_dir().join(format!("dqplb-emu-versions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Over rxe0 the traffic class is checked on the data QPs (the plugin logs what
+    // ibv_query_qp reports for each), over TCP on the sockets.
+    let hca_dev = if verbs { "=rxe0:1:11" } else { "=lo::11" };
     for (nccl, v) in [("2.24", 9), ("2.26", 10), ("2.28", 11), ("2.30", 12)] {
         for work in ["ring", "a2a"] {
-            let hca = [("DQPLB_EMU_TC", "72"), ("NCCL_IB_HCA", "=lo::11")];
-            let extra: &[(&'static str, &str)] = if v == 12 && work == "a2a" { &hca } else { &tc };
-            for line in versioned(work, nccl, "12", extra) {
+            let log = dir.join(format!("{work}-{v}"));
+            let log_s = log.to_string_lossy().to_string();
+            let mut extra: Vec<(&'static str, &str)> = vec![("DQPLB_EMU_TC", "72")];
+            if verbs {
+                extra.push(("NCCL_DEBUG", "INFO"));
+                extra.push(("DQPLB_EMU_LOG_FILE", &log_s));
+            }
+            if v == 12 && work == "a2a" {
+                extra.push(("NCCL_IB_HCA", hca_dev));
+            }
+            let lines = versioned(work, nccl, "12", &extra);
+            let (qp_lines, qp_marked) = if verbs {
+                qp_traffic_classes(&log, 72)
+            } else {
+                (0, 0)
+            };
+            for line in lines {
                 assert_eq!(ifield(&line, "plugin_version"), v, "{line}");
                 assert!(ifield(&line, "hints") > 0, "{line}");
                 assert_eq!(ifield(&line, "hints_left"), 0, "{line}");
-                let (socks, marked) = (ifield(&line, "tcp_socks"), ifield(&line, "tos_marked"));
+                let (socks, marked) = if verbs {
+                    (qp_lines, qp_marked)
+                } else {
+                    (ifield(&line, "tcp_socks"), ifield(&line, "tos_marked"))
+                };
+                assert!(
+                    socks > 0,
+                    "no {} seen: {line}",
+                    if verbs { "data QP" } else { "socket" }
+                );
                 match v {
                     9 => assert_eq!(marked, 0, "{line}"),
-                    // The connecting side's streams only: about half of the sockets.
-                    10 => assert!(marked > 0 && marked < socks, "{line}"),
-                    _ => assert!(marked > 0 && marked == socks, "{line}"),
+                    // The connecting side's streams/QPs only: about half of them.
+                    10 => assert!(marked > 0 && marked < socks, "{marked} of {socks}: {line}"),
+                    _ => assert!(marked > 0 && marked == socks, "{marked} of {socks}: {line}"),
                 }
                 let finalizes = ifield(&line, "finalize");
                 assert_eq!(finalizes, if v >= 11 { 2 } else { 0 }, "{line}");
@@ -383,6 +413,41 @@ fn native_versions_v9_v10_v11_v12() {
             }
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether this run drives the plugin over RDMA (the Soft-RoCE VM sets NCCL_DQPLB_TRANSPORT).
+fn on_verbs() -> bool {
+    std::env::var("NCCL_DQPLB_TRANSPORT").as_deref() == Ok("verbs")
+}
+
+/// (data QPs the plugin reported, those whose queried GRH traffic class is `tc`), from its
+/// `data QP q (QPN n): GRH traffic class t (ibv_query_qp)` lines in a run's log files.
+fn qp_traffic_classes(log: &std::path::Path, tc: u32) -> (i64, i64) {
+    let (mut all, mut marked) = (0, 0);
+    let stem = log.file_name().unwrap().to_string_lossy().to_string();
+    for e in std::fs::read_dir(log.parent().unwrap()).unwrap() {
+        let e = e.unwrap();
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{stem}."))
+        {
+            continue;
+        }
+        for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let Some(rest) = l.split("GRH traffic class ").nth(1) else {
+                continue;
+            };
+            if !rest.contains("(ibv_query_qp)") {
+                continue;
+            }
+            all += 1;
+            let got: u32 = rest.split_whitespace().next().unwrap().parse().unwrap();
+            marked += i64::from(got == tc);
+        }
+    }
+    (all, marked)
 }
 
 /// ncclCommAbort with sends and receives in flight (closeSend/closeRecv after deregMr, requests
