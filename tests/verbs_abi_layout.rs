@@ -162,6 +162,25 @@ fn entries() -> Vec<Entry> {
         "cond" => cond,
         "events_completed" => events_completed,
     ]);
+    fields!(out, "struct ibv_srq", ibv_srq, [
+        "context" => context,
+        "srq_context" => srq_context,
+        "pd" => pd,
+        "handle" => handle,
+        "mutex" => mutex,
+        "cond" => cond,
+        "events_completed" => events_completed,
+    ]);
+    fields!(out, "struct ibv_srq_attr", ibv_srq_attr, [
+        "max_wr" => max_wr,
+        "max_sge" => max_sge,
+        "srq_limit" => srq_limit,
+    ]);
+    fields!(out, "struct ibv_srq_init_attr", ibv_srq_init_attr, [
+        "srq_context" => srq_context,
+        "attr" => attr,
+        "attr.max_wr" => attr.max_wr,
+    ]);
     fields!(out, "struct ibv_sge", ibv_sge, [
         "addr" => addr,
         "length" => length,

@@ -37,6 +37,7 @@ fn probe_write_imm_64mib_over_4qps() {
         n_data: QPS,
         send_depth: 32,
         recv_depth: 32,
+        srq_depth: 0,
     };
     let lb = loopback(&dev, cfg);
     let mut src = RegisteredBuffer::new(&lb.pd, MSG).expect("src");

@@ -1,5 +1,5 @@
-//! RDMA_WRITE_WITH_IMM between two loopback-connected QP sets: immediates arrive intact (network
-//! byte order handled), data is byte-exact for 0 / 1 / 4096 / 1 MiB+1 bytes, 32 writes in flight.
+//! RDMA_WRITE_WITH_IMM between loopback-connected QP sets: immediates intact (network order), data
+//! byte-exact for 0 / 1 / 4096 / 1 MiB+1 bytes, 32 writes in flight, data QPs on one shared SRQ.
 #![cfg(feature = "verbs")]
 
 mod verbs_support;
@@ -79,6 +79,7 @@ fn thirty_two_writes_in_flight_over_four_qps() {
         n_data: 4,
         send_depth: 16,
         recv_depth: 16,
+        srq_depth: 0,
     };
     let lb = loopback(&dev, cfg);
     const N: usize = 32;
@@ -168,5 +169,62 @@ fn control_qp_carries_plain_writes() {
     let mut back = [0u8; 30];
     dst.read(128, &mut back).expect("read");
     assert_eq!(&back, b"fifo entry: addr rkey size tag");
+    assert_quiet(&lb.b, Side::Recv);
+}
+
+/// The receiver's data QPs draw from one shared receive queue: 40 receives posted once (chained
+/// posts of up to 32), then 40 writes of which QP 0 takes 25 (far beyond a quarter) all land; a
+/// QP on the SRQ refuses receives of its own.
+#[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
+fn data_qps_share_one_receive_queue() {
+    let dev = require_device("data_qps_share_one_receive_queue");
+    let cfg = QpSetConfig {
+        n_data: 4,
+        send_depth: 32,
+        recv_depth: 1,
+        srq_depth: 40,
+    };
+    let lb = loopback(&dev, cfg);
+    let srq = lb.b.srq().expect("srq");
+    assert_eq!(srq.depth(), 40);
+    assert!(lb.b.data(1).expect("qp").post_recv(1).is_err());
+    srq.post_zero_len(40).expect("40 receives");
+    const N: usize = 40;
+    const SEG: usize = 1024;
+    let mut src = RegisteredBuffer::new(&lb.pd, N * SEG).expect("src");
+    let dst = RegisteredBuffer::new(&lb.pd, N * SEG).expect("dst");
+    let data = pattern(9, N * SEG);
+    src.write(0, &data).expect("fill");
+    let qp_of = |seq: usize| if seq < 25 { 0 } else { seq % 4 };
+    for seq in 0..N {
+        lb.a.data(qp_of(seq))
+            .expect("qp")
+            .post_write(
+                seq as u64,
+                src.mr().local(seq * SEG, SEG).expect("local"),
+                dst.mr().remote(seq * SEG).expect("remote"),
+                Some(seq as u32),
+                seq % 8 == 7 || seq == N - 1,
+            )
+            .expect("post");
+        if seq % 8 == 7 {
+            // keep each send queue within its depth: reap the signaled write
+            lb.a.check(&wait_for(&lb.a, Side::Send, 1)[0])
+                .expect("send ok");
+        }
+    }
+    let recvd = wait_for(&lb.b, Side::Recv, N);
+    let mut seqs = BTreeSet::new();
+    for wc in &recvd {
+        lb.b.check(wc).expect("recv ok");
+        let seq = wc.imm.expect("immediate") as usize;
+        assert_eq!(lb.b.role_of(wc.qp_num), Some(QpRole::Data(qp_of(seq))));
+        assert!(seqs.insert(seq), "sequence {seq} delivered twice");
+    }
+    assert_eq!(seqs, (0..N).collect());
+    let mut back = vec![0u8; N * SEG];
+    dst.read(0, &mut back).expect("read dst");
+    assert!(back == data, "payload differs");
     assert_quiet(&lb.b, Side::Recv);
 }

@@ -64,6 +64,7 @@ pub fn qp_config(p: &ConnParams) -> QpSetConfig {
         n_data: p.qps as usize,
         send_depth: p.outstanding.max(p.max_messages) + 1,
         recv_depth: data_recvs(p).max(p.max_messages) + 1,
+        srq_depth: 0,
     }
 }
 

@@ -54,7 +54,7 @@ impl Flusher {
             max_recv_wr: 1,
         };
         let port = domain.port();
-        let qp = RcQp::new(pd, &cq, &cq, port.port, caps)?;
+        let qp = RcQp::new(pd, &cq, &cq, None, port.port, caps)?;
         let (sgid, gid) = match port.gid {
             Some(g) => (g.index, g.gid),
             None => (0, [0u8; 16]),

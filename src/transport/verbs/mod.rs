@@ -8,6 +8,7 @@ pub mod error;
 pub mod qp;
 pub mod qpset;
 pub mod resources;
+pub mod srq;
 pub mod sys;
 pub mod sysfs;
 pub mod tuning;
@@ -23,6 +24,7 @@ pub use qpset::{ConnInfo, QpRole, QpSet, QpSetConfig, MAX_DATA_QPS};
 pub use resources::{
     CompletionQueue, LocalSlice, MemoryRegion, ProtectionDomain, RegisteredBuffer, RemoteSlice,
 };
+pub use srq::SharedReceiveQueue;
 pub use sysfs::{
     select_gid, select_gid_with, AddrFamily, AddrRange, GidEntry, GidKind, GidPolicy, LinkLayer,
     Sysfs,

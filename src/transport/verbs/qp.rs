@@ -4,6 +4,7 @@
 use super::device::mtu_code;
 use super::error::{Result, VerbsError};
 use super::resources::{CompletionQueue, LocalSlice, ProtectionDomain, RemoteSlice};
+use super::srq::SharedReceiveQueue;
 use super::sys as ib;
 use super::tuning::QpTuning;
 use std::ptr::NonNull;
@@ -112,6 +113,8 @@ pub struct RcQp {
     // keep the CQs alive as long as the QP references them
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
+    /// The shared receive queue this QP's incoming writes consume, if any (kept alive too).
+    srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 // SAFETY: posting to a QP is thread-safe in libibverbs (providers lock the queues); the Rust side
@@ -128,11 +131,13 @@ impl std::fmt::Debug for RcQp {
 
 impl RcQp {
     /// Creates an RC QP in RESET on `port`, completions to `send_cq` / `recv_cq`, one SGE per WR,
-    /// unsignaled by default (each post chooses).
+    /// unsignaled by default (each post chooses). With `srq` its receives come from that shared
+    /// queue (`caps.max_recv_wr` is then unused and `post_recv` refused).
     pub fn new(
         pd: &Arc<ProtectionDomain>,
         send_cq: &Arc<CompletionQueue>,
         recv_cq: &Arc<CompletionQueue>,
+        srq: Option<&Arc<SharedReceiveQueue>>,
         port: u8,
         caps: QpCaps,
     ) -> Result<Self> {
@@ -143,9 +148,14 @@ impl RcQp {
         init.qp_type = ib::IBV_QPT_RC;
         init.sq_sig_all = 0;
         init.cap.max_send_wr = caps.max_send_wr.max(1);
-        init.cap.max_recv_wr = caps.max_recv_wr.max(1);
+        match srq {
+            Some(q) => init.srq = q.as_ptr(),
+            None => {
+                init.cap.max_recv_wr = caps.max_recv_wr.max(1);
+                init.cap.max_recv_sge = 1;
+            }
+        }
         init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = REQUESTED_INLINE;
         let v = pd.context().verbs();
         // SAFETY: live PD and CQs of the same context; `init` is fully initialised.
@@ -186,6 +196,7 @@ impl RcQp {
             pd: Arc::clone(pd),
             _send_cq: Arc::clone(send_cq),
             _recv_cq: Arc::clone(recv_cq),
+            srq: srq.map(Arc::clone),
         })
     }
 
@@ -199,6 +210,11 @@ impl RcQp {
 
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// The shared receive queue this QP draws from (None: its own receive queue).
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        self.srq.as_ref()
     }
 
     /// Bytes one write may carry inline (0: the provider granted none).
@@ -432,8 +448,16 @@ impl RcQp {
         Ok(())
     }
 
-    /// Posts one zero-length receive (consumed by an incoming WRITE_WITH_IMM).
+    /// Posts one zero-length receive (consumed by an incoming WRITE_WITH_IMM); refused for a QP
+    /// on a shared receive queue (post to the SRQ instead).
     pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(VerbsError::invalid(format!(
+                "{} (QP {}): receives of this QP come from its shared receive queue",
+                self.device(),
+                self.qpn
+            )));
+        }
         // SAFETY: plain old data, zero is valid for every field.
         let mut wr: ib::ibv_recv_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;

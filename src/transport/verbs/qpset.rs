@@ -1,11 +1,12 @@
-//! A connection's queue pairs: one control QP plus N data QPs sharing one send CQ and one receive
-//! CQ, connected as a unit from the peer's `ConnInfo`, polled without blocking or allocating.
+//! A connection's queue pairs: one control QP plus N data QPs sharing one send CQ, one receive CQ
+//! and optionally one shared receive queue, connected as a unit, polled without blocking.
 
 use super::completion::WorkCompletion;
 use super::device::PortInfo;
 use super::error::{Result, VerbsError};
 use super::qp::{QpCaps, QpEndpoint, RcQp};
 use super::resources::{CompletionQueue, ProtectionDomain};
+use super::srq::SharedReceiveQueue;
 use super::tuning::QpTuning;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,6 +23,9 @@ pub struct QpSetConfig {
     pub send_depth: u32,
     /// Receive work requests per QP (zero-length receives kept posted).
     pub recv_depth: u32,
+    /// Non-zero: the data QPs draw their receives from one shared receive queue of this depth
+    /// (clamped to the device's max_srq_wr) instead of `recv_depth` each.
+    pub srq_depth: u32,
 }
 
 impl Default for QpSetConfig {
@@ -30,6 +34,7 @@ impl Default for QpSetConfig {
             n_data: 4,
             send_depth: 128,
             recv_depth: 128,
+            srq_depth: 0,
         }
     }
 }
@@ -99,6 +104,7 @@ pub struct QpSet {
     pd: Arc<ProtectionDomain>,
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
+    srq: Option<Arc<SharedReceiveQueue>>,
     control: RcQp,
     data: Vec<RcQp>,
     local: ConnInfo,
@@ -148,14 +154,22 @@ impl QpSet {
         };
         let n_qps = cfg.n_data as u32 + 1;
         let send_cq = CompletionQueue::new(pd.context(), cfg.send_depth.saturating_mul(n_qps))?;
-        let recv_cq = CompletionQueue::new(pd.context(), cfg.recv_depth.saturating_mul(n_qps))?;
+        let srq = match cfg.srq_depth {
+            0 => None,
+            d => Some(SharedReceiveQueue::new(pd, d)?),
+        };
+        let recv_entries = match &srq {
+            Some(q) => q.depth().saturating_add(cfg.recv_depth),
+            None => cfg.recv_depth.saturating_mul(n_qps),
+        };
+        let recv_cq = CompletionQueue::new(pd.context(), recv_entries)?;
         let caps = QpCaps {
             max_send_wr: cfg.send_depth,
             max_recv_wr: cfg.recv_depth,
         };
-        let control = RcQp::new(pd, &send_cq, &recv_cq, port.port, caps)?;
+        let control = RcQp::new(pd, &send_cq, &recv_cq, None, port.port, caps)?;
         let data = (0..cfg.n_data)
-            .map(|_| RcQp::new(pd, &send_cq, &recv_cq, port.port, caps))
+            .map(|_| RcQp::new(pd, &send_cq, &recv_cq, srq.as_ref(), port.port, caps))
             .collect::<Result<Vec<_>>>()?;
         let endpoint = |qp: &RcQp| QpEndpoint {
             qpn: qp.qpn(),
@@ -180,6 +194,7 @@ impl QpSet {
             pd: Arc::clone(pd),
             send_cq,
             recv_cq,
+            srq,
             control,
             data,
             local,
@@ -231,6 +246,11 @@ impl QpSet {
 
     pub fn control(&self) -> &RcQp {
         &self.control
+    }
+
+    /// The data QPs' shared receive queue (None when each has its own receive queue).
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        self.srq.as_ref()
     }
 
     pub fn n_data(&self) -> usize {

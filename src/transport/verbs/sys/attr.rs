@@ -1,7 +1,7 @@
 //! Attribute structs passed to and filled by libibverbs: GIDs, address vectors, QP creation and
 //! modification attributes, port and device attributes.
 
-use super::objects::ibv_cq;
+use super::objects::{ibv_cq, ibv_srq};
 use libc::{c_char, c_int, c_uint, c_void};
 
 #[repr(C)]
@@ -58,12 +58,27 @@ pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    /// `struct ibv_srq *`.
-    pub srq: *mut c_void,
+    /// NULL: the QP has its own receive queue.
+    pub srq: *mut ibv_srq,
     pub cap: ibv_qp_cap,
     /// `enum ibv_qp_type`.
     pub qp_type: u32,
     pub sq_sig_all: c_int,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
 }
 
 #[repr(C)]

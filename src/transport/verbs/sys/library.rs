@@ -1,8 +1,10 @@
 //! The libibverbs function table: dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL) once per process
 //! and every entry resolved with dlvsym at IBVERBS_1.1 (as NCCL's ibvsymbols.cc does).
 
-use super::attr::{ibv_device_attr, ibv_gid, ibv_port_attr, ibv_qp_attr, ibv_qp_init_attr};
-use super::objects::{ibv_context, ibv_cq, ibv_device, ibv_mr, ibv_pd, ibv_qp};
+use super::attr::{
+    ibv_device_attr, ibv_gid, ibv_port_attr, ibv_qp_attr, ibv_qp_init_attr, ibv_srq_init_attr,
+};
+use super::objects::{ibv_context, ibv_cq, ibv_device, ibv_mr, ibv_pd, ibv_qp, ibv_srq};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
 use std::fmt;
@@ -49,7 +51,7 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 /// The verbs this transport calls outside the data path. The data-path verbs (post_send,
-/// post_recv, poll_cq) are inline in verbs.h and go through `ibv_context.ops` instead.
+/// post_recv, post_srq_recv, poll_cq) are inline in verbs.h and go through `ibv_context.ops` instead.
 pub struct Verbs {
     pub get_device_list: unsafe extern "C" fn(num_devices: *mut c_int) -> *mut *mut ibv_device,
     pub free_device_list: unsafe extern "C" fn(list: *mut *mut ibv_device),
@@ -107,6 +109,9 @@ pub struct Verbs {
         comp_vector: c_int,
     ) -> *mut ibv_cq,
     pub destroy_cq: unsafe extern "C" fn(cq: *mut ibv_cq) -> c_int,
+    pub create_srq:
+        unsafe extern "C" fn(pd: *mut ibv_pd, init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    pub destroy_srq: unsafe extern "C" fn(srq: *mut ibv_srq) -> c_int,
     pub create_qp:
         unsafe extern "C" fn(pd: *mut ibv_pd, init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp:
@@ -201,6 +206,8 @@ impl Verbs {
             dereg_mr: required!(handle, c"ibv_dereg_mr"),
             create_cq: required!(handle, c"ibv_create_cq"),
             destroy_cq: required!(handle, c"ibv_destroy_cq"),
+            create_srq: required!(handle, c"ibv_create_srq"),
+            destroy_srq: required!(handle, c"ibv_destroy_srq"),
             create_qp: required!(handle, c"ibv_create_qp"),
             modify_qp: required!(handle, c"ibv_modify_qp"),
             destroy_qp: required!(handle, c"ibv_destroy_qp"),

@@ -1,5 +1,5 @@
 //! The verbs objects as libibverbs lays them out (ibv_device, ibv_context with its `ops` table,
-//! ibv_pd, ibv_cq, ibv_qp, ibv_mr); only the data-path ops are typed, the rest are opaque slots.
+//! ibv_pd, ibv_cq, ibv_srq, ibv_qp, ibv_mr); only the data-path ops are typed, the rest are opaque.
 
 use super::wr::{ibv_recv_wr, ibv_send_wr, ibv_wc};
 use libc::{c_char, c_int, c_void};
@@ -21,6 +21,11 @@ pub type PostSendFn = unsafe extern "C" fn(
 ) -> c_int;
 pub type PostRecvFn = unsafe extern "C" fn(
     qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int;
+pub type PostSrqRecvFn = unsafe extern "C" fn(
+    srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int;
@@ -66,7 +71,7 @@ pub struct ibv_context_ops {
     pub _compat_modify_srq: OpaqueFn,
     pub _compat_query_srq: OpaqueFn,
     pub _compat_destroy_srq: OpaqueFn,
-    pub post_srq_recv: OpaqueFn,
+    pub post_srq_recv: Option<PostSrqRecvFn>,
     pub _compat_create_qp: OpaqueFn,
     pub _compat_query_qp: OpaqueFn,
     pub _compat_modify_qp: OpaqueFn,
@@ -129,12 +134,23 @@ pub struct ibv_qp {
     pub pd: *mut ibv_pd,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    /// `struct ibv_srq *` (never used here).
-    pub srq: *mut c_void,
+    pub srq: *mut ibv_srq,
     pub handle: u32,
     pub qp_num: u32,
     pub state: u32,
     pub qp_type: u32,
+    pub mutex: libc::pthread_mutex_t,
+    pub cond: libc::pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq`: a shared receive queue (the receive side's data QPs draw from one).
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
     pub mutex: libc::pthread_mutex_t,
     pub cond: libc::pthread_cond_t,
     pub events_completed: u32,
