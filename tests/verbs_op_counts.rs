@@ -146,7 +146,7 @@ fn one_segment_message_counts() {
         // send comm: the write, its completion, one poll (in test(); isend posts, reads the
         // FIFO in memory and polls nothing)
         (8, 0, 8, 8),
-        // recv comm: the announcement (plain write) + 1 data receive repost per message; the data
+        // recv comm: the announcement (plain write) + 1 SRQ receive repost per message; the data
         // completion and one poll per message, plus the control QP's send queue drained once:
         // 8 receive slots give a 9-deep control send queue, every 4th announcement signaled,
         // reaped when the queue is full (in the first measured irecv: 2 completions, 1 poll)
@@ -156,7 +156,9 @@ fn one_segment_message_counts() {
 }
 
 /// 4 MiB = 32 segments of 128 KiB over 4 QPs x 4 outstanding (the window refills twice); the
-/// polls depend on how completions batch up and are not checked.
+/// polls depend on how completions batch up and are not checked. The receiver's 32 receives go
+/// back into its SRQ in one chained post of 32 (counted as 32 receive posts), fewer than the 56
+/// (credit_batch) that would need a credit word: the next announcement carries the credit.
 ///
 /// BEFORE: send comm 32 + 1 posts, 33 completions; recv comm 1 + 32 posts, 33 completions per
 /// message: (256, 8, 264) and (8, 256, 264) here.
@@ -168,6 +170,24 @@ fn large_message_counts() {
         4 << 20,
         (32 * 8, 0, 32 * 8, 0),
         (8, 32 * 8, 32 * 8 + 2, 0),
+        false,
+    );
+}
+
+/// 16 MiB = 128 segments: the whole SRQ (4 QPs x 32 receives), so the sender's credit from the
+/// announcement lasts exactly one message. The receiver reaps the 128 completions in one test()
+/// (4 polls of 32, each batch reposted), then 128 >= 56 receives are unpublished and one credit
+/// word goes out: 2 control writes per message (announcement + credit word). 16 control writes
+/// over the 8 measured messages with the 9-deep control send queue (every 4th signaled) are
+/// reaped twice, 2 completions each (before control writes 16 and 24).
+#[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
+fn whole_srq_message_counts() {
+    check(
+        "whole_srq_message_counts",
+        16 << 20,
+        (128 * 8, 0, 128 * 8, 0),
+        (2 * 8, 128 * 8, 128 * 8 + 4, 0),
         false,
     );
 }

@@ -48,23 +48,29 @@ pub fn decode_open_tail(b: &[u8]) -> NetResult<(RemoteSlice, ConnInfo)> {
     Ok((fifo, info))
 }
 
-/// Zero-length receives a receiver keeps posted per data QP: 8 windows (at most 1024, never under
-/// 2 windows), because
-/// the sender refills a QP as soon as a write is acknowledged, before the receiver has polled that
-/// write's completion and replenished its receive. Measured on rxe: 2 windows still drew 79 RNR
-/// NAKs per 64 MiB (4 QPs x 4, 1 MiB segments) and halved throughput; 8 windows drew none.
+/// Zero-length receives a receiver keeps posted per data QP's share of its SRQ: 8 windows (at
+/// most 1024, never under 2 windows). Measured on rxe with per-QP receive queues, before the
+/// credit: 2 windows drew 79 RNR NAKs per 64 MiB (4 QPs x 4, 1 MiB segments), 8 windows none.
 pub fn data_recvs(p: &ConnParams) -> u32 {
     (8 * p.outstanding).min(1024).max(2 * p.outstanding)
 }
 
-/// QP set sizes for a connection: data QPs deep enough for the outstanding window (send) and
-/// `data_recvs` (receive), the control QP for every announcement.
-pub fn qp_config(p: &ConnParams) -> QpSetConfig {
+/// Depth of a receive comm's shared receive queue: `data_recvs` for each data QP (the SRQ clamps
+/// it to the device's max_srq_wr). The sender never has more writes unreceived than the credit
+/// allows, so this only sets how far ahead of the receiver's polling the sender may run.
+pub fn srq_recvs(p: &ConnParams) -> u32 {
+    u32::from(p.qps).saturating_mul(data_recvs(p))
+}
+
+/// QP set sizes for a connection: data QPs deep enough for the outstanding window (send); the
+/// receiver's data QPs share one SRQ of `srq_recvs`. No QP has receives of its own: the
+/// announcements and credit words are plain RDMA writes (the minimum of 1 is verbs' floor).
+pub fn qp_config(p: &ConnParams, receiver: bool) -> QpSetConfig {
     QpSetConfig {
         n_data: p.qps as usize,
         send_depth: p.outstanding.max(p.max_messages) + 1,
-        recv_depth: data_recvs(p).max(p.max_messages) + 1,
-        srq_depth: 0,
+        recv_depth: 1,
+        srq_depth: if receiver { srq_recvs(p) } else { 0 },
     }
 }
 
@@ -208,9 +214,14 @@ mod tests {
         assert_eq!(data_recvs(&params(4)), 32);
         assert_eq!(data_recvs(&params(256)), 1024);
         assert_eq!(data_recvs(&params(2048)), 4096);
-        let c = qp_config(&params(4));
-        assert_eq!(c.n_data, 2);
-        assert!(c.recv_depth > data_recvs(&params(4)));
+        assert_eq!(srq_recvs(&params(4)), 2 * 32);
+        let c = qp_config(&params(4), true);
+        assert_eq!((c.n_data, c.recv_depth, c.srq_depth), (2, 1, 64));
         assert!(c.send_depth > 32, "control QP holds every announcement");
+        assert_eq!(
+            qp_config(&params(4), false).srq_depth,
+            0,
+            "the sender receives nothing"
+        );
     }
 }

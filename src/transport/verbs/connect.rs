@@ -8,7 +8,7 @@ use socket2::Socket;
 
 use super::bootstrap::{encode_open, hello, keepalive, pull, push, qp_config};
 use super::domain::VerbsDomain;
-use super::fifo::FIFO_ENTRY_BYTES;
+use super::fifo::region_bytes;
 use super::qpset::{ConnInfo, QpSet};
 use super::recv::READY;
 use super::resources::RegisteredBuffer;
@@ -69,10 +69,15 @@ impl VerbsConnector {
         if let Some(tc) = traffic_class {
             tuning.traffic_class = tc;
         }
-        let qps =
-            QpSet::new(domain.pd(), domain.port(), tuning, qp_config(&params)).map_err(verr)?;
-        let fifo_bytes = params.max_messages as usize * FIFO_ENTRY_BYTES;
-        let fifo = RegisteredBuffer::new(domain.pd(), fifo_bytes).map_err(verr)?;
+        let qps = QpSet::new(
+            domain.pd(),
+            domain.port(),
+            tuning,
+            qp_config(&params, false),
+        )
+        .map_err(verr)?;
+        let fifo =
+            RegisteredBuffer::new(domain.pd(), region_bytes(params.max_messages)).map_err(verr)?;
         let opts = TcpOptions {
             nodelay: true,
             ..TcpOptions::default()
@@ -141,9 +146,6 @@ impl VerbsConnector {
                         .as_ref()
                         .ok_or_else(|| NetError::internal("verbs connector lost its QP set"))?;
                     qps.connect(&remote).map_err(verr)?;
-                    for k in 0..self.params.max_messages {
-                        qps.control().post_recv(u64::from(k)).map_err(verr)?;
-                    }
                     self.stage = Stage::Ready { sock, sent: 0 };
                 }
                 Stage::Ready { mut sock, mut sent } => {

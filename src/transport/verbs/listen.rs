@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 
-use super::bootstrap::{data_recvs, decode_open_tail, keepalive, open_len, pull, push, qp_config};
+use super::bootstrap::{decode_open_tail, keepalive, open_len, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::qpset::QpSet;
 use super::recv::VerbsRecvComm;
@@ -169,14 +169,12 @@ impl VerbsListenComm {
                     if let Some(tc) = self.traffic_class {
                         tuning.traffic_class = tc;
                     }
-                    let qps =
-                        QpSet::new(d.pd(), d.port(), tuning, qp_config(&params)).map_err(verr)?;
+                    let qps = QpSet::new(d.pd(), d.port(), tuning, qp_config(&params, true))
+                        .map_err(verr)?;
                     qps.connect(&remote).map_err(verr)?;
-                    for q in 0..qps.n_data() {
-                        let qp = qps.data(q).map_err(verr)?;
-                        for k in 0..data_recvs(&params) {
-                            qp.post_recv(u64::from(k)).map_err(verr)?;
-                        }
+                    // the SRQ is filled before the reply: the sender's credit starts at its depth
+                    if let Some(srq) = qps.srq() {
+                        srq.post_zero_len(srq.depth()).map_err(verr)?;
                     }
                     let out = qps.local_info().encode();
                     p.stage = Stage::Reply {

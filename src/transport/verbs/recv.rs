@@ -1,7 +1,6 @@
 //! Receiver side of a verbs connection: announces each posted buffer by RDMA-writing a FIFO entry
-//! into the sender's FIFO (control QP, a plain write the sender finds in memory, signaled only
-//! every `cts_signal_every`-th so the send queue drains), feeds data-QP receive CQEs to the
-//! engine, replenishes zero-length receives, completes messages in order.
+//! (with the receive credit) into the sender's FIFO on the control QP, feeds data-QP receive CQEs
+//! to the engine, refills the shared receive queue in batches and publishes the new credit.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -9,16 +8,19 @@ use std::net::TcpStream;
 
 use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
 use super::fifo::{
-    trailer, trailer_offset, wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
+    credit_offset, encode_credit, trailer, trailer_offset, wire_len, FifoBuf, FifoEntry,
+    CREDIT_WORD_BYTES, FIFO_CREDIT_OFFSET, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
 };
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
-use super::resources::{MemoryRegion, RegisteredBuffer, RemoteSlice};
+use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
+use super::srq::SharedReceiveQueue;
 use crate::engine::Receiver;
 use crate::transport::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult, UserBuf};
+use std::sync::Arc;
 
 /// Byte the sender writes on the bootstrap socket once its QPs can receive announcements.
 pub(super) const READY: u8 = 0x52;
@@ -40,11 +42,22 @@ pub struct VerbsRecvComm {
     fifo: RemoteSlice,
     fifo_len: u32,
     announced: u32,
-    /// Announcement writes in the control QP's send queue not yet known complete (freed when a
+    /// Control-QP writes posted (announcements and credit words), in total: each one's wr_id.
+    ctl_writes: u32,
+    /// Control writes in the control QP's send queue not yet known complete (freed when a
     /// signaled one's completion is reaped: every write before it is complete too).
     cts_in_sq: u32,
-    /// Every this-many-th announcement is signaled (at most half the control send queue).
+    /// Every this-many-th control write is signaled (at most half the control send queue).
     cts_signal_every: u32,
+    /// The data QPs' shared receive queue.
+    srq: Arc<SharedReceiveQueue>,
+    /// Receives posted to the SRQ, in total (wrapping): the credit.
+    posted: u32,
+    /// The credit last sent to the sender (in an announcement or a credit word).
+    published: u32,
+    /// A credit word goes out once this many receives were posted since the last publication
+    /// and no announcement carried them.
+    credit_batch: u32,
     /// The control QP's send queue depth.
     cts_sq_depth: u32,
     waiting: VecDeque<u32>,
@@ -60,6 +73,17 @@ pub struct VerbsRecvComm {
     peer: String,
 }
 
+/// Receives posted since the last publication that make a credit word worth a write: half the
+/// SRQ's room beyond the window, so the sender keeps more than a window of credit while the
+/// receiver polls (a quarter of the SRQ when it is not deeper than the window).
+fn credit_batch(srq_depth: u32, window: u32) -> u32 {
+    if srq_depth > window {
+        ((srq_depth - window) / 2).max(1)
+    } else {
+        (srq_depth / 4).max(1)
+    }
+}
+
 /// The largest power of two at most half of `sq_depth - 1` (at least 1): a send queue of
 /// `sq_depth` then always holds a signaled write among the unreaped ones before it fills, also
 /// across the u32 wrap of the sequence number.
@@ -69,7 +93,8 @@ fn signal_interval(sq_depth: u32) -> u32 {
 }
 
 impl VerbsRecvComm {
-    /// Takes a connected QP set whose data QPs have receives posted; `fifo` is the sender's FIFO.
+    /// Takes a connected QP set whose SRQ is full (every receive posted); `fifo` is the sender's
+    /// FIFO region (`params.max_messages` entries, then the credit word).
     pub(super) fn new(
         qps: QpSet,
         boot: TcpStream,
@@ -82,8 +107,14 @@ impl VerbsRecvComm {
         // Every buffer of every group is one engine message, completed in posting order.
         let engine = Receiver::new(window, n * MAX_RECVS)
             .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
-        let staging = RegisteredBuffer::new(qps.pd(), n * FIFO_ENTRY_BYTES).map_err(verr)?;
         let cts_sq_depth = qps.control().caps().max_send_wr.max(1);
+        // the announcements by slot, then one credit word per control send-queue entry
+        let staging_bytes = credit_offset(n as u32) + cts_sq_depth as usize * CREDIT_WORD_BYTES;
+        let staging = RegisteredBuffer::new(qps.pd(), staging_bytes).map_err(verr)?;
+        let srq = qps.srq().cloned().ok_or_else(|| {
+            NetError::internal("verbs receive comm without a shared receive queue")
+        })?;
+        let posted = srq.depth();
         Ok(VerbsRecvComm {
             qps,
             boot: Some(boot),
@@ -92,9 +123,14 @@ impl VerbsRecvComm {
             fifo,
             fifo_len: n as u32,
             announced: 0,
+            ctl_writes: 0,
             cts_in_sq: 0,
             cts_signal_every: signal_interval(cts_sq_depth),
             cts_sq_depth,
+            credit_batch: credit_batch(posted, window),
+            srq,
+            posted,
+            published: 0,
             waiting: VecDeque::with_capacity(n),
             engine,
             slots: Slots::new(n),
@@ -120,9 +156,19 @@ impl VerbsRecvComm {
         &self.ops
     }
 
-    /// Every this-many-th receive announcement asks for a completion.
+    /// Every this-many-th control write (announcement or credit word) asks for a completion.
     pub fn announce_signal_interval(&self) -> u32 {
         self.cts_signal_every
+    }
+
+    /// Receives the shared receive queue holds when full (the sender's first credit).
+    pub fn srq_depth(&self) -> u32 {
+        self.srq.depth()
+    }
+
+    /// A credit word goes out after this many receives posted without an announcement.
+    pub fn credit_batch(&self) -> u32 {
+        self.credit_batch
     }
 
     pub fn qp_set(&self) -> &QpSet {
@@ -132,13 +178,15 @@ impl VerbsRecvComm {
     /// One-line state summary for logs and stall diagnostics.
     pub fn debug_state(&self) -> String {
         format!(
-            "recv from {}: expected seq {}, {} posted, {} pending, {} announced, {} waiting, ready {}, failed: {:?}",
+            "recv from {}: expected seq {}, {} posted, {} pending, {} announced, {} waiting, credit {} published {}, ready {}, failed: {:?}",
             self.peer,
             self.engine.expected_seq(),
             self.engine.posted(),
             self.engine.pending(),
             self.announced,
             self.waiting.len(),
+            self.posted,
+            self.published,
             self.boot.is_none(),
             self.failed.check().err().map(|e| e.msg)
         )
@@ -267,6 +315,7 @@ impl VerbsRecvComm {
         self.check_ready()?;
         self.announce()?;
         self.reap_data()?;
+        self.publish_credit()?;
         while let Some((token, size)) = self.engine.poll_done() {
             let group = token / MAX_RECVS as u32;
             let Some(g) = self.slots.active_mut(group) else {
@@ -317,12 +366,8 @@ impl VerbsRecvComm {
             return Ok(());
         }
         while let Some(&slot) = self.waiting.front() {
-            if self.cts_in_sq + 1 >= self.cts_sq_depth {
-                // Send queue full of unsignaled writes: reap the signaled one among them.
-                self.reap_control()?;
-                if self.cts_in_sq + 1 >= self.cts_sq_depth {
-                    return Ok(());
-                }
+            if !self.control_room()? {
+                return Ok(());
             }
             self.waiting.pop_front();
             let off = slot as usize * FIFO_ENTRY_BYTES;
@@ -330,6 +375,9 @@ impl VerbsRecvComm {
             let seq = self.announced;
             self.staging
                 .write(off + FIFO_SEQ_OFFSET, &seq.to_le_bytes())
+                .map_err(verr)?;
+            self.staging
+                .write(off + FIFO_CREDIT_OFFSET, &self.posted.to_le_bytes())
                 .map_err(verr)?;
             self.staging
                 .write(off + trailer_offset(count), &trailer(seq).to_le_bytes())
@@ -344,15 +392,65 @@ impl VerbsRecvComm {
                 addr: self.fifo.addr + u64::from(idx) * FIFO_ENTRY_BYTES as u64,
                 rkey: self.fifo.rkey,
             };
-            let signaled = seq % self.cts_signal_every == self.cts_signal_every - 1;
-            self.qps
-                .control()
-                .post_write(u64::from(seq), local, remote, None, signaled)
-                .map_err(verr)?;
-            self.ops.send_posts += 1;
-            self.cts_in_sq += 1;
+            self.post_control(local, remote)?;
+            self.published = self.posted;
             self.announced = self.announced.wrapping_add(1);
         }
+        Ok(())
+    }
+
+    /// Whether the control send queue has room for one more write (reaping it when full).
+    fn control_room(&mut self) -> NetResult<bool> {
+        if self.cts_in_sq + 1 >= self.cts_sq_depth {
+            // Send queue full of unsignaled writes: reap the signaled one among them.
+            self.reap_control()?;
+        }
+        Ok(self.cts_in_sq + 1 < self.cts_sq_depth)
+    }
+
+    /// Posts one control write (announcement or credit word), signaled every k-th.
+    fn post_control(&mut self, local: LocalSlice, remote: RemoteSlice) -> NetResult<()> {
+        let k = self.ctl_writes;
+        let signaled = k % self.cts_signal_every == self.cts_signal_every - 1;
+        self.qps
+            .control()
+            .post_write(u64::from(k), local, remote, None, signaled)
+            .map_err(verr)?;
+        self.ops.send_posts += 1;
+        self.cts_in_sq += 1;
+        self.ctl_writes = k.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Writes the credit word into the sender's FIFO region once `credit_batch` receives were
+    /// posted since the last publication (an announcement waiting to go carries them instead).
+    /// Its source is one of `cts_sq_depth` staging words, by write count: a word is rewritten
+    /// only after the write that read it is known complete.
+    fn publish_credit(&mut self) -> NetResult<()> {
+        if self.boot.is_some()
+            || !self.waiting.is_empty()
+            || self.posted.wrapping_sub(self.published) < self.credit_batch
+            || !self.control_room()?
+        {
+            return Ok(());
+        }
+        let credit = self.posted;
+        let src = credit_offset(self.fifo_len)
+            + (self.ctl_writes % self.cts_sq_depth) as usize * CREDIT_WORD_BYTES;
+        self.staging
+            .write(src, &encode_credit(credit))
+            .map_err(verr)?;
+        let local = self
+            .staging
+            .mr()
+            .local(src, CREDIT_WORD_BYTES)
+            .map_err(verr)?;
+        let remote = RemoteSlice {
+            addr: self.fifo.addr + credit_offset(self.fifo_len) as u64,
+            rkey: self.fifo.rkey,
+        };
+        self.post_control(local, remote)?;
+        self.published = credit;
         Ok(())
     }
 
@@ -363,10 +461,13 @@ impl VerbsRecvComm {
             for i in 0..n {
                 let wc = self.wcs[i];
                 self.qps.check(&wc).map_err(|e| {
-                    NetError::remote(format!("{}: announcement failed: {e}", self.peer))
+                    NetError::remote(format!("{}: control write failed: {e}", self.peer))
                 })?;
-                // wr_id = the announcement's seq: it and every write before it are done.
-                let done = self.announced.wrapping_sub(wc.wr_id as u32).wrapping_sub(1);
+                // wr_id = the write's number: it and every control write before it are done.
+                let done = self
+                    .ctl_writes
+                    .wrapping_sub(wc.wr_id as u32)
+                    .wrapping_sub(1);
                 self.cts_in_sq = self.cts_in_sq.min(done);
             }
             if n < POLL_BATCH {
@@ -384,7 +485,7 @@ impl VerbsRecvComm {
                 self.qps
                     .check(&wc)
                     .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
-                let Some(QpRole::Data(q)) = self.qps.role_of(wc.qp_num) else {
+                let Some(QpRole::Data(_)) = self.qps.role_of(wc.qp_num) else {
                     return Err(NetError::remote(format!(
                         "{}: receive completion on non-data QP {}",
                         self.peer, wc.qp_num
@@ -396,11 +497,13 @@ impl VerbsRecvComm {
                 self.engine
                     .arrived(imm, wc.byte_len)
                     .map_err(|e| NetError::remote(format!("{}: protocol error: {e}", self.peer)))?;
-                self.qps
-                    .data(q)
-                    .and_then(|qp| qp.post_recv(wc.wr_id))
-                    .map_err(verr)?;
-                self.ops.recv_posts += 1;
+            }
+            // the batch's receives back into the SRQ in one chained post, before any credit for
+            // them is published
+            if n > 0 {
+                self.srq.post_zero_len(n as u32).map_err(verr)?;
+                self.ops.recv_posts += n as u64;
+                self.posted = self.posted.wrapping_add(n as u32);
             }
             if n < POLL_BATCH {
                 return Ok(());
@@ -426,6 +529,16 @@ mod tests {
         assert_eq!(super::signal_interval(9), 4);
         assert_eq!(super::signal_interval(10), 4);
         assert_eq!(super::signal_interval(129), 64);
+        assert_eq!(super::credit_batch(128, 16), 56);
+        assert_eq!(super::credit_batch(16, 16), 4);
+        assert_eq!(super::credit_batch(2, 16), 1);
+        for (d, w) in [(128, 16), (1024, 512), (18, 16), (4096, 1)] {
+            let b = super::credit_batch(d, w);
+            assert!(
+                d - b > w,
+                "{d}/{w}: the sender keeps more than a window of credit"
+            );
+        }
         for d in 3..300 {
             let k = super::signal_interval(d);
             assert!(k.is_power_of_two() && 2 * k < d, "{d} -> {k}");

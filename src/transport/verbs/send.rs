@@ -1,13 +1,13 @@
-//! Sender side of a verbs connection: reads receive announcements from its FIFO (plain RDMA
-//! writes of the receiver, found by reading memory: no receive, no completion), feeds the engine, posts its segments as RDMA_WRITE_WITH_IMM straight from the
-//! user buffer into the announced one, and turns send CQEs into engine completions.
+//! Sender side of a verbs connection: reads receive announcements and receive credit from its FIFO
+//! region (plain RDMA writes of the receiver, found in memory), feeds the engine, posts segments
+//! as RDMA_WRITE_WITH_IMM while the credit allows, and turns send CQEs into engine completions.
 
 use std::time::Instant;
 
 use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
 use super::fifo::{
-    trailer, trailer_offset, wire_len, FifoBuf, FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
-    FIFO_VERSION,
+    credit_newer, credit_offset, decode_credit, trailer, trailer_offset, wire_len, FifoBuf,
+    FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET, FIFO_VERSION,
 };
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
@@ -31,6 +31,12 @@ pub struct VerbsSendComm {
     fifo: RegisteredBuffer,
     fifo_len: u32,
     next_seq: u32,
+    /// Newest receive credit seen: receives the peer has posted to its SRQ, in total (wrapping).
+    credit: u32,
+    /// WRITE_WITH_IMMs posted, in total (wrapping); never ahead of `credit`.
+    imm_posted: u32,
+    /// False only in the revert check of tests/verbs_rnr.rs (the credit is ignored).
+    credit_gate: bool,
     /// Announced groups not yet matched completely, strictly in order.
     matcher: GroupMatcher<FifoBuf>,
     targets: [Target<FifoBuf>; MAX_RECVS],
@@ -78,7 +84,8 @@ pub(super) fn covers(mr: Option<&MemoryRegion>, buf: &UserBuf, what: &str) -> Ne
 }
 
 impl VerbsSendComm {
-    /// Takes a connected QP set whose control QP has `fifo_len` receives posted.
+    /// Takes a connected QP set and the FIFO region (`params.max_messages` entries and the credit
+    /// word) whose address the peer has.
     pub(super) fn new(
         qps: QpSet,
         fifo: RegisteredBuffer,
@@ -98,9 +105,12 @@ impl VerbsSendComm {
         let n = params.max_messages as usize;
         Ok(VerbsSendComm {
             qps,
-            fifo_len: (fifo.len() / FIFO_ENTRY_BYTES) as u32,
+            fifo_len: params.max_messages,
             fifo,
             next_seq: 0,
+            credit: 0,
+            imm_posted: 0,
+            credit_gate: true,
             matcher: GroupMatcher::new(n),
             targets: [Target::default(); MAX_RECVS],
             engine,
@@ -149,16 +159,30 @@ impl VerbsSendComm {
         &self.qps
     }
 
+    /// Segments that may still be posted before the receiver publishes more credit.
+    pub fn credit_left(&self) -> u32 {
+        self.credit.wrapping_sub(self.imm_posted)
+    }
+
+    /// Turns the receive-credit gate off (`false`) or on. Only for the revert check in
+    /// tests/verbs_rnr.rs, which shows that without it a stalled receiver draws RNR NAKs.
+    #[doc(hidden)]
+    pub fn set_credit_gate(&mut self, on: bool) {
+        self.credit_gate = on;
+    }
+
     /// One-line state summary for logs and stall diagnostics.
     pub fn debug_state(&self) -> String {
         format!(
-            "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, failed: {:?}",
+            "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, credit {} of which {} left, failed: {:?}",
             self.peer,
             self.engine.outstanding(),
             self.engine.queued_messages(),
             self.engine.next_seq(),
             self.matcher.len(),
             self.next_seq,
+            self.credit,
+            self.credit_left(),
             self.failed.check().err().map(|e| e.msg)
         )
     }
@@ -300,10 +324,28 @@ impl VerbsSendComm {
         Ok(())
     }
 
+    /// Takes the credit word and every complete announcement from the FIFO region. Memory reads
+    /// only, no CQ.
+    fn read_announces(&mut self) -> NetResult<()> {
+        let off = credit_offset(self.fifo_len);
+        let lo = self.fifo.read_u32_volatile(off).map_err(verr)?;
+        let hi = self.fifo.read_u32_volatile(off + 4).map_err(verr)?;
+        if let Some(c) = decode_credit(lo, hi) {
+            self.take_credit(c);
+        }
+        self.read_entries()
+    }
+
+    fn take_credit(&mut self, c: u32) {
+        if credit_newer(c, self.credit) {
+            self.credit = c;
+        }
+    }
+
     /// Takes every complete announcement from the FIFO, in order: entry `next_seq % fifo_len`
     /// once its header seq is `next_seq`, its version non-zero and its trailer `!next_seq` (see
-    /// fifo.rs); the entry is zeroed after it is read. Memory reads only, no CQ.
-    fn read_announces(&mut self) -> NetResult<()> {
+    /// fifo.rs); the entry is zeroed after it is read.
+    fn read_entries(&mut self) -> NetResult<()> {
         loop {
             let seq = self.next_seq;
             let off = (seq % self.fifo_len) as usize * FIFO_ENTRY_BYTES;
@@ -332,6 +374,7 @@ impl VerbsSendComm {
             self.fifo.read(off, &mut raw).map_err(verr)?;
             let entry = FifoEntry::decode(&raw);
             entry.validate(seq, &self.peer)?;
+            self.take_credit(entry.credit);
             self.fifo
                 .zero(off, wire_len(usize::from(count)))
                 .map_err(verr)?;
@@ -380,9 +423,15 @@ impl VerbsSendComm {
         }
     }
 
+    /// Posts what the engine schedules while the receive credit lasts: every WRITE_WITH_IMM
+    /// consumes one receive of the peer's SRQ, so one beyond the credit could draw an RNR NAK.
+    /// The engine is asked for a segment only when one may go out (it is not changed).
     fn schedule(&mut self, now: u64) -> NetResult<bool> {
         let mut any = false;
-        while let Some(t) = self.engine.poll_transmit(now) {
+        while self.credit_left() > 0 || !self.credit_gate {
+            let Some(t) = self.engine.poll_transmit(now) else {
+                break;
+            };
             let Some(Active {
                 addr, lkey, remote, ..
             }) = self.slots.active(t.token)
@@ -412,6 +461,7 @@ impl VerbsSendComm {
                 .and_then(|qp| qp.post_write(u64::from(t.token), local, dst, Some(t.imm), true))
                 .map_err(verr)?;
             self.ops.send_posts += 1;
+            self.imm_posted = self.imm_posted.wrapping_add(1);
             any = true;
         }
         Ok(any)
