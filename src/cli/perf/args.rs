@@ -314,8 +314,8 @@ plain TCP streams, as the ceiling: one blocking thread per stream, or with --raw
 single polling thread as the plugin is driven) and prints size, time, algbw, busbw, #wrong.
 BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 2, about
 256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
---latency: 8-byte ping-pong round trip, plugin and raw TCP (blocking; --raw-threads one: spinning on a
-non-blocking socket, as the plugin is polled), median and p99 in us.";
+--latency: ping-pong round trip of --min-bytes (default 8), plugin and raw TCP (blocking;
+--raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.";
 
 #[cfg(test)]
 mod tests {

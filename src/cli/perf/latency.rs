@@ -1,12 +1,11 @@
-//! 8-byte ping-pong round trips: through the plugin (a send and a receive comm each way, set up
-//! like NCCL's service thread does) and over one raw TCP_NODELAY socket; times in microseconds.
+//! Ping-pong round trips (8 bytes unless --min-bytes says otherwise): through the plugin (a send
+//! and a receive comm each way, as NCCL's service thread) and over one raw TCP_NODELAY socket.
 
 use super::net::{self, NetErr, NetRes, Ptr, HANDLE_BYTES};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-pub const PING_BYTES: usize = 8;
 const SETUP: Duration = Duration::from_secs(60);
 const STALL: Duration = Duration::from_secs(30);
 
@@ -67,27 +66,34 @@ pub fn plugin_pair(
     Ok(PluginPair { sc, rc, lc })
 }
 
-/// Runs `warmup + iters` round trips; the pinger returns the timed samples (us), the ponger none.
-pub fn plugin_pingpong(p: &PluginPair, pinger: bool, warmup: u64, iters: u64) -> NetRes<Vec<f64>> {
-    let mut sbuf = vec![0x5au8; PING_BYTES];
-    let mut rbuf = vec![0u8; PING_BYTES];
+/// Runs `warmup + iters` round trips of `bytes`; the pinger returns the timed samples (us), the
+/// ponger none.
+pub fn plugin_pingpong(
+    p: &PluginPair,
+    pinger: bool,
+    bytes: usize,
+    warmup: u64,
+    iters: u64,
+) -> NetRes<Vec<f64>> {
+    let mut sbuf = vec![0x5au8; bytes];
+    let mut rbuf = vec![0u8; bytes];
     let smh = net::reg_mr(p.sc, &mut sbuf)?;
     let rmh = net::reg_mr(p.rc, &mut rbuf)?;
     let (sp, rp) = (sbuf.as_mut_ptr(), rbuf.as_mut_ptr());
     let mut samples = Vec::with_capacity(iters as usize);
     // As NCCL does, keep the next receive posted before it is needed, so a round trip is one
     // message each way (the receiver's buffer announcement travels while the reply is awaited).
-    // SAFETY (all calls below): both 8-byte buffers are registered and live until deregMr; a
+    // SAFETY (all calls below): both buffers are registered and live until deregMr; a
     // buffer is reused only after the request using it completed.
-    let mut r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+    let mut r = post(|| unsafe { net::irecv(p.rc, rp, bytes, rmh) }, "irecv")?;
     for k in 0..warmup + iters {
         let t = Instant::now();
         if pinger {
-            let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
+            let s = post(|| unsafe { net::isend(p.sc, sp, bytes, smh) }, "isend")?;
             wait(r, "pong receive")?;
             let rtt = t.elapsed();
             if k + 1 < warmup + iters {
-                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+                r = post(|| unsafe { net::irecv(p.rc, rp, bytes, rmh) }, "irecv")?;
             }
             wait(s, "ping send")?;
             if k >= warmup {
@@ -96,9 +102,9 @@ pub fn plugin_pingpong(p: &PluginPair, pinger: bool, warmup: u64, iters: u64) ->
         } else {
             wait(r, "ping receive")?;
             if k + 1 < warmup + iters {
-                r = post(|| unsafe { net::irecv(p.rc, rp, PING_BYTES, rmh) }, "irecv")?;
+                r = post(|| unsafe { net::irecv(p.rc, rp, bytes, rmh) }, "irecv")?;
             }
-            let s = post(|| unsafe { net::isend(p.sc, sp, PING_BYTES, smh) }, "isend")?;
+            let s = post(|| unsafe { net::isend(p.sc, sp, bytes, smh) }, "isend")?;
             wait(s, "pong send")?;
         }
     }
@@ -125,6 +131,7 @@ pub fn raw_listen() -> NetRes<TcpListener> {
 pub fn raw_pingpong(
     s: &mut TcpStream,
     pinger: bool,
+    bytes: usize,
     warmup: u64,
     iters: u64,
     spin: bool,
@@ -133,7 +140,7 @@ pub fn raw_pingpong(
         .map_err(|e| NetErr(format!("TCP_NODELAY: {e}")))?;
     s.set_nonblocking(spin)
         .map_err(|e| NetErr(format!("O_NONBLOCK: {e}")))?;
-    let mut buf = [0x5au8; PING_BYTES];
+    let mut buf = vec![0x5au8; bytes];
     let mut samples = Vec::with_capacity(iters as usize);
     for k in 0..warmup + iters {
         let t = Instant::now();

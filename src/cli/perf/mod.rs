@@ -349,6 +349,6 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
             samples: lat.2,
         });
     }
-    print!("{}", report::latency(&info, &rows, a.format));
+    print!("{}", report::latency(&info, a.min_bytes, &rows, a.format));
     Ok(0)
 }

@@ -125,16 +125,12 @@ pub fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String {
     out
 }
 
-pub fn latency(info: &RunInfo, rows: &[LatRow], format: Format) -> String {
+pub fn latency(info: &RunInfo, bytes: u64, rows: &[LatRow], format: Format) -> String {
     let mut out = String::new();
     match format {
         Format::Table => {
             header(info, &mut out);
-            let _ = writeln!(
-                out,
-                "# {}-byte ping-pong round trip",
-                super::latency::PING_BYTES
-            );
+            let _ = writeln!(out, "# {bytes}-byte ping-pong round trip");
             let _ = writeln!(
                 out,
                 "# {:>10} {:>10} {:>12} {:>12}",
@@ -173,7 +169,7 @@ pub fn latency(info: &RunInfo, rows: &[LatRow], format: Format) -> String {
             let _ = writeln!(
                 out,
                 "{}",
-                serde_json::json!({"config": info, "latency": rows})
+                serde_json::json!({"config": info, "bytes": bytes, "latency": rows})
             );
         }
     }

@@ -207,13 +207,20 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
                 .map_err(|e| NetErr(format!("raw TCP accept: {e}")))?
                 .0
         };
-        latency::raw_pingpong(&mut s, pinger, warmup, iters, a.raw_one_thread)?
+        latency::raw_pingpong(
+            &mut s,
+            pinger,
+            a.min_bytes as usize,
+            warmup,
+            iters,
+            a.raw_one_thread,
+        )?
     } else {
         let pair = latency::plugin_pair(&|l| say(l), &read_plugin_handle)?;
         if let Some(l) = net::conn_line() {
             say(format!("CONFIG {l}"));
         }
-        let s = latency::plugin_pingpong(&pair, pinger, warmup, iters)?;
+        let s = latency::plugin_pingpong(&pair, pinger, a.min_bytes as usize, warmup, iters)?;
         barrier()?;
         pair.close()?;
         s
