@@ -62,13 +62,17 @@ pub fn srq_recvs(p: &ConnParams) -> u32 {
     u32::from(p.qps).saturating_mul(data_recvs(p))
 }
 
-/// QP set sizes for a connection: data QPs deep enough for the outstanding window (send); the
-/// receiver's data QPs share one SRQ of `srq_recvs`. No QP has receives of its own: the
-/// announcements and credit words are plain RDMA writes (the minimum of 1 is verbs' floor).
+/// Control writes (announcements, credit words) the receiver's control QP holds unreaped: every
+/// 64th is signaled, so a one-segment message costs 2 + 1/64 completions (net_ib: 2 + 1/32).
+pub const CONTROL_WRITES: u32 = 128;
+
+/// QP set sizes for a connection: send queues deep enough for the outstanding window and for
+/// CONTROL_WRITES; the receiver's data QPs share one SRQ of `srq_recvs`. No QP has receives of its
+/// own: announcements and credit words are plain RDMA writes (the minimum of 1 is verbs' floor).
 pub fn qp_config(p: &ConnParams, receiver: bool) -> QpSetConfig {
     QpSetConfig {
         n_data: p.qps as usize,
-        send_depth: p.outstanding.max(p.max_messages) + 1,
+        send_depth: p.outstanding.max(p.max_messages).max(CONTROL_WRITES) + 1,
         recv_depth: 1,
         srq_depth: if receiver { srq_recvs(p) } else { 0 },
     }
@@ -217,7 +221,8 @@ mod tests {
         assert_eq!(srq_recvs(&params(4)), 2 * 32);
         let c = qp_config(&params(4), true);
         assert_eq!((c.n_data, c.recv_depth, c.srq_depth), (2, 1, 64));
-        assert!(c.send_depth > 32, "control QP holds every announcement");
+        assert_eq!(c.send_depth, 129, "control QP: 128 unreaped writes");
+        assert_eq!(qp_config(&params(256), true).send_depth, 257);
         assert_eq!(
             qp_config(&params(4), false).srq_depth,
             0,
