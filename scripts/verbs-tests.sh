@@ -7,7 +7,9 @@
 # skipped (loudly) only when this host can never run the VM (not root).
 # Env: DQPLB_REQUIRE_VM=1 turns even that skip into a failure (CI); HARNESS=0 skips the NCCL-call-
 #      pattern harness and emulator (run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
-#      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG) or 0; PROBE_REPS (default 2);
+#      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG), bench (scripts/softroce/
+#      bench-steps.txt: perftest and dqplb perf at 1-64 MiB, message rate and latency; BENCH_BASE=
+#      a dqplb binary adds its dqbase steps, the same runs with it) or 0; PROBE_REPS (default 2);
 #      KEEP_SHARE=1 keeps the share folder with all logs; CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,12 +94,24 @@ case ${PERFTEST:-quick} in # step names as scripts/softroce/guest-suite.sh write
   quick) expected+=(perftest_write_bw_q4_1MiB dqplb_perf_verbs_q4_1MiB) ;;
   full) expected+=(perftest_write_bw_q4_1MiB perftest_write_bw_q4_64MiB dqplb_perf_verbs_q4_1MiB
     dqplb_perf_verbs_q4_64MiB dqplb_perf_verbs_q4_64MiB_seg16M) ;;
+  bench)
+    while read -r kind name _; do
+      case $kind in
+        bw | lat | dq) expected+=("$name") ;;
+        dqbase) [ -n "${BENCH_BASE:-}" ] && expected+=("$name") ;;
+      esac
+    done <"$VM/bench-steps.txt"
+    ;;
 esac
 # dqplb perf --transport verbs runs in the same boot as perftest (the ratio is what counts)
 if [ "${PERFTEST:-quick}" != 0 ]; then
   cargo build --release --bin dqplb --quiet || { echo "verbs-tests: FAILED: cargo build --release --bin dqplb" >&2; exit 1; }
   mkdir -p "$share/perf"
   must cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
+  if [ "${PERFTEST:-quick}" = bench ]; then
+    must cp "$VM/bench-steps.txt" "$share/bench-steps.txt"
+    [ -n "${BENCH_BASE:-}" ] && must cp "$BENCH_BASE" "$share/perf/dqplb-base"
+  fi
   ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
@@ -122,7 +136,7 @@ step_ok() { # step_ok STEP RC: the guest's rc, plus what its log must show
   local step=$1 src=$2 log=$share/logs/$1.log
   [ "$src" = 0 ] || { echo "  -> exit status $src"; return 1; }
   case $step in
-    perftest_* | dqplb_perf_*) ;;
+    perftest_* | dqplb_perf_* | dqplb_base_*) ;;
     probe) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> the probe ran no test"; return 1; } ;;
     *) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> ran no test"; return 1; } ;;
   esac
@@ -140,7 +154,7 @@ while read -r step src secs; do
   echo "==================== $step (rc=$src, ${secs}s) ===================="
   case $step in
     perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
-    dqplb_perf_*) grep -E '^#  |^ +[0-9]+ ' "$share/logs/$step.log" ;;
+    dqplb_perf_* | dqplb_base_*) grep -E '^#  |^ +[0-9]+ |^ +(plugin|raw-tcp) |ops per message' "$share/logs/$step.log" ;;
     probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
     nccl_harness | nccl_emulator) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;
     *) grep -E '^test |test result|SKIPPED|panicked|Error|error' "$share/logs/$step.log" ;;

@@ -3,6 +3,7 @@
 # every test binary in bin/, the layer's throughput probe, and perftest ib_write_bw baselines.
 # Writes logs/<step>.log and one "step rc seconds" line per step to results.txt; exits 1 when any
 # step failed. rxe0's sent_pkts counter is recorded around each plugin step (logs/<step>.rxe).
+# PERFTEST=bench runs bench-steps.txt instead of the perftest baselines.
 cd /mnt/host || exit 1
 [ -f suite.env ] && . ./suite.env
 mkdir -p logs
@@ -80,7 +81,7 @@ perf() { # perf NAME ARGS...
   record "$name" $? "$t"
 }
 # quick (default): 1 MiB only; full: also 64 MiB (perftest's own buffer setup for 64 MiB x 4 QPs
-# costs ~100 s under TCG, so CI keeps to quick); 0: none
+# costs ~100 s under TCG, so CI keeps to quick); bench: bench-steps.txt (below); 0: none
 case ${PERFTEST:-quick} in
   quick) perf perftest_write_bw_q4_1MiB -q 4 -s 1048576 -n 50 ;;
   full)
@@ -94,9 +95,9 @@ esac
 dqperf() { # dqperf NAME ARGS...
   name=$1
   shift
-  [ -x perf/dqplb ] || return 0
+  [ -x "${DQPLB_BIN:-perf/dqplb}" ] || return 0
   t=$(now)
-  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 ./perf/dqplb perf --transport verbs --qps 4 --no-check "$@" \
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 "./${DQPLB_BIN:-perf/dqplb}" perf --transport verbs --qps 4 --no-check "$@" \
     >"logs/$name.log" 2>&1
   record "$name" $? "$t"
 }
@@ -113,6 +114,21 @@ case ${PERFTEST:-quick} in
     dqperf dqplb_perf_verbs_latency_8B --latency --iters 1000 --warmup 100
     ;;
 esac
+# bench: perftest and the plugin at every size of bench-steps.txt, in its order, in this boot
+# (dqbase: the same plugin runs with the baseline binary perf/dqplb-base, when shipped)
+if [ "${PERFTEST:-quick}" = bench ] && [ -f bench-steps.txt ]; then
+  grep -v '^#' bench-steps.txt >bench.list
+  while read -r kind name args <&3; do
+    [ -n "$kind" ] || continue
+    # shellcheck disable=SC2086 # args is the step's argument list
+    case $kind in
+      bw) PERF_BIN=ib_write_bw PERF_FLAGS=--report_gbits perf "$name" $args ;;
+      lat) PERF_BIN=ib_write_lat PERF_FLAGS= perf "$name" $args ;;
+      dq) DQPLB_BIN=perf/dqplb dqperf "$name" $args ;;
+      dqbase) [ -x perf/dqplb-base ] && DQPLB_BIN=perf/dqplb-base dqperf "$name" $args ;;
+    esac
+  done 3<bench.list
+fi
 # rxe's own counters (drops, retries, RNR) explain slow or stalled runs
 for c in /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/*; do
   v=$(cat "$c" 2>/dev/null) && [ "$v" != 0 ] && echo "${c##*/} $v"
