@@ -45,9 +45,11 @@ fi
 # 14 (67 ms) as in tests/verbs_support: rxe under emulation drops a packet now and then
 # The emulator over rxe0: every policy (P4 x C4 ring on LL/LL128/SIMPLE plus all-to-all), the GDR
 # probe sequence (also with CUDA forced on, and GDR receives whose iflush READs run on rxe0) and
-# abort with requests in flight; the full P x C matrix runs over TCP on the host
+# abort with requests in flight, every net ABI version as the NCCL that first looks for it loads it
+# (traffic class read back from the data QPs, profiler events, per-communicator init/finalize,
+# rail/plane) and setNetAttr's per-pattern policy; the full P x C matrix runs over TCP on the host
 # (under TCG the 8-process, 8-channel cases would take most of an hour).
-EMULATOR_FILTER="policy_ gdr_probe abort_with"
+EMULATOR_FILTER="policy_ gdr_probe abort_with native_versions set_net_attr"
 for h in nccl_harness nccl_emulator; do
   [ -x harness/$h ] || continue
   filter=""

@@ -371,12 +371,21 @@ impl SendComm {
         self.tele = t;
     }
 
+    /// The device number the profiler events of this comm name (verbs descriptors).
+    pub fn set_event_device(&mut self, dev: i32) {
+        #[cfg(feature = "verbs")]
+        if let SendInner::Verbs(v, _) = &mut self.inner {
+            v.set_event_device(dev);
+        }
+        let _ = dev;
+    }
+
     /// NCCL's profiler handle (v10+ isend `phandle`, 0: none) for the next isend's events.
     pub fn set_event_parent(&mut self, parent: usize) {
         match &mut self.inner {
             SendInner::Tcp(t) => t.set_event_parent(parent),
             #[cfg(feature = "verbs")]
-            SendInner::Verbs(_, _) => {}
+            SendInner::Verbs(v, _) => v.set_event_parent(parent),
         }
     }
 

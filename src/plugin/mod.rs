@@ -445,6 +445,7 @@ pub fn connect_with(
             let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
             let spec = g.config.class.get(class);
             comm.set_stall_timeout_ms(spec.stall_timeout_ms);
+            comm.set_event_device(dev);
             if spec.rehash_max_per_minute > 0 {
                 comm.set_rehash_rule(crate::engine::RehashRule {
                     ratio: spec.rehash_ratio,

@@ -327,6 +327,28 @@ impl RcQp {
         self.modify(&mut a, ib::IBV_QP_STATE, "ibv_modify_qp(ERR)")
     }
 
+    /// The GRH traffic class of the QP's address vector as the device reports it (ibv_query_qp
+    /// IBV_QP_AV): what its packets carry, not what was asked for.
+    pub fn traffic_class(&self) -> Result<u8> {
+        // SAFETY: plain old data, zero is valid for every field.
+        let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut init: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live QP and valid out-pointers.
+        let rc = unsafe {
+            (self.pd.context().verbs().query_qp)(
+                self.raw.as_ptr(),
+                &mut a,
+                ib::IBV_QP_AV as i32,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(VerbsError::from_rc("ibv_query_qp", self.device(), rc));
+        }
+        Ok(a.ah_attr.grh.traffic_class)
+    }
+
     /// Current state as the device reports it.
     pub fn state(&self) -> Result<QpState> {
         // SAFETY: plain old data, zero is valid for every field.

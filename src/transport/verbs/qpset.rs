@@ -233,6 +233,17 @@ impl QpSet {
         for ((qp, local), peer) in self.data.iter().zip(&self.local.data).zip(&remote.data) {
             qp.connect(local, self.sgid_index, peer, &self.tuning)?;
         }
+        // What the QPs really carry (NCCL v10+ trafficClass / NCCL_IB_TC), one INFO line each.
+        for (i, qp) in self.data.iter().enumerate() {
+            match qp.traffic_class() {
+                Ok(tc) => {
+                    tracing::info!(target: "dqplb::net", "{}: data QP {i} (QPN {}): GRH traffic class {tc} (ibv_query_qp)", self.device(), qp.qpn())
+                }
+                Err(e) => {
+                    tracing::info!(target: "dqplb::net", "{}: data QP {i}: traffic class not readable: {e}", self.device())
+                }
+            }
+        }
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! region (plain RDMA writes of the receiver, found in memory), feeds the engine, posts segments
 //! as RDMA_WRITE_WITH_IMM while the credit allows, and turns send CQEs into engine completions.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
@@ -12,7 +13,9 @@ use super::fifo::{
 use super::peer::PeerWatch;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
+use super::sys::IBV_WR_RDMA_WRITE_WITH_IMM;
 use crate::engine::{EngineParams, PolicyKind, QpStats, Sender};
+use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{ErrorCode, NetError, NetResult, UserBuf};
@@ -24,6 +27,8 @@ struct Active {
     lkey: u32,
     size: usize,
     remote: FifoBuf,
+    /// NCCL's profiler handle of the isend (0: none).
+    parent: usize,
 }
 
 pub struct VerbsSendComm {
@@ -43,6 +48,12 @@ pub struct VerbsSendComm {
     engine: Sender,
     /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
     route: u8,
+    /// Profiler events (NCCL v10+): per data QP, the events of its segments in flight, oldest
+    /// first (a QP's completions come in posting order). Empty when no profiler is attached.
+    events: CommEvents,
+    event_rings: Vec<VecDeque<usize>>,
+    /// The plugin's device number, for the events' descriptor.
+    event_device: i32,
     slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
     ops: OpCounters,
@@ -115,6 +126,9 @@ impl VerbsSendComm {
             targets: [Target::default(); MAX_RECVS],
             engine,
             route: 0,
+            event_rings: Vec::new(),
+            event_device: 0,
+            events: CommEvents::current(),
             slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
@@ -132,6 +146,42 @@ impl VerbsSendComm {
 
     pub fn max_requests(&self) -> usize {
         self.slots.len()
+    }
+
+    /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        self.events.next_parent = parent;
+    }
+
+    /// The plugin's device number, reported in the events' descriptor.
+    pub fn set_event_device(&mut self, dev: i32) {
+        self.event_device = dev;
+    }
+
+    /// Starts the profiler event of a segment just posted on data QP `qp` (net_ib's descriptor:
+    /// device, wr_id, opcode, QP number, length).
+    #[cold]
+    fn segment_event(&mut self, qp: usize, parent: usize, wr_id: u64, len: u32) {
+        if self.event_rings.is_empty() {
+            let depth = self.params.outstanding as usize;
+            self.event_rings = (0..self.params.qps)
+                .map(|_| VecDeque::with_capacity(depth))
+                .collect();
+        }
+        let qp_num = self.qps.data(qp).map_or(0, |q| q.qpn());
+        let ev = self.events.start(
+            parent,
+            EventDescr::Qp {
+                device: self.event_device,
+                wr_id,
+                opcode: IBV_WR_RDMA_WRITE_WITH_IMM as i32,
+                qp_num,
+                length: len as usize,
+            },
+        );
+        if let Some(r) = self.event_rings.get_mut(qp) {
+            r.push_back(ev);
+        }
     }
 
     /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
@@ -238,6 +288,7 @@ impl VerbsSendComm {
             lkey,
             size: buf.len(),
             remote: target.remote,
+            parent: self.events.next_parent,
         }) else {
             return Ok(None);
         };
@@ -415,6 +466,11 @@ impl VerbsSendComm {
                         self.peer
                     ))
                 })?;
+                if self.events.enabled() {
+                    if let Some(ev) = self.event_rings.get_mut(qp).and_then(VecDeque::pop_front) {
+                        self.events.stop(ev);
+                    }
+                }
                 any = true;
             }
             if n < POLL_BATCH {
@@ -433,7 +489,11 @@ impl VerbsSendComm {
                 break;
             };
             let Some(Active {
-                addr, lkey, remote, ..
+                addr,
+                lkey,
+                remote,
+                parent,
+                ..
             }) = self.slots.active(t.token)
             else {
                 return Err(NetError::internal(format!(
@@ -462,6 +522,9 @@ impl VerbsSendComm {
                 .map_err(verr)?;
             self.ops.send_posts += 1;
             self.imm_posted = self.imm_posted.wrapping_add(1);
+            if self.events.enabled() {
+                self.segment_event(t.qp, parent, u64::from(t.token), t.len);
+            }
             any = true;
         }
         Ok(any)
@@ -470,6 +533,12 @@ impl VerbsSendComm {
 
 impl Drop for VerbsSendComm {
     fn drop(&mut self) {
+        // Segments still in flight end their profiler events with the comm.
+        for r in &self.event_rings {
+            for &ev in r {
+                self.events.stop(ev);
+            }
+        }
         // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
         // figures.
         tracing::info!(target: "dqplb::stats", "verbs send comm to {} closed: op counts: {}", self.peer, self.ops.summary());
