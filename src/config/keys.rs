@@ -128,7 +128,7 @@ pub const PATTERN_POLICY_NAMES: &[&str] = &[
     "single-qp",
 ];
 
-const OTHER: [KeySpec; 21] = [
+const OTHER: [KeySpec; 22] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -138,6 +138,7 @@ const OTHER: [KeySpec; 21] = [
         "fabric.transport",
         KeyKind::Choice(&["auto", "tcp", "verbs"]),
     ),
+    key("fabric.control-traffic-class", int(-1, 255)),
     key("engine.policy", KeyKind::Choice(POLICY_NAMES)),
     key("engine.segment-bytes", SEGMENT),
     key("engine.max-messages", int(32, 4096)),
@@ -353,7 +354,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 54);
+        assert_eq!(paths.len(), 55);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

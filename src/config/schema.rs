@@ -53,6 +53,9 @@ pub struct FabricSection {
     pub max_rails: u32,
     /// Which transport carries data: RDMA ports when present (`auto`), or one forced.
     pub transport: TransportKind,
+    /// Traffic class of the verbs control (clear-to-send) QP; -1: NCCL_IB_TC. NCCL_IB_FIFO_TC,
+    /// when set, wins (a job's own setting over the site's).
+    pub control_traffic_class: i32,
 }
 
 /// `fabric.transport`: RDMA (verbs) or TCP.
@@ -84,6 +87,7 @@ impl Default for FabricSection {
             hca_third_field: HcaThirdField::FabricId,
             max_rails: 8,
             transport: TransportKind::Auto,
+            control_traffic_class: -1,
         }
     }
 }

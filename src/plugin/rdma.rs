@@ -26,6 +26,18 @@ enum Scan {
     Nothing(String),
 }
 
+/// The control QP's traffic class from the site key `fabric.control-traffic-class` (`site`, -1 =
+/// unset), unless the job's NCCL_IB_FIFO_TC (`fifo_env`) names one itself (0..=255), which wins.
+fn site_control_tc(fifo_env: Option<&str>, site: i32) -> Option<u8> {
+    let job_sets_it = fifo_env
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .is_some_and(|v| (0..=255).contains(&v));
+    if job_sets_it {
+        return None;
+    }
+    u8::try_from(site).ok()
+}
+
 /// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`. A device or port that
 /// fails is skipped with one WARN naming it; `Nothing` says why there is no RDMA at all.
 fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
@@ -34,7 +46,13 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
             "NCCL_IB_DISABLE=1: no RDMA devices, TCP only".to_string(),
         ));
     }
-    let tuning = QpTuning::from_env().map_err(|e| NetError::invalid_argument(e.to_string()))?;
+    let mut tuning = QpTuning::from_env().map_err(|e| NetError::invalid_argument(e.to_string()))?;
+    if let Some(tc) = site_control_tc(
+        std::env::var("NCCL_IB_FIFO_TC").ok().as_deref(),
+        cfg.fabric.control_traffic_class,
+    ) {
+        tuning.fifo_traffic_class = tc;
+    }
     let hca = match std::env::var("NCCL_IB_HCA")
         .ok()
         .filter(|v| !v.trim().is_empty())
@@ -199,5 +217,20 @@ mod tests {
         assert_eq!(max_comms(l(u32::MAX, u32::MAX), 0), i32::MAX);
         // rxe: 1048576 QPs and 1048576 CQs with the default 4 data QPs
         assert_eq!(max_comms(l(1_048_576, 1_048_576), 4), 209_715);
+    }
+}
+
+#[cfg(test)]
+mod control_tc_tests {
+    use super::site_control_tc;
+
+    #[test]
+    fn the_jobs_fifo_tc_wins_then_the_site_key() {
+        assert_eq!(site_control_tc(None, 224), Some(224));
+        assert_eq!(site_control_tc(None, -1), None);
+        assert_eq!(site_control_tc(Some("96"), 224), None);
+        // NCCL's -1 means "not set": the site key applies.
+        assert_eq!(site_control_tc(Some("-1"), 224), Some(224));
+        assert_eq!(site_control_tc(Some(" 0 "), 224), None);
     }
 }
