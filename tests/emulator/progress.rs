@@ -12,6 +12,21 @@ pub(super) const STEPS: usize = NCCL_STEPS as usize;
 /// NCCL_ALGO_RING (src/include/device.h).
 pub const ALGO_RING: u32 = 1;
 
+/// `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, send)` (send/recvProxyProgress,
+/// net.cc 2.28-2.30): the op's hints once, before its first isend/irecv. `op` = (collAPI,
+/// nPeers, nChannels, algorithm, protocol).
+pub(super) fn check_net_attr(
+    checked: &mut bool,
+    send: bool,
+    op: (u32, i32, i32, u32, u32),
+) -> Result<(), String> {
+    if *checked {
+        return Ok(());
+    }
+    *checked = true;
+    super::versions::xfer_net_attr(send, op.0, op.1, op.2, op.3, op.4)
+}
+
 /// ncclProxySubArgs, reduced.
 pub struct Sub {
     pub conn: usize,
@@ -302,17 +317,11 @@ impl<'a, 'n> Engine<'a, 'n> {
                 let mut req: P = std::ptr::null_mut();
                 // `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, 1)` right before
                 // the first isend of the args (sendProxyProgress, net.cc 2.28-2.30).
-                if !a.checked_attr {
-                    a.checked_attr = true;
-                    super::versions::xfer_net_attr(
-                        true,
-                        a.coll_api,
-                        a.npeers,
-                        a.nchannels,
-                        a.algo,
-                        a.proto as u32,
-                    )?;
-                }
+                check_net_attr(
+                    &mut a.checked_attr,
+                    true,
+                    (a.coll_api, a.npeers, a.nchannels, a.algo, a.proto as u32),
+                )?;
                 // phandle = &sub->pHandles[DIVUP(transmittedStepId, sliceSteps) % NCCL_STEPS].
                 let ph =
                     &sub.phandles[(sub.transmitted.div_ceil(a.slice_steps) % NCCL_STEPS) as usize];

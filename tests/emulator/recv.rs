@@ -82,17 +82,11 @@ impl Engine<'_, '_> {
                 let mut req: P = std::ptr::null_mut();
                 // `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, 0)` right before
                 // the first irecv of the args (recvProxyProgress, net.cc 2.28-2.30).
-                if !a.checked_attr {
-                    a.checked_attr = true;
-                    super::versions::xfer_net_attr(
-                        false,
-                        a.coll_api,
-                        a.npeers,
-                        a.nchannels,
-                        a.algo,
-                        a.proto as u32,
-                    )?;
-                }
+                super::progress::check_net_attr(
+                    &mut a.checked_attr,
+                    false,
+                    (a.coll_api, a.npeers, a.nchannels, a.algo, a.proto as u32),
+                )?;
                 // v9+ only: since 2.24 recvProxyProgress pre-sets *request =
                 // NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) for single (subCount 1) LL/LL128
                 // receives (NCCL_NET_OPTIONAL_RECV_COMPLETION, default 1); the v8 shim's irecv

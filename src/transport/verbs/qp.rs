@@ -327,46 +327,31 @@ impl RcQp {
         self.modify(&mut a, ib::IBV_QP_STATE, "ibv_modify_qp(ERR)")
     }
 
-    /// The GRH traffic class of the QP's address vector as the device reports it (ibv_query_qp
-    /// IBV_QP_AV): what its packets carry, not what was asked for.
-    pub fn traffic_class(&self) -> Result<u8> {
+    /// `ibv_query_qp` of the attributes in `mask`.
+    fn query(&self, mask: u32) -> Result<ib::ibv_qp_attr> {
         // SAFETY: plain old data, zero is valid for every field.
         let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut init: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: live QP and valid out-pointers.
         let rc = unsafe {
-            (self.pd.context().verbs().query_qp)(
-                self.raw.as_ptr(),
-                &mut a,
-                ib::IBV_QP_AV as i32,
-                &mut init,
-            )
+            (self.pd.context().verbs().query_qp)(self.raw.as_ptr(), &mut a, mask as i32, &mut init)
         };
         if rc != 0 {
             return Err(VerbsError::from_rc("ibv_query_qp", self.device(), rc));
         }
-        Ok(a.ah_attr.grh.traffic_class)
+        Ok(a)
+    }
+
+    /// The GRH traffic class of the QP's address vector as the device reports it (ibv_query_qp
+    /// IBV_QP_AV): what its packets carry, not what was asked for.
+    pub fn traffic_class(&self) -> Result<u8> {
+        Ok(self.query(ib::IBV_QP_AV)?.ah_attr.grh.traffic_class)
     }
 
     /// Current state as the device reports it.
     pub fn state(&self) -> Result<QpState> {
-        // SAFETY: plain old data, zero is valid for every field.
-        let mut a: ib::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut init: ib::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: live QP and valid out-pointers.
-        let rc = unsafe {
-            (self.pd.context().verbs().query_qp)(
-                self.raw.as_ptr(),
-                &mut a,
-                ib::IBV_QP_STATE as i32,
-                &mut init,
-            )
-        };
-        if rc != 0 {
-            return Err(VerbsError::from_rc("ibv_query_qp", self.device(), rc));
-        }
+        let a = self.query(ib::IBV_QP_STATE)?;
         Ok(match a.qp_state {
             ib::IBV_QPS_RESET => QpState::Reset,
             ib::IBV_QPS_INIT => QpState::Init,
