@@ -93,10 +93,15 @@ pub fn run() -> Result<(), String> {
         return Ok(());
     }
     let mut total = Counters::default();
+    // Descriptors after the first communicator's destroy: what later ones must come back to.
+    let mut fds_first = fds0;
     for ci in 0..role.comms {
         // The abort workload aborts the first communicator and destroys the later ones normally.
         let abort = role.work == "abort" && ci == 0;
         let c = one_comm(&mut nccl, &role, ci, abort)?;
+        if ci == 0 {
+            fds_first = super::versions::fds_and_threads().0;
+        }
         total.isend += c.isend;
         total.isend_bytes += c.isend_bytes;
         total.irecv += c.irecv;
@@ -114,7 +119,7 @@ pub fn run() -> Result<(), String> {
     let (fds1, threads1) = super::versions::fds_and_threads();
     let (rail, plane) = super::versions::rail_plane().unwrap_or((-2, -2));
     say(&format!(
-        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={} net_attr_calls={} prof_starts={} prof_stops={} prof_bytes={} prof_bad={} isend_bytes={}",
+        "VERSIONS plugin_version={} hints={} hints_left={} tcp_socks={} tos_marked={} rail_id={rail} plane_id={plane} fds_before={fds0} fds_first={fds_first} fds_after={fds1} threads_before={threads0} threads_after={threads1} finalize={} set_net_attr={} make_vdevice={} net_attr_calls={} prof_starts={} prof_stops={} prof_bytes={} prof_bad={} isend_bytes={}",
         super::versions::version(),
         super::versions::HINTS.load(std::sync::atomic::Ordering::Relaxed),
         super::versions::HINTS_LEFT.load(std::sync::atomic::Ordering::Relaxed),
