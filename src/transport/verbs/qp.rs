@@ -407,14 +407,23 @@ impl RcQp {
             remote_addr: remote.addr,
             rkey: remote.rkey,
         };
+        // SAFETY: `wr` and `sge` live across the call (the provider copies them); the local
+        // range was registered (LocalSlice comes from a MemoryRegion).
+        unsafe { self.post_send(&mut wr, "ibv_post_send") }
+    }
+
+    /// Posts one send work request through the ops entry verbs.h's inline ibv_post_send calls.
+    ///
+    /// # Safety
+    /// `wr` and every scatter-gather entry it points to stay valid for the call, and their local
+    /// ranges are registered on this QP's protection domain.
+    unsafe fn post_send(&self, wr: &mut ib::ibv_send_wr, op: &'static str) -> Result<()> {
         let mut bad: *mut ib::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sge` live across the call (the provider copies them); the
-        // local range was registered (LocalSlice comes from a MemoryRegion). The ops entry is the
-        // one verbs.h's inline ibv_post_send calls.
-        let rc = unsafe { (self.post_send_fn)(self.raw.as_ptr(), &mut wr, &mut bad) };
+        // SAFETY: live QP; the caller keeps `wr` and its sges valid across the call.
+        let rc = unsafe { (self.post_send_fn)(self.raw.as_ptr(), wr, &mut bad) };
         if rc != 0 {
             return Err(VerbsError::Call {
-                op: "ibv_post_send",
+                op,
                 device: format!("{} (QP {})", self.device(), self.qpn),
                 errno: rc.abs(),
             });
@@ -441,18 +450,9 @@ impl RcQp {
             remote_addr: remote.addr,
             rkey: remote.rkey,
         };
-        let mut bad: *mut ib::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: as in post_write: live QP, `wr` and `sge` live across the call, the local
-        // range is registered with local write access.
-        let rc = unsafe { (self.post_send_fn)(self.raw.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(VerbsError::Call {
-                op: "ibv_post_send(RDMA_READ)",
-                device: format!("{} (QP {})", self.device(), self.qpn),
-                errno: rc.abs(),
-            });
-        }
-        Ok(())
+        // SAFETY: as in post_write: `wr` and `sge` live across the call, the local range is
+        // registered with local write access.
+        unsafe { self.post_send(&mut wr, "ibv_post_send(RDMA_READ)") }
     }
 
     /// Posts one zero-length receive (consumed by an incoming WRITE_WITH_IMM); refused for a QP
