@@ -9,7 +9,7 @@ use std::time::Instant;
 use nccl_net_dqplb::plugin::{self, RecvComm, RegRequest, SendComm};
 use nccl_net_dqplb::transport::verbs::fork::{self, ForkSafety};
 use nccl_net_dqplb::transport::UserBuf;
-use verbs_support::{pattern, require_device, DEADLINE};
+use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
 
 fn reg(b: &mut [u8]) -> RegRequest {
     RegRequest {
@@ -104,20 +104,7 @@ fn registered_buffers_survive_fork() {
         matches!(safety, ForkSafety::KernelCopyOnFork | ForkSafety::ForkInit),
         "{safety:?}"
     );
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(0, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(0, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
+    let (mut send, mut recv) = plugin_pair(0);
     let len = 4 << 20;
     for round in 0..3u32 {
         let mut src = pattern(round + 1, len);

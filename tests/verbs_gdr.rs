@@ -15,7 +15,7 @@ use nccl_net_dqplb::transport::regcache::Lookup;
 use nccl_net_dqplb::transport::verbs::caps::{DmaBufProbe, PTR_CUDA, PTR_HOST};
 use nccl_net_dqplb::transport::verbs::{fork, mrcache, MemSource, VerbsDomain};
 use nccl_net_dqplb::transport::UserBuf;
-use verbs_support::{pattern, require_device, vm_tuning, DEADLINE};
+use verbs_support::{pattern, plugin_pair, require_device, vm_tuning, DEADLINE};
 
 /// rxe0's sent_pkts, fresh: the core caches hardware counters for `lifespan` ms (12 in the VM),
 /// so wait past that before reading.
@@ -232,20 +232,8 @@ fn memlock_failure_is_named(domain: &std::sync::Arc<VerbsDomain>) {
 }
 
 fn plugin_flush(dev: &str) {
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(0, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
+    let (mut send, mut recv) = plugin_pair(0);
     let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(0, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
     assert!(recv.flush_enabled());
     let len = 100_000;
     let mut src = pattern(7, len);

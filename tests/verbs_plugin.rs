@@ -9,7 +9,7 @@ use nccl_net_dqplb::plugin::{self, RegRequest};
 use nccl_net_dqplb::transport::regcache::Lookup;
 use nccl_net_dqplb::transport::UserBuf;
 use std::time::Instant;
-use verbs_support::{pattern, require_device, DEADLINE};
+use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
@@ -28,20 +28,7 @@ fn plugin_carries_messages_over_rdma() {
     assert_eq!(props.speed_mbps as u32, dev.ports[0].speed_mbps);
     assert_eq!(props.max_recvs, 8, "grouped receives, as net_ib");
 
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(0, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(0, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "plugin handshake timed out");
-    }
-    let (mut send, mut recv) = (send.expect("send"), recv.expect("recv"));
+    let (mut send, mut recv) = plugin_pair(0);
 
     let len = (2 << 20) + 3;
     let mut src = pattern(42, len);
