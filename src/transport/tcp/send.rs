@@ -301,7 +301,9 @@ impl TcpSendComm {
         if self.ready.readable(0) {
             self.read_announces()?;
         }
-        self.read_acks()?;
+        // One clock read per pass: completion times, the stall check and post times share it.
+        let now = self.now();
+        self.read_acks(now)?;
         if self.repaths.iter().any(Option::is_some) {
             self.advance_repaths()?;
         }
@@ -309,9 +311,9 @@ impl TcpSendComm {
             self.begin_repath(qp, Why::Straggler)?;
         }
         if self.stall_timeout > 0 {
-            self.check_stalls()?;
+            self.check_stalls(now)?;
         }
-        self.schedule()?;
+        self.schedule(now)?;
         self.write_segments()?;
         while let Some(token) = self.engine.poll_done() {
             if let Some(a) = self.slots.active(token) {
@@ -402,8 +404,7 @@ impl TcpSendComm {
 
     /// Turns acknowledgements into engine completions. An ack must name the oldest segment its
     /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
-    fn read_acks(&mut self) -> NetResult<()> {
-        let now = self.now();
+    fn read_acks(&mut self, now: u64) -> NetResult<()> {
         for qp in 0..self.data.len() {
             if !self.ready.readable(qp + 1) || self.data[qp].dead {
                 continue;
@@ -548,8 +549,7 @@ impl TcpSendComm {
 
     /// Fails the first stream whose oldest segment waited past the stall timeout, at most every
     /// quarter of the timeout.
-    fn check_stalls(&mut self) -> NetResult<()> {
-        let now = self.now();
+    fn check_stalls(&mut self, now: u64) -> NetResult<()> {
         if now < self.next_stall_check {
             return Ok(());
         }
@@ -618,8 +618,7 @@ impl TcpSendComm {
         }
     }
 
-    fn schedule(&mut self) -> NetResult<()> {
-        let now = self.now();
+    fn schedule(&mut self, now: u64) -> NetResult<()> {
         while let Some(t) = self.engine.poll_transmit(now) {
             let Some(Active {
                 buf,

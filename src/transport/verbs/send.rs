@@ -114,6 +114,15 @@ impl VerbsSendComm {
         })
         .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
         let n = params.max_messages as usize;
+        // Per-QP event rings only when a profiler is attached (at most `outstanding` each).
+        let events = CommEvents::current();
+        let event_rings = if events.enabled() {
+            (0..params.qps)
+                .map(|_| VecDeque::with_capacity(params.outstanding as usize))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(VerbsSendComm {
             qps,
             fifo_len: params.max_messages,
@@ -126,9 +135,9 @@ impl VerbsSendComm {
             targets: [Target::default(); MAX_RECVS],
             engine,
             route: 0,
-            event_rings: Vec::new(),
+            event_rings,
             event_device: 0,
-            events: CommEvents::current(),
+            events,
             slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
@@ -162,12 +171,6 @@ impl VerbsSendComm {
     /// device, wr_id, opcode, QP number, length).
     #[cold]
     fn segment_event(&mut self, qp: usize, parent: usize, wr_id: u64, len: u32) {
-        if self.event_rings.is_empty() {
-            let depth = self.params.outstanding as usize;
-            self.event_rings = (0..self.params.qps)
-                .map(|_| VecDeque::with_capacity(depth))
-                .collect();
-        }
         let qp_num = self.qps.data(qp).map_or(0, |q| q.qpn());
         let ev = self.events.start(
             parent,
