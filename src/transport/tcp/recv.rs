@@ -49,6 +49,8 @@ struct DataRx {
     acks_pos: usize,
     /// Test hook: this stream is not read any more (a blackholed path).
     blackholed: bool,
+    /// Test hook: blackhole the stream as soon as it is part-way through a segment's payload.
+    blackhole_mid_segment: bool,
 }
 
 /// One buffer of a posted receive and what the sender's segments placed into it so far.
@@ -130,6 +132,8 @@ pub struct TcpRecvComm {
     opts: TcpOptions,
     /// Data streams replaced so far.
     repaths: u64,
+    /// Test hook (`debug_hold_replacements`).
+    hold_replacements: bool,
 }
 
 impl TcpRecvComm {
@@ -165,6 +169,7 @@ impl TcpRecvComm {
                 acks: Vec::with_capacity(cap),
                 acks_pos: 0,
                 blackholed: false,
+                blackhole_mid_segment: false,
             })
             .collect();
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
@@ -207,6 +212,7 @@ impl TcpRecvComm {
             auth,
             opts,
             repaths: 0,
+            hold_replacements: false,
         })
     }
 
@@ -310,7 +316,7 @@ impl TcpRecvComm {
     }
 
     fn step(&mut self) -> NetResult<()> {
-        if self.repath.is_some() {
+        if self.repath.is_some() && !self.hold_replacements {
             self.accept_replacements();
         }
         self.ready.poll()?;
@@ -467,6 +473,13 @@ impl TcpRecvComm {
                 }
                 RxState::Payload { seg, mut got } => {
                     let len = seg.len as usize;
+                    // A copy of this segment came in full on another stream while this one was
+                    // still arriving (the sender gave this stream up as stalled and resent): the
+                    // rest is dropped, its receive may already be back with NCCL.
+                    if self.engine.is_duplicate(seg.imm) {
+                        d.state = RxState::Discard { seg, got };
+                        continue;
+                    }
                     if got < len {
                         let Some(Posted { buf, .. }) = posted(&self.slots, &self.bufs, seg.slot)
                         else {
@@ -512,6 +525,11 @@ impl TcpRecvComm {
                         }
                         d.state = RxState::Payload { seg, got };
                         if got < len {
+                            if d.blackhole_mid_segment {
+                                d.blackhole_mid_segment = false;
+                                d.blackholed = true;
+                                return Ok(None);
+                            }
                             continue;
                         }
                     }
@@ -651,6 +669,50 @@ impl TcpRecvComm {
         if let Some(d) = self.data.get_mut(q) {
             d.blackholed = true;
         }
+    }
+
+    /// Fault injection for tests: as `debug_blackhole_stream`, once stream `q` has placed part
+    /// of a segment's payload (the rest of it stays in the socket).
+    #[doc(hidden)]
+    pub fn debug_blackhole_mid_segment(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackhole_mid_segment = true;
+        }
+    }
+
+    /// Test hook: the receive slot of the segment a blackholed stream `q` stopped in.
+    #[doc(hidden)]
+    pub fn debug_stopped_in_slot(&self, q: usize) -> Option<u32> {
+        match self.data.get(q)? {
+            DataRx {
+                blackholed: true,
+                state: RxState::Payload { seg, .. },
+                ..
+            } => Some(seg.slot),
+            _ => None,
+        }
+    }
+
+    /// Test hook: a blackholed stream `q` is read again (what it still holds is stale).
+    #[doc(hidden)]
+    pub fn debug_reopen_stream(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackholed = false;
+        }
+    }
+
+    /// Test hook: replacement streams wait in the re-path listener's backlog while `hold`.
+    #[doc(hidden)]
+    pub fn debug_hold_replacements(&mut self, hold: bool) {
+        self.hold_replacements = hold;
+    }
+
+    /// Port of the re-path listener replacement streams connect to (None: replacements off).
+    pub fn repath_port(&self) -> Option<u16> {
+        self.repath
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port())
     }
 
     /// Data streams replaced so far (tests, stats).

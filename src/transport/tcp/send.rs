@@ -305,7 +305,7 @@ impl TcpSendComm {
         let now = self.now();
         self.read_acks(now)?;
         if self.repaths.iter().any(Option::is_some) {
-            self.advance_repaths()?;
+            self.advance_repaths(now)?;
         }
         while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
             self.begin_repath(qp, Why::Straggler)?;
@@ -485,7 +485,8 @@ impl TcpSendComm {
             }
             return Ok(());
         };
-        match Repath::start(qp, to, why, &self.setup) {
+        let now = self.now();
+        match Repath::start(qp, to, why, &self.setup, now) {
             Ok(r) => self.repaths[qp] = Some(r),
             Err(e) => self.repath_failed(qp, why, e)?,
         }
@@ -493,27 +494,33 @@ impl TcpSendComm {
     }
 
     /// A replacement could not be made: a straggler goes on with its old stream, a failed
-    /// stream stays dead.
+    /// stream tries again from another port while its re-creation budget lasts, then stays dead.
     fn repath_failed(&mut self, qp: usize, why: Why, e: NetError) -> NetResult<()> {
         tracing::info!(target: "dqplb::net", "{}: no replacement stream ({}): {e}", self.data[qp].name, why.as_str());
         self.repaths[qp] = None;
-        if why == Why::Straggler {
-            self.engine
+        match why {
+            Why::Straggler => self
+                .engine
                 .path_replaced(qp)
-                .map_err(|e| NetError::internal(e.to_string()))?;
+                .map_err(|e| NetError::internal(e.to_string()))?,
+            Why::Failure if self.failure_repaths[qp] < MAX_FAILURE_REPATHS => {
+                self.failure_repaths[qp] += 1;
+                self.begin_repath(qp, why)?;
+            }
+            Why::Failure => {}
         }
         Ok(())
     }
 
     /// Advances replacements in progress; a greeted one takes the old stream's place.
     #[cold]
-    fn advance_repaths(&mut self) -> NetResult<()> {
+    fn advance_repaths(&mut self, now: u64) -> NetResult<()> {
         for qp in 0..self.repaths.len() {
             let Some(r) = &mut self.repaths[qp] else {
                 continue;
             };
             let why = r.why;
-            let sock = match r.progress(&self.data[qp].name) {
+            let sock = match r.progress(&self.data[qp].name, now) {
                 Ok(Some(sock)) => sock,
                 Ok(None) => continue,
                 Err(e) => {

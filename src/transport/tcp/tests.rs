@@ -869,3 +869,78 @@ fn a_blackholed_stream_is_failed_by_the_stall_timeout() {
     assert_eq!((s.repaths(), r.repaths()), (1, 1), "{st:?}");
     assert_eq!(st.iter().map(|q| q.failures).sum::<u64>(), 1);
 }
+
+/// A stream stops part-way through a segment (blackholed), the sender gives it up as stalled
+/// and resends the segment on the other stream, that copy completes the receive, and only then
+/// does the rest of the stale copy arrive: it must be dropped (its receive may already be back
+/// with NCCL), not placed and not taken for a protocol error.
+#[test]
+fn a_stale_copy_finishing_after_its_resend_is_dropped() {
+    let mut p = params(PolicyKind::Dqplb, 2);
+    p.segment_bytes = 1 << 20;
+    let (mut s, mut r) = pair(p);
+    s.set_stall_timeout_ms(100);
+    r.debug_hold_replacements(true);
+    r.debug_blackhole_mid_segment(1);
+    let n = 16;
+    let size = (4 << 20) + 3;
+    let mut src: Vec<Vec<u8>> = (0..n).map(|i| pattern(size, i)).collect();
+    let mut dst: Vec<Vec<u8>> = (0..n).map(|_| vec![0xEE; size]).collect();
+    let (mut rreq, mut sreq) = (vec![None; n], vec![None; n]);
+    let (mut posted_r, mut posted_s, mut done_r, mut done_s) = (0, 0, 0, 0);
+    let mut stopped_in: Option<usize> = None;
+    let mut reopened = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while done_r < n || done_s < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stalled: sent {done_s}, received {done_r}, stopped in {stopped_in:?}"
+        );
+        if posted_r < n && posted_r - done_r < 8 {
+            if let Some(q) = r.irecv(UserBuf::from_slice(&mut dst[posted_r]), 0).unwrap() {
+                rreq[posted_r] = Some(q);
+                posted_r += 1;
+            }
+        }
+        if posted_s < n && posted_s - done_s < 8 {
+            if let Some(q) = s.isend(UserBuf::from_slice(&mut src[posted_s]), 0).unwrap() {
+                sreq[posted_s] = Some(q);
+                posted_s += 1;
+            }
+        }
+        if done_s < posted_s && s.test(sreq[done_s].unwrap()).unwrap().is_some() {
+            done_s += 1;
+        }
+        if done_r < posted_r && r.test(rreq[done_r].unwrap()).unwrap().is_some() {
+            done_r += 1;
+        }
+        if stopped_in.is_none() {
+            if let Some(slot) = r.debug_stopped_in_slot(1) {
+                // Receive requests are handed out in posting order: find the message.
+                stopped_in = rreq.iter().position(|q| *q == Some(slot));
+                assert!(stopped_in.is_some(), "slot {slot} is not a posted receive");
+            }
+        }
+        // The stale copy's receive completed through the resend: now let the rest arrive.
+        if let (Some(m), false) = (stopped_in, reopened) {
+            if done_r > m {
+                assert_eq!(s.qp_stats()[1].failures, 1);
+                r.debug_reopen_stream(1);
+                for _ in 0..200 {
+                    r.progress().unwrap();
+                }
+                reopened = true;
+                r.debug_hold_replacements(false);
+            }
+        }
+    }
+    for i in 0..n {
+        assert_bytes(&dst[i], &src[i], &format!("message {i}"));
+    }
+    assert!(reopened, "the stale copy never got its turn");
+    assert_eq!(s.qp_stats()[1].failures, 1);
+    assert!(
+        r.duplicates() >= 1,
+        "the stale copy was not dropped as a duplicate"
+    );
+}
