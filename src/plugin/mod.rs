@@ -247,6 +247,7 @@ fn tcp_options(cfg: &SiteConfig) -> TcpOptions {
         socket_buffer_bytes: cfg.tcp.socket_buffer_bytes as usize,
         nodelay: cfg.tcp.nodelay,
         src_port_base: (cfg.tcp.src_port_base != 0).then_some(cfg.tcp.src_port_base),
+        src_port_stride: 1,
     }
 }
 

@@ -4,14 +4,25 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nccl_net_dqplb::engine::PolicyKind;
+use nccl_net_dqplb::engine::{PolicyKind, RehashRule};
 
+use super::hashed::{HealthKnobs, HASHED_IDS};
 use super::scenario::ALL_IDS;
 
 pub const USAGE: &str =
     "usage: dqplb paths-bench [options]   (run inside a network namespace: scripts/paths-bench.sh)
-  --scenario LIST          scenario ids 1..5, comma separated, or all (default all)
+  --scenario LIST          scenario ids 1..7, comma separated, or all (default all); 6 and 7
+                           hash each data stream's source port onto a path, as ECMP does, and
+                           run their own variants (dqplb, +rehash, +isolation, static-split,
+                           round-robin-message) whatever --policy says
   --policy LIST            dqplb,static-split,round-robin-message,single-qp or all (default all)
+  --buckets N              hashed paths of scenarios 6/7 (power of two; default 16 / 8)
+  --rehash-ratio F         re-hash variant: k (default 4)
+  --rehash-window N        re-hash variant: W slow completions in a row (default 4)
+  --rehash-cooldown-ms N   re-hash variant: cool-down between re-hashes (default 100)
+  --rehash-budget N        re-hash variant: at most N re-hashes a minute (default 8)
+  --stall-timeout-ms N     isolation variant: a segment unacknowledged this long fails its
+                           stream (default 100)
   --duration-ms N          length of each trial (default 3000)
   --warmup-ms N            start of the measured window (default 500)
   --unit-mbit F            rate of one full path in Mbit/s (default 100)
@@ -50,12 +61,14 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     pub img_dir: Option<PathBuf>,
     pub guard: Option<f64>,
+    pub buckets: Option<usize>,
+    pub health: HealthKnobs,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            scenarios: ALL_IDS.to_vec(),
+            scenarios: all_ids(),
             policies: PolicyKind::ALL.to_vec(),
             duration: Duration::from_millis(3000),
             warmup: Duration::from_millis(500),
@@ -73,6 +86,17 @@ impl Default for Options {
             data_dir: None,
             img_dir: None,
             guard: None,
+            buckets: None,
+            health: HealthKnobs {
+                rule: RehashRule {
+                    ratio: 4.0,
+                    window: 4,
+                    cooldown: 100_000_000,
+                    budget: 8,
+                    budget_period: 60_000_000_000,
+                },
+                stall_timeout_ms: 100,
+            },
         }
     }
 }
@@ -91,13 +115,18 @@ fn ranged(flag: &str, v: &str, lo: u64, hi: u64) -> Result<u64, String> {
     Ok(x)
 }
 
+/// The per-QP scenarios then the port-hash ones.
+fn all_ids() -> Vec<u32> {
+    ALL_IDS.iter().chain(HASHED_IDS.iter()).copied().collect()
+}
+
 fn list_scenarios(v: &str) -> Result<Vec<u32>, String> {
     if v.trim() == "all" {
-        return Ok(ALL_IDS.to_vec());
+        return Ok(all_ids());
     }
     let mut out = Vec::new();
     for part in v.split(',') {
-        let id = ranged("--scenario", part, 1, 5)? as u32;
+        let id = ranged("--scenario", part, 1, 7)? as u32;
         if !out.contains(&id) {
             out.push(id);
         }
@@ -170,6 +199,22 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--data-dir" => o.data_dir = Some(PathBuf::from(v)),
             "--img-dir" => o.img_dir = Some(PathBuf::from(v)),
+            "--buckets" => o.buckets = Some(ranged(flag, v, 2, 64)? as usize),
+            "--rehash-ratio" => {
+                let x: f64 = num(flag, v)?;
+                if !(x > 1.0 && x <= 1000.0) {
+                    return Err(format!(
+                        "--rehash-ratio: {x} must be above 1 (at most 1000)"
+                    ));
+                }
+                o.health.rule.ratio = x;
+            }
+            "--rehash-window" => o.health.rule.window = ranged(flag, v, 1, 1 << 20)? as u32,
+            "--rehash-cooldown-ms" => {
+                o.health.rule.cooldown = ranged(flag, v, 0, 600_000)? * 1_000_000
+            }
+            "--rehash-budget" => o.health.rule.budget = ranged(flag, v, 1, 64)? as u32,
+            "--stall-timeout-ms" => o.health.stall_timeout_ms = ranged(flag, v, 1, 600_000)?,
             "--guard" => {
                 let x: f64 = num(flag, v)?;
                 if !(0.0..=1.0).contains(&x) {
@@ -224,9 +269,15 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
-        assert!(p(&["--scenario", "7"])
+        assert!(p(&["--scenario", "8"])
             .unwrap_err()
-            .contains("--scenario: 7 is outside 1..=5"));
+            .contains("--scenario: 8 is outside 1..=7"));
+        assert!(p(&["--rehash-ratio", "1"])
+            .unwrap_err()
+            .contains("must be above 1"));
+        assert!(p(&["--buckets", "100"])
+            .unwrap_err()
+            .contains("outside 2..=64"));
         assert!(p(&["--policy", "spray"])
             .unwrap_err()
             .contains("--policy: unknown policy"));

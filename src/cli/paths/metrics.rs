@@ -67,11 +67,11 @@ pub struct SeriesPoint {
     pub path_mbit: Vec<f64>,
 }
 
-fn ms(ns: u64) -> f64 {
+pub(super) fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn mbit(bytes: u64, dt_ms: f64) -> f64 {
+pub(super) fn mbit(bytes: u64, dt_ms: f64) -> f64 {
     if dt_ms <= 0.0 {
         0.0
     } else {
@@ -79,12 +79,12 @@ fn mbit(bytes: u64, dt_ms: f64) -> f64 {
     }
 }
 
-fn acked(s: &Sample) -> u64 {
+pub(super) fn acked(s: &Sample) -> u64 {
     s.qp_bytes.iter().sum()
 }
 
 /// Index of the first sample at or after `t_ms`.
-fn first_at(samples: &[Sample], t_ms: f64) -> Option<usize> {
+pub(super) fn first_at(samples: &[Sample], t_ms: f64) -> Option<usize> {
     samples.iter().position(|s| ms(s.t_ns) >= t_ms)
 }
 
@@ -163,7 +163,7 @@ pub fn series(sc: &Scenario, samples: &[Sample]) -> Vec<SeriesPoint> {
 /// Smallest delay d after `t0` such that `ok(from, to)` holds for the span from the sample at
 /// t0+d to every later sample at least `min_span` later and no later than `t1` (a sustained
 /// average, which a catch-up burst after a scheduling stall does not break); None if never.
-fn sustained_delay(
+pub(super) fn sustained_delay(
     samples: &[Sample],
     t0: f64,
     t1: f64,
@@ -315,6 +315,7 @@ mod tests {
             actions: vec![],
             peak_outstanding: vec![4; 4],
             gaps: Default::default(),
+            ..Default::default()
         };
         let s = summarize(&sc, PolicyKind::Dqplb, &out, 500.0).unwrap();
         assert!((s.ideal_mbit - 310.0).abs() < 1e-9);
@@ -344,6 +345,7 @@ mod tests {
             actions: vec![(1_000_000_000, 5_000_000), (2_000_000_000, 5_000_000)],
             peak_outstanding: vec![],
             gaps: Default::default(),
+            ..Default::default()
         };
         let s = summarize(&sc, PolicyKind::Dqplb, &out, 500.0).unwrap();
         let c = s.change.unwrap();
@@ -383,6 +385,7 @@ mod tests {
             actions: vec![(1_000_000_000, 1)],
             peak_outstanding: vec![],
             gaps: Default::default(),
+            ..Default::default()
         };
         let c = summarize(&sc, PolicyKind::StaticSplit, &out, 500.0)
             .unwrap()

@@ -2,6 +2,9 @@
 //! network namespace and reports throughput vs the ideal, per-path bytes and plots.
 
 pub mod args;
+pub mod hashed;
+pub mod hashed_report;
+pub mod hashed_shape;
 pub mod metrics;
 pub mod plot;
 pub mod report;
@@ -64,7 +67,11 @@ fn spec_for(sc: &Scenario, policy: PolicyKind, o: &Options) -> TrialSpec {
         sample_every: o.sample_every,
         idle_sleep: o.idle_sleep,
         port_base: o.port_base,
+        port_stride: 1,
         socket_buffer_bytes: o.socket_buffer_bytes,
+        rehash: None,
+        stall_timeout_ms: 0,
+        verify: false,
     }
 }
 
@@ -106,7 +113,11 @@ fn bench(o: &Options) -> Result<i32, String> {
     }
     let mut rows: Vec<TrialSummary> = Vec::new();
     let mut series: Vec<(u32, &'static str, Vec<SeriesPoint>)> = Vec::new();
-    for &id in &o.scenarios {
+    let (hashed_ids, per_qp_ids): (Vec<u32>, Vec<u32>) = o
+        .scenarios
+        .iter()
+        .partition(|id| hashed::HASHED_IDS.contains(id));
+    for &id in &per_qp_ids {
         let probe = ScenarioKnobs {
             unit_mbit: o.unit_mbit,
             duration_ms: o.duration.as_millis() as u64,
@@ -138,6 +149,12 @@ fn bench(o: &Options) -> Result<i32, String> {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+    if !hashed_ids.is_empty() {
+        hashed_bench(o, &hashed_ids)?;
+    }
+    if per_qp_ids.is_empty() {
+        return Ok(0);
+    }
     if let Some(dir) = &o.data_dir {
         report::write(dir, "paths-summary.csv", &report::summary_csv(&rows))?;
         report::write(dir, "paths-per-path.csv", &report::per_path_csv(&rows))?;
@@ -151,6 +168,52 @@ fn bench(o: &Options) -> Result<i32, String> {
         println!("# wrote SVG to {}", dir.display());
     }
     Ok(guard_verdict(o, &rows))
+}
+
+/// Scenarios 6 and 7 (port-hash paths), with their own CSV and SVG files.
+fn hashed_bench(o: &Options, ids: &[u32]) -> Result<(), String> {
+    if !o.shape {
+        return Err("scenarios 6 and 7 are about shaped paths: drop --no-shape".into());
+    }
+    let knobs = ScenarioKnobs {
+        unit_mbit: o.unit_mbit,
+        duration_ms: o.duration.as_millis() as u64,
+        segment_bytes: o.segment_bytes,
+        outstanding: o.outstanding,
+        message_bytes: o.message_bytes,
+        inflight_messages: o.inflight,
+        slow_fraction: o.slow_fraction,
+    };
+    // Any per-QP scenario carries the shared knobs; 8 streams set the message alignment.
+    let sc = Scenario {
+        message_bytes: aligned_message(o, 8),
+        ..scenario::build(1, &knobs)?
+    };
+    let run = hashed::HashedRun {
+        base: spec_for(&sc, PolicyKind::Dqplb, o),
+        health: o.health,
+        warmup_ms: o.warmup.as_secs_f64() * 1e3,
+    };
+    let rows = hashed::bench(ids, &run, o.unit_mbit, o.slow_fraction, o.buckets)?;
+    let summaries: Vec<hashed::HashedSummary> = rows.iter().map(|r| r.0.clone()).collect();
+    if let Some(dir) = &o.data_dir {
+        report::write(
+            dir,
+            "paths-hashed-summary.csv",
+            &hashed_report::summary_csv(&summaries),
+        )?;
+        report::write(
+            dir,
+            "paths-hashed-timeseries.csv",
+            &hashed_report::series_csv(&rows),
+        )?;
+        println!("# wrote paths-hashed CSV to {}", dir.display());
+    }
+    if let Some(dir) = &o.img_dir {
+        hashed_report::plots(dir, &rows)?;
+        println!("# wrote paths-hashed SVG to {}", dir.display());
+    }
+    Ok(())
 }
 
 /// 1 when a guard is set and some dqplb trial fell below it.

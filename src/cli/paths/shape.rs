@@ -6,22 +6,22 @@ use std::process::Command;
 /// Device shaped: only the loopback of the namespace the bench runs in.
 pub const DEV: &str = "lo";
 /// Class id (minor) of the fast default class; path i uses `PATH_CLASS_BASE + i`.
-const DEFAULT_CLASS: u32 = 2;
+pub const DEFAULT_CLASS: u32 = 2;
 const PATH_CLASS_BASE: u32 = 100;
 /// Rate of the default class: far above anything the paths carry.
-const DEFAULT_RATE: &str = "20gbit";
+pub const DEFAULT_RATE: &str = "20gbit";
 /// HTB bucket: loopback skbs are up to 64 KiB (GSO), so the bucket must hold a few of them.
 const BURST_BYTES: u32 = 256 * 1024;
 
 /// A tc invocation as its argument list (without the leading `tc`).
 pub type TcArgs = Vec<String>;
 
-fn args(s: &str) -> TcArgs {
+pub fn args(s: &str) -> TcArgs {
     s.split_whitespace().map(str::to_string).collect()
 }
 
 /// tc rate in bit/s (tc's `bit` unit avoids rounding of fractional Mbit/s).
-fn rate(mbit: f64) -> String {
+pub fn rate(mbit: f64) -> String {
     format!("{}bit", (mbit * 1e6).round() as u64)
 }
 
@@ -56,7 +56,7 @@ pub fn install(port_base: u16, rates_mbit: &[f64]) -> Result<Vec<TcArgs>, String
     Ok(cmds)
 }
 
-fn class_cmd(verb: &str, class: u32, mbit: f64) -> TcArgs {
+pub fn class_cmd(verb: &str, class: u32, mbit: f64) -> TcArgs {
     let r = rate(mbit);
     args(&format!(
         "class {verb} dev {DEV} parent 1: classid 1:{class} htb rate {r} ceil {r} burst {BURST_BYTES}b cburst {BURST_BYTES}b quantum 65536"
@@ -117,11 +117,16 @@ pub struct Shaper {
 
 impl Shaper {
     pub fn install(port_base: u16, rates_mbit: &[f64]) -> Result<Shaper, String> {
+        Shaper::run_plan(install(port_base, rates_mbit)?)
+    }
+
+    /// Installs any plan whose first command replaces the root qdisc (see `hashed_shape`).
+    pub fn run_plan(cmds: Vec<TcArgs>) -> Result<Shaper, String> {
         check_private_netns()?;
         // A leftover plan from an aborted trial is replaced; a missing one is not an error.
         let _ = run_tc(&remove());
         let mut s = Shaper { installed: true };
-        for c in install(port_base, rates_mbit)? {
+        for c in cmds {
             if let Err(e) = run_tc(&c) {
                 s.clear();
                 return Err(e);

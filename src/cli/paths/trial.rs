@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nccl_net_dqplb::engine::{PolicyKind, QpStats};
+use nccl_net_dqplb::engine::{PolicyKind, QpStats, RehashRule};
 use nccl_net_dqplb::transport::tcp::{
     ConnParams, TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm,
 };
@@ -27,7 +27,32 @@ pub struct TrialSpec {
     /// Sleep when a loop pass moved nothing (keeps two busy threads off a 2-core machine).
     pub idle_sleep: Duration,
     pub port_base: u16,
+    /// Data stream i uses source port `port_base + (1 + i) x port_stride` (0 or 1: consecutive).
+    pub port_stride: u16,
     pub socket_buffer_bytes: usize,
+    /// The straggler re-hash rule installed on the send comm (None: off, as TCP comms start).
+    pub rehash: Option<RehashRule>,
+    /// Path-failure isolation's stall timeout (0: off, a stalled stream stalls the comm).
+    pub stall_timeout_ms: u64,
+    /// Sender writes a per-message pattern, the receiver checks every byte of every message.
+    pub verify: bool,
+}
+
+/// Ports of a connection once it is up, for shaping plans that need them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connected {
+    pub ctrl_sport: u16,
+    /// Destination ports of data segments: the listener's, then the re-path listener's.
+    pub data_dports: Vec<u16>,
+    pub data_sports: Vec<u16>,
+}
+
+/// What the receiver saw of the data (with `verify`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Received {
+    pub messages: u64,
+    /// Messages with at least one byte different from what the sender wrote.
+    pub corrupt: u64,
 }
 
 /// Counters at one instant, `t_ns` after the start of streaming.
@@ -41,7 +66,7 @@ pub struct Sample {
 }
 
 /// Samples of a trial plus when each scheduled action actually ran.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TrialOutput {
     pub samples: Vec<Sample>,
     /// (ns after start when the action began, ns it took).
@@ -50,6 +75,14 @@ pub struct TrialOutput {
     /// Scheduling hiccups: loop passes of the sender / receiver thread that started more than
     /// `GAP_NS` after the previous one (the threads only sleep 50 us, so these are CPU stalls).
     pub gaps: [LoopGaps; 2],
+    /// The send comm's per-QP counters at the end (resent, re-hashes, failures).
+    pub final_stats: Vec<QpStats>,
+    /// (ns after start, QP, new source port) each time a data stream was replaced.
+    pub port_changes: Vec<(u64, usize, u16)>,
+    pub repaths: u64,
+    pub received: Received,
+    /// Messages whose send completed.
+    pub sent_messages: u64,
 }
 
 /// A pass of a bench loop later than this after the previous one counts as a stall.
@@ -89,6 +122,7 @@ fn connect(spec: &TrialSpec) -> Result<(TcpSendComm, TcpRecvComm), String> {
         socket_buffer_bytes: spec.socket_buffer_bytes,
         nodelay: true,
         src_port_base: Some(spec.port_base),
+        src_port_stride: spec.port_stride,
     };
     let ip: IpAddr = IpAddr::from([127, 0, 0, 1]);
     let mut l = TcpListenComm::bind(ip, 0, opts.clone()).map_err(|e| format!("listen: {e}"))?;
@@ -117,15 +151,50 @@ fn connect(spec: &TrialSpec) -> Result<(TcpSendComm, TcpRecvComm), String> {
         std::thread::sleep(Duration::from_micros(200));
     }
     match (s, r) {
-        (Some(s), Some(r)) => Ok((s, r)),
+        (Some(mut s), Some(r)) => {
+            if let Some(rule) = spec.rehash {
+                s.set_rehash_rule(rule)
+                    .map_err(|e| format!("re-hash rule: {e}"))?;
+            }
+            s.set_stall_timeout_ms(spec.stall_timeout_ms);
+            Ok((s, r))
+        }
         _ => Err("connection setup finished without both ends".into()),
     }
 }
 
-/// Checks that data stream i really uses source port base+1+i (what the tc filters match).
-fn check_ports(s: &TcpSendComm, base: u16) -> Result<(), String> {
+/// The source port of each data stream.
+fn sports(s: &TcpSendComm) -> Vec<u16> {
+    s.data_stream_addrs()
+        .iter()
+        .map(|(l, _)| l.port())
+        .collect()
+}
+
+/// Fills message `n`'s bytes: 8-byte words `n << 32 | word index` (a misplaced or stale
+/// segment shows), the tail with the low byte of `n`.
+fn fill_pattern(buf: &mut [u8], n: u64) {
+    let mut words = buf.chunks_exact_mut(8);
+    for (j, w) in (&mut words).enumerate() {
+        w.copy_from_slice(&((n << 32) | j as u64).to_le_bytes());
+    }
+    words.into_remainder().fill(n as u8);
+}
+
+fn pattern_ok(buf: &[u8], n: u64) -> bool {
+    let mut words = buf.chunks_exact(8);
+    for (j, w) in (&mut words).enumerate() {
+        if w != ((n << 32) | j as u64).to_le_bytes() {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|b| *b == n as u8)
+}
+
+/// Checks that data stream i really uses source port base+(1+i)*stride (what the tc filters match).
+fn check_ports(s: &TcpSendComm, base: u16, stride: u16) -> Result<(), String> {
     for (i, (local, _)) in s.data_stream_addrs().iter().enumerate() {
-        let want = u32::from(base) + 1 + i as u32;
+        let want = u32::from(base) + (1 + i as u32) * u32::from(stride.max(1));
         if u32::from(local.port()) != want {
             return Err(format!(
                 "data stream {i} has source port {}, the shaper matches {want}",
@@ -136,7 +205,14 @@ fn check_ports(s: &TcpSendComm, base: u16) -> Result<(), String> {
     Ok(())
 }
 
-type SendResult = (Vec<Sample>, Vec<u32>, LoopGaps);
+struct SendResult {
+    samples: Vec<Sample>,
+    gaps: LoopGaps,
+    stats: Vec<QpStats>,
+    port_changes: Vec<(u64, usize, u16)>,
+    repaths: u64,
+    messages: u64,
+}
 
 fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<SendResult, String> {
     let k = spec.inflight_messages;
@@ -150,23 +226,39 @@ fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<Sen
     let mut next_sample = epoch;
     let mut last_completed = 0u64;
     let (mut gaps, mut prev) = (LoopGaps::default(), Instant::now());
+    let mut ports = sports(&s);
+    let mut port_changes = Vec::new();
+    let mut messages = 0u64;
     loop {
         let now = Instant::now();
         gaps.note(&mut prev, now);
         if now >= next_sample || now >= end {
+            let t_ns = now.duration_since(epoch).as_nanos() as u64;
             samples.push(Sample {
-                t_ns: now.duration_since(epoch).as_nanos() as u64,
+                t_ns,
                 msg_bytes: done,
                 qp_bytes: s.qp_stats().iter().map(completed_bytes).collect(),
             });
             next_sample += spec.sample_every;
+            if s.repaths() as usize > port_changes.len() {
+                for (q, p) in sports(&s).into_iter().enumerate() {
+                    if ports.get(q) != Some(&p) {
+                        port_changes.push((t_ns, q, p));
+                        ports[q] = p;
+                    }
+                }
+            }
         }
         if now >= end {
             break;
         }
         let mut moved = false;
         while reqs.len() < k {
-            let b = UserBuf::from_slice(&mut bufs[next % k]);
+            let buf = &mut bufs[next % k];
+            if spec.verify {
+                fill_pattern(buf, next as u64);
+            }
+            let b = UserBuf::from_slice(buf);
             match s.isend(b, 0).map_err(|e| format!("isend: {e}"))? {
                 Some(r) => {
                     reqs.push_back(r);
@@ -180,6 +272,7 @@ fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<Sen
             match s.test(r).map_err(|e| format!("send test: {e}"))? {
                 Some(n) => {
                     done += n as u64;
+                    messages += 1;
                     reqs.pop_front();
                     moved = true;
                 }
@@ -195,21 +288,25 @@ fn send_loop(mut s: TcpSendComm, spec: &TrialSpec, epoch: Instant) -> Result<Sen
             std::thread::sleep(spec.idle_sleep);
         }
     }
-    Ok((
+    Ok(SendResult {
         samples,
-        s.qp_stats().iter().map(|q| q.peak_outstanding).collect(),
         gaps,
-    ))
+        stats: s.qp_stats().to_vec(),
+        port_changes,
+        repaths: s.repaths(),
+        messages,
+    })
 }
 
 fn recv_loop(
     mut r: TcpRecvComm,
     spec: &TrialSpec,
     stop: &AtomicBool,
-) -> (LoopGaps, Result<(), String>) {
+) -> (LoopGaps, Received, Result<(), String>) {
     let mut gaps = LoopGaps::default();
-    let res = recv_passes(&mut r, spec, stop, &mut gaps);
-    (gaps, res)
+    let mut got = Received::default();
+    let res = recv_passes(&mut r, spec, stop, &mut gaps, &mut got);
+    (gaps, got, res)
 }
 
 fn recv_passes(
@@ -217,6 +314,7 @@ fn recv_passes(
     spec: &TrialSpec,
     stop: &AtomicBool,
     gaps: &mut LoopGaps,
+    got: &mut Received,
 ) -> Result<(), String> {
     let k = spec.inflight_messages;
     let mut bufs: Vec<Vec<u8>> = (0..k).map(|_| vec![0u8; spec.message_bytes]).collect();
@@ -239,8 +337,16 @@ fn recv_passes(
         }
         while let Some(&q) = reqs.front() {
             match r.test(q).map_err(|e| format!("receive test: {e}"))? {
-                Some(_) => {
+                Some(n) => {
                     reqs.pop_front();
+                    let m = got.messages;
+                    if spec.verify {
+                        let buf = &bufs[m as usize % k];
+                        if n != buf.len() || !pattern_ok(buf, m) {
+                            got.corrupt += 1;
+                        }
+                    }
+                    got.messages += 1;
                     moved = true;
                 }
                 None => break,
@@ -260,8 +366,27 @@ pub fn run(
     at_ms: &[u64],
     action: &mut dyn FnMut(usize) -> Result<(), String>,
 ) -> Result<TrialOutput, String> {
+    run_connected(spec, &mut |_| Ok(()), at_ms, action)
+}
+
+/// As `run`, calling `on_connected` with the connection's ports before any data moves.
+pub fn run_connected(
+    spec: &TrialSpec,
+    on_connected: &mut dyn FnMut(&Connected) -> Result<(), String>,
+    at_ms: &[u64],
+    action: &mut dyn FnMut(usize) -> Result<(), String>,
+) -> Result<TrialOutput, String> {
     let (s, r) = connect(spec)?;
-    check_ports(&s, spec.port_base)?;
+    check_ports(&s, spec.port_base, spec.port_stride)?;
+    let addrs = s.data_stream_addrs();
+    let mut data_dports: Vec<u16> = addrs.iter().map(|(_, p)| p.port()).collect();
+    data_dports.dedup();
+    data_dports.extend(r.repath_port());
+    on_connected(&Connected {
+        ctrl_sport: spec.port_base,
+        data_dports,
+        data_sports: addrs.iter().map(|(l, _)| l.port()).collect(),
+    })?;
     let stop = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
     let rx = {
@@ -299,10 +424,10 @@ pub fn run(
         .join()
         .map_err(|_| "sender thread panicked".to_string())?;
     stop.store(true, Ordering::Relaxed);
-    let (rx_gaps, received) = rx
+    let (rx_gaps, got, received) = rx
         .join()
         .map_err(|_| "receiver thread panicked".to_string())?;
-    let (samples, peak_outstanding, tx_gaps) = sent?;
+    let sent = sent?;
     if let Err(e) = received {
         // The sender closing first surfaces as "peer closed" after stop; anything else is real.
         if !e.contains("closed") && !e.contains("reset") {
@@ -313,9 +438,35 @@ pub fn run(
         return Err(e);
     }
     Ok(TrialOutput {
-        samples,
+        samples: sent.samples,
         actions,
-        peak_outstanding,
-        gaps: [tx_gaps, rx_gaps],
+        peak_outstanding: sent.stats.iter().map(|q| q.peak_outstanding).collect(),
+        gaps: [sent.gaps, rx_gaps],
+        final_stats: sent.stats,
+        port_changes: sent.port_changes,
+        repaths: sent.repaths,
+        received: got,
+        sent_messages: sent.messages,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pattern_catches_stale_and_misplaced_bytes() {
+        let mut a = vec![0u8; 8 * 1000 + 5];
+        fill_pattern(&mut a, 7);
+        assert!(pattern_ok(&a, 7));
+        // The same buffer one message earlier or later (a stale copy) fails.
+        assert!(!pattern_ok(&a, 6) && !pattern_ok(&a, 8));
+        // Two words swapped (a segment at the wrong offset) fails.
+        let mut b = a.clone();
+        b.swap(0, 8);
+        assert!(!pattern_ok(&b, 7));
+        let mut c = a.clone();
+        c[8 * 1000 + 4] ^= 1;
+        assert!(!pattern_ok(&c, 7));
+    }
 }

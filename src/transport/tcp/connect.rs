@@ -118,11 +118,15 @@ impl TcpConnector {
                     } else {
                         IpAddr::from([0u16; 8])
                     };
-                    let port = base.checked_add(i).ok_or_else(|| {
-                        NetError::invalid_argument(format!(
-                            "source port base {base} + stream {i} exceeds 65535"
-                        ))
-                    })?;
+                    let stride = opts.src_port_stride.max(1);
+                    let port = i
+                        .checked_mul(stride)
+                        .and_then(|off| base.checked_add(off))
+                        .ok_or_else(|| {
+                            NetError::invalid_argument(format!(
+                                "source port base {base} + stream {i} x {stride} exceeds 65535"
+                            ))
+                        })?;
                     Some(SocketAddr::new(local_ip.unwrap_or(any), port))
                 }
                 None => None,

@@ -37,8 +37,13 @@ pub struct TcpOptions {
     /// SO_SNDBUF/SO_RCVBUF in bytes; 0 leaves the kernel's autotuning alone.
     pub socket_buffer_bytes: usize,
     pub nodelay: bool,
-    /// When set, the connecting side binds stream i (0 = control) to source port base + i.
+    /// When set, the connecting side binds stream i (0 = control) to source port
+    /// base + i x stride.
     pub src_port_base: Option<u16>,
+    /// Spacing of those ports (0 or 1: consecutive). The shaped-path bench spaces them by 2 so
+    /// that a hash of the port's bits 1..4 puts each stream on its own path, as it does for the
+    /// even ephemeral ports Linux gives connect().
+    pub src_port_stride: u16,
 }
 
 impl TcpOptions {
