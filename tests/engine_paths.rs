@@ -367,3 +367,25 @@ fn a_blackholed_qp_is_found_stalled_and_its_segments_move() {
     assert_eq!(again.iter().map(|t| t.imm).collect::<Vec<_>>(), lost);
     assert!(again.iter().all(|t| t.qp != 1));
 }
+
+#[test]
+fn a_silent_connection_is_not_a_failed_path() {
+    let mut tx = Sender::new(&params(3)).unwrap();
+    tx.post(0, u64::from(SEG) * 6).unwrap();
+    let first: Vec<_> = std::iter::from_fn(|| tx.poll_transmit(100)).collect();
+    assert_eq!(first.len(), 6);
+    // Nothing completes anywhere (the receiver's host stalled): no QP is singled out.
+    assert_eq!(tx.stalled(100_000, 1000), None);
+    // Completions resume on QP 0 only, long after the posts: QPs 1 and 2 are behind the
+    // connection's progress and the lowest is reported.
+    let on0: Vec<_> = first.iter().filter(|t| t.qp == 0).collect();
+    tx.completed(0, 100_001).unwrap();
+    assert_eq!(on0.len(), 2);
+    assert_eq!(tx.stalled(100_001, 1000), Some(1));
+    // A completion at the very post time is no evidence either way (strictly after).
+    let mut tx = Sender::new(&params(2)).unwrap();
+    tx.post(0, u64::from(SEG) * 2).unwrap();
+    let t: Vec<_> = std::iter::from_fn(|| tx.poll_transmit(500)).collect();
+    tx.completed(t[0].qp, 500).unwrap();
+    assert_eq!(tx.stalled(10_000, 1000), None);
+}

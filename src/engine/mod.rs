@@ -34,7 +34,7 @@
 //! See [`Sender::footprint_bytes`] and [`Receiver::footprint_bytes`]; with `P(x)` the next power
 //! of two at or above `x`:
 //!
-//! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 324) + 32 *
+//! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 332) + 32 *
 //!   P(max_outstanding)` bytes (message ring; per-QP in-flight rings of (message slot,
 //!   immediate, post time, offset, length); per-QP head index and [`QpStats`]; the resend queue
 //!   of failed paths), plus the fixed `Sender` struct and, with a [`RehashRule`], its state.

@@ -333,18 +333,23 @@ impl Sender {
         }
     }
 
-    /// A healthy QP whose oldest segment in flight was posted at least `timeout` before `now`
-    /// (a blackholed path: no completion, no error), the lowest-numbered one. The transport then
-    /// treats it as failed (`path_failed`). A scan over the QPs: call it at most every
-    /// `timeout / 4` or so, not per segment.
+    /// A healthy QP with segments in flight that completed nothing for `timeout` and whose
+    /// oldest segment was posted at least `timeout` before `now`, while another QP completed a
+    /// segment after that post (a blackholed path: no completion, no error, the connection
+    /// alive around it); the lowest-numbered one. The transport then treats it as failed
+    /// (`path_failed`). When no other QP completed anything since, the whole connection is
+    /// silent (the peer or this host stalled, not one path): no QP is reported. A scan over the
+    /// QPs: call it at most every `timeout / 4` or so, not per segment.
     #[cold]
     pub fn stalled(&self, now: u64, timeout: u64) -> Option<usize> {
         (0..self.qps).find(|&q| {
+            let posted_at =
+                self.segs[(q << self.stride_shift) | self.qp_head[q] as usize].posted_at;
             !self.dead.has(q)
                 && self.stats[q].outstanding > 0
-                && now.saturating_sub(
-                    self.segs[(q << self.stride_shift) | self.qp_head[q] as usize].posted_at,
-                ) >= timeout
+                && now.saturating_sub(posted_at) >= timeout
+                && now.saturating_sub(self.stats[q].last_completed_at) >= timeout
+                && (0..self.qps).any(|p| p != q && self.stats[p].last_completed_at > posted_at)
         })
     }
 
@@ -459,7 +464,7 @@ impl Sender {
             self.room.set(qp);
         }
         let latency = now.saturating_sub(seg.posted_at);
-        st.on_complete(latency);
+        st.on_complete(latency, now);
         self.outstanding -= 1;
         self.msgs[seg.slot as usize].segs_done += 1;
         if let Some(s) = &mut self.straggler {

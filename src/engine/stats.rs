@@ -31,6 +31,8 @@ pub struct QpStats {
     pub rehashes: u64,
     /// Times this QP's path failed.
     pub failures: u64,
+    /// Driver time of the latest completion (0 before any).
+    pub last_completed_at: u64,
 }
 
 impl QpStats {
@@ -46,6 +48,7 @@ impl QpStats {
             resent: 0,
             rehashes: 0,
             failures: 0,
+            last_completed_at: 0,
         }
     }
 
@@ -60,8 +63,9 @@ impl QpStats {
     }
 
     #[inline]
-    pub(crate) fn on_complete(&mut self, latency: u64) {
+    pub(crate) fn on_complete(&mut self, latency: u64, now: u64) {
         self.outstanding -= 1;
+        self.last_completed_at = now;
         // Through i64: one conversion instruction on x86-64 (latencies never reach 2^63).
         let sample = latency.min(i64::MAX as u64) as i64 as f64;
         self.latency_ewma = if self.completed == 0 {
@@ -84,7 +88,7 @@ mod tests {
         let mut s = QpStats::new();
         for lat in [0u64, 1, 2, 3, 4, 1 << 40] {
             s.on_post(10);
-            s.on_complete(lat);
+            s.on_complete(lat, 1000 + lat);
         }
         assert_eq!(s.latency_log2[0], 1);
         assert_eq!(s.latency_log2[1], 1);
@@ -98,10 +102,12 @@ mod tests {
         let mut e = QpStats::new();
         e.on_post(1);
         e.on_post(1);
-        e.on_complete(80);
+        e.on_complete(80, 500);
         assert_eq!(e.latency_ewma, 80.0);
-        e.on_complete(0);
+        assert_eq!(e.last_completed_at, 500);
+        e.on_complete(0, 700);
         assert_eq!(e.latency_ewma, 70.0);
+        assert_eq!(e.last_completed_at, 700);
         assert_eq!(e.peak_outstanding, 2);
     }
 }

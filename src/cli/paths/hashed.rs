@@ -203,10 +203,14 @@ pub struct DeathFigures {
     /// Delay after the death until goodput (completed messages) stays >= 0.85 of the new ideal
     /// (None: never).
     pub recover_ms: Option<f64>,
-    /// The same for acknowledged segment bytes (what the paths carry, blocked messages or not).
+    /// Delay until every 100 ms window of acknowledged segment bytes (what the paths carry,
+    /// blocked messages or not) is >= 0.85 of the new ideal.
     pub recover_acked_ms: Option<f64>,
     /// Goodput from the death to the end over the new ideal.
     pub after_ratio: f64,
+    /// Streams replaced before the death, on equal live paths: re-hashes the rule should not
+    /// have made.
+    pub replaced_before: u64,
 }
 
 /// The result of one (scenario, variant) trial.
@@ -226,7 +230,8 @@ pub struct HashedSummary {
     pub acked_ratio: f64,
     /// Goodput over the last third of the run over its ideal.
     pub late_ratio: f64,
-    /// From the start until goodput stays >= 0.9 of the ideal (None: never).
+    /// From the start until every 100 ms window of acknowledged throughput is >= 0.9 of the
+    /// ideal (None: never, or only in the last 400 ms).
     pub converge_ms: Option<f64>,
     pub death: Option<DeathFigures>,
     pub rehashes: u64,
@@ -238,6 +243,37 @@ pub struct HashedSummary {
     pub sent_messages: u64,
     pub received_messages: u64,
     pub corrupt_messages: u64,
+}
+
+/// Smallest d such that every `window`-long span starting at a sample in [t0 + d, t1 - window]
+/// passes `ok` (a sliding, strict view: one bad window after d moves d past it); None if the
+/// last window fails or there is none.
+fn settled_from(
+    samples: &[Sample],
+    t0: f64,
+    t1: f64,
+    window: f64,
+    ok: &dyn Fn(&Sample, &Sample) -> bool,
+) -> Option<f64> {
+    let mut from = None;
+    for (i, a) in samples.iter().enumerate() {
+        let ta = ms(a.t_ns);
+        if ta < t0 {
+            continue;
+        }
+        let Some(j) = samples[i..].iter().position(|b| ms(b.t_ns) >= ta + window) else {
+            break;
+        };
+        if ms(samples[i + j].t_ns) > t1 {
+            break;
+        }
+        if ok(a, &samples[i + j]) {
+            from.get_or_insert(ta - t0);
+        } else {
+            from = None;
+        }
+    }
+    from
 }
 
 /// Mean of `ideal_at` over [from, to) in 1 ms steps.
@@ -295,12 +331,12 @@ pub fn summarize(
     let evidenced = |t0: f64, d: Option<f64>| d.filter(|d| t0 + d <= end - MIN_EVIDENCE_MS);
     let converge_ms = evidenced(
         0.0,
-        sustained_delay(
+        settled_from(
             s,
             0.0,
             end,
             SUSTAIN_WINDOW_MS,
-            &at_least(CONVERGE_FRACTION, false),
+            &at_least(CONVERGE_FRACTION, true),
         ),
     );
     let death = sc.death.and_then(|(at, _)| {
@@ -323,7 +359,7 @@ pub fn summarize(
             ),
             recover_acked_ms: evidenced(
                 t0,
-                sustained_delay(
+                settled_from(
                     s,
                     t0,
                     end,
@@ -332,6 +368,11 @@ pub fn summarize(
                 ),
             ),
             after_ratio: after / new_ideal,
+            replaced_before: out
+                .port_changes
+                .iter()
+                .filter(|(t, _, _)| ms(*t) < t0)
+                .count() as u64,
         })
     });
     let mut final_buckets = sc.initial_buckets(base);

@@ -44,7 +44,8 @@ pub fn line(s: &HashedSummary) -> String {
     );
     if let Some(d) = &s.death {
         l.push_str(&format!(
-            "; path death at {:.0} ms: goodput >= {RECOVER_FRACTION} of the new ideal {:.0} Mbit/s after {} (acknowledged bytes after {}), {:.3} of it from the death on",
+            "; {} stream(s) replaced before the death; path death at {:.0} ms: goodput >= {RECOVER_FRACTION} of the new ideal {:.0} Mbit/s after {} (acknowledged bytes after {}), {:.3} of it from the death on",
+            d.replaced_before,
             d.at_ms,
             d.new_ideal_mbit,
             opt(d.recover_ms),
@@ -58,12 +59,12 @@ pub fn line(s: &HashedSummary) -> String {
 /// paths-hashed-summary.csv.
 pub fn summary_csv(rows: &[HashedSummary]) -> String {
     let mut out = String::from(
-        "scenario,name,variant,streams,buckets,window_ms,ideal_mbit,achieved_mbit,ratio,acked_ratio,late_ratio,converge_ms,death_ms,new_ideal_mbit,recover_ms,recover_acked_ms,after_death_ratio,rehashes,failures,resent,streams_replaced,initial_buckets,final_buckets,sent_messages,received_messages,corrupt_messages\n",
+        "scenario,name,variant,streams,buckets,window_ms,ideal_mbit,achieved_mbit,ratio,acked_ratio,late_ratio,converge_ms,death_ms,new_ideal_mbit,recover_ms,recover_acked_ms,after_death_ratio,replaced_before_death,rehashes,failures,resent,streams_replaced,initial_buckets,final_buckets,sent_messages,received_messages,corrupt_messages\n",
     );
     for s in rows {
         let d = s.death.as_ref();
         out.push_str(&format!(
-            "{},{},{},{},{},{:.1},{:.2},{:.2},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{:.1},{:.2},{:.2},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             s.scenario,
             s.name,
             s.label,
@@ -81,6 +82,7 @@ pub fn summary_csv(rows: &[HashedSummary]) -> String {
             cell(d.and_then(|d| d.recover_ms)),
             cell(d.and_then(|d| d.recover_acked_ms)),
             d.map(|d| format!("{:.4}", d.after_ratio)).unwrap_or_default(),
+            d.map(|d| d.replaced_before.to_string()).unwrap_or_default(),
             s.rehashes,
             s.failures,
             s.resent,
@@ -243,6 +245,7 @@ mod tests {
                 recover_ms: Some(150.0),
                 recover_acked_ms: Some(20.0),
                 after_ratio: 0.95,
+                replaced_before: 0,
             }),
             rehashes: 0,
             failures: 1,
