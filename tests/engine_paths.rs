@@ -389,3 +389,49 @@ fn a_silent_connection_is_not_a_failed_path() {
     tx.completed(t[0].qp, 500).unwrap();
     assert_eq!(tx.stalled(10_000, 1000), None);
 }
+
+/// Drives `tx` for `rounds` rounds: each round posts one message, sends every transmit and
+/// completes them in QP order with latency `lat(round, qp)`; returns the Replace events.
+fn rounds(tx: &mut Sender, rounds: u64, t0: u64, lat: &dyn Fn(u64, usize) -> u64) -> Vec<usize> {
+    let mut replaced = Vec::new();
+    let mut now = t0;
+    for r in 0..rounds {
+        tx.post(r as u32, MSG).unwrap();
+        let mut sent: Vec<_> = std::iter::from_fn(|| tx.poll_transmit(now)).collect();
+        sent.sort_by_key(|t| t.qp);
+        for t in sent {
+            tx.completed(t.qp, now + lat(r, t.qp)).unwrap();
+        }
+        now += 1_000;
+        while tx.poll_done().is_some() {}
+        while let Some(PathEvent::Replace { qp }) = tx.poll_path_event() {
+            tx.path_replaced(qp).unwrap();
+            replaced.push(qp);
+        }
+    }
+    replaced
+}
+
+#[test]
+fn every_qp_slowing_at_once_is_not_a_straggler() {
+    let mut p = params(4);
+    p.max_messages = 64;
+    let mut tx = Sender::new(&p).unwrap();
+    tx.set_rehash_rule(RehashRule {
+        ratio: 2.0,
+        window: 4,
+        ..rule(8, 0)
+    })
+    .unwrap();
+    // 40 rounds at latency 10 everywhere, then 12 rounds at 100 everywhere (a host stall): the
+    // cached median lags and every completion of the stall looks slow, but no QP stands out.
+    let calm_then_stall = |r: u64, _q: usize| if r < 40 { 10 } else { 100 };
+    assert_eq!(
+        rounds(&mut tx, 52, 0, &calm_then_stall),
+        Vec::<usize>::new()
+    );
+    // QP 3 alone at 10x the others: drained and replaced.
+    let one_slow = |_r: u64, q: usize| if q == 3 { 1_000 } else { 100 };
+    let got = rounds(&mut tx, 40, 100_000, &one_slow);
+    assert_eq!(got.first(), Some(&3), "{got:?}");
+}

@@ -1,5 +1,5 @@
-//! Path health of a sender's data QPs: the straggler re-hash rule (a QP whose completions stay
-//! `ratio` x the connection's median for `window` completions is drained, then replaced).
+//! Path health of a sender's data QPs: the straggler re-hash rule (a QP slow against the
+//! connection's median for `window` completions, and by its latency EWMA, is drained, replaced).
 
 use std::collections::VecDeque;
 
@@ -66,8 +66,11 @@ pub enum PathEvent {
 }
 
 /// The straggler detector: per-QP slow streaks against a cached median of the per-QP latency
-/// EWMAs, with the cool-down and per-period budget of the rule. All storage is allocated when
-/// the rule is installed.
+/// EWMAs, with the cool-down and per-period budget of the rule. A QP whose streak reaches the
+/// window becomes a candidate; it is judged one full median period later, against a fresh
+/// median, so that a slowdown of every QP at once (the peer or this host stalled), which shows
+/// on the QPs one after the other as their completions are read, is not taken for a straggler.
+/// All storage is allocated when the rule is installed.
 #[derive(Debug, Clone)]
 pub(crate) struct Straggler {
     rule: RehashRule,
@@ -77,6 +80,9 @@ pub(crate) struct Straggler {
     scratch: Vec<f64>,
     recent: VecDeque<u64>,
     last: Option<u64>,
+    /// Candidates of the current median period, and of the previous one (judged next).
+    fresh: Room,
+    ripe: Room,
 }
 
 impl Straggler {
@@ -89,6 +95,8 @@ impl Straggler {
             scratch: Vec::with_capacity(qps),
             recent: VecDeque::with_capacity(rule.budget as usize),
             last: None,
+            fresh: Room::default(),
+            ripe: Room::default(),
         }
     }
 
@@ -111,7 +119,7 @@ impl Straggler {
     }
 
     /// A completion of `latency` on `qp` at `now`; `eligible` = QPs neither draining nor dead.
-    /// True: drain `qp` now.
+    /// Some(q): drain QP `q` now.
     pub(crate) fn on_complete(
         &mut self,
         qp: usize,
@@ -119,28 +127,50 @@ impl Straggler {
         now: u64,
         stats: &[QpStats],
         eligible: Room,
-    ) -> bool {
+    ) -> Option<usize> {
+        let mut drain = None;
         if self.since == 0 {
             self.refresh_median(stats, eligible);
+            drain = self.judge(now, stats, eligible);
         }
         self.since = (self.since + 1) % MEDIAN_EVERY;
         if self.median <= 0.0 || (latency as f64) < self.rule.ratio * self.median {
             self.streak[qp] = 0;
-            return false;
+        } else {
+            self.streak[qp] = self.streak[qp].saturating_add(1);
+            if self.streak[qp] >= self.rule.window {
+                self.streak[qp] = 0;
+                self.fresh.set(qp);
+            }
         }
-        self.streak[qp] = self.streak[qp].saturating_add(1);
-        if self.streak[qp] < self.rule.window {
-            return false;
+        drain
+    }
+
+    /// At a median refresh: the candidates of the previous period whose EWMA is still `ratio` x
+    /// the fresh median are stragglers (the lowest one is drained, within the guards); the
+    /// current period's candidates are judged at the next refresh.
+    fn judge(&mut self, now: u64, stats: &[QpStats], eligible: Room) -> Option<usize> {
+        let ripe = self.ripe.and(eligible);
+        self.ripe = self.fresh;
+        self.fresh = Room::default();
+        let (mut left, mut slow) = (ripe, None);
+        while let Some(c) = left.next_from(0) {
+            left.clear(c);
+            if self.median > 0.0 && stats[c].latency_ewma >= self.rule.ratio * self.median {
+                slow = Some(c);
+                break;
+            }
         }
+        let qp = slow?;
         // Never drain the last QP that could carry the connection.
         let mut others = eligible;
         others.clear(qp);
         if others.bits() == 0 {
-            return false;
+            return None;
         }
         if let Some(t) = self.last {
             if now.saturating_sub(t) < self.rule.cooldown {
-                return false;
+                return None;
             }
         }
         while let Some(&t) = self.recent.front() {
@@ -151,17 +181,18 @@ impl Straggler {
             }
         }
         if self.recent.len() >= self.rule.budget as usize {
-            return false;
+            return None;
         }
         self.recent.push_back(now);
         self.last = Some(now);
-        self.streak[qp] = 0;
-        true
+        Some(qp)
     }
 
     /// `qp` has a new path: its streak starts over.
     pub(crate) fn reset(&mut self, qp: usize) {
         self.streak[qp] = 0;
+        self.fresh.clear(qp);
+        self.ripe.clear(qp);
         self.since = 0;
     }
 

@@ -470,9 +470,9 @@ impl Sender {
         if let Some(s) = &mut self.straggler {
             if !self.blocked.has(qp) {
                 let eligible = Room::all(self.qps).without(self.blocked);
-                if s.on_complete(qp, latency, now, &self.stats, eligible) {
-                    self.draining.set(qp);
-                    self.block(qp);
+                if let Some(q) = s.on_complete(qp, latency, now, &self.stats, eligible) {
+                    self.draining.set(q);
+                    self.block(q);
                 }
             }
         }
