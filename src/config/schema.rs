@@ -245,7 +245,7 @@ impl ClassSpec {
             min_outstanding,
             max_outstanding,
             segment_bytes: None,
-            rehash_ratio: 4.0,
+            rehash_ratio: 1.5,
             rehash_window: 64,
             rehash_cooldown_ms: 1000,
             // Off until the port-hash shaped-path bench has measured it (issue 17).

@@ -17,7 +17,7 @@ pub const USAGE: &str =
                            round-robin-message) whatever --policy says
   --policy LIST            dqplb,static-split,round-robin-message,single-qp or all (default all)
   --buckets N              hashed paths of scenarios 6/7 (power of two; default 16 / 8)
-  --rehash-ratio F         re-hash variant: k (default 4)
+  --rehash-ratio F         re-hash variant: k (default 1.5)
   --rehash-window N        re-hash variant: W slow completions in a row (default 4)
   --rehash-cooldown-ms N   re-hash variant: cool-down between re-hashes (default 100)
   --rehash-budget N        re-hash variant: at most N re-hashes a minute (default 8)
@@ -89,7 +89,7 @@ impl Default for Options {
             buckets: None,
             health: HealthKnobs {
                 rule: RehashRule {
-                    ratio: 4.0,
+                    ratio: 1.5,
                     window: 4,
                     cooldown: 100_000_000,
                     budget: 8,

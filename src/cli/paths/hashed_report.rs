@@ -97,17 +97,31 @@ pub fn summary_csv(rows: &[HashedSummary]) -> String {
     out
 }
 
-/// paths-hashed-timeseries.csv: one row per 10 ms bin and data stream.
+/// paths-hashed-timeseries.csv: one row per 10 ms bin, the data streams' Mbit/s in columns.
 pub fn series_csv(rows: &[(HashedSummary, Vec<SeriesPoint>)]) -> String {
-    let mut out = String::from("scenario,variant,t_ms,ideal_mbit,total_mbit,qp,qp_mbit\n");
+    let qps = rows
+        .iter()
+        .flat_map(|r| r.1.iter().map(|p| p.path_mbit.len()))
+        .max()
+        .unwrap_or(0);
+    let mut out = String::from("scenario,variant,t_ms,ideal_mbit,total_mbit");
+    for q in 0..qps {
+        out.push_str(&format!(",qp{q}_mbit"));
+    }
+    out.push('\n');
     for (s, pts) in rows {
         for p in pts {
-            for (q, m) in p.path_mbit.iter().enumerate() {
+            out.push_str(&format!(
+                "{},{},{:.1},{:.1},{:.1}",
+                s.scenario, s.label, p.t_ms, p.ideal_mbit, p.total_mbit
+            ));
+            for q in 0..qps {
                 out.push_str(&format!(
-                    "{},{},{:.1},{:.2},{:.2},{q},{m:.2}\n",
-                    s.scenario, s.label, p.t_ms, p.ideal_mbit, p.total_mbit
+                    ",{:.1}",
+                    p.path_mbit.get(q).copied().unwrap_or(0.0)
                 ));
             }
+            out.push('\n');
         }
     }
     out
