@@ -14,18 +14,25 @@ use crate::transport::tcp::wire::{Hello, HELLO_BYTES};
 use crate::transport::tcp::ConnParams;
 use crate::transport::{NetError, NetResult};
 
+/// Version of the verbs connection protocol, in OPEN after the FIFO (bytes 12..16 of the tail,
+/// zero before 6): 6 = the path-failure fence frames on the bootstrap socket (fence.rs). The
+/// hello keeps the shared handle version (checked first, as before); a sender of another verbs
+/// version is refused at its OPEN.
+pub const VERBS_PROTOCOL_VERSION: u32 = 6;
+
 /// Bytes of an OPEN frame for `qps` data QPs.
 pub fn open_len(qps: u16) -> usize {
     HELLO_BYTES + 16 + ConnInfo::wire_len(qps as usize)
 }
 
-/// Encodes OPEN: hello, FIFO (addr u64 LE, rkey u32 LE, 4 zero bytes), connection info.
+/// Encodes OPEN: hello, FIFO (addr u64 LE, rkey u32 LE), verbs protocol version u32 LE,
+/// connection info.
 pub fn encode_open(hello: &Hello, fifo: RemoteSlice, info: &ConnInfo) -> Vec<u8> {
     let mut out = Vec::with_capacity(open_len(hello.params.qps));
     out.extend_from_slice(&hello.encode());
     out.extend_from_slice(&fifo.addr.to_le_bytes());
     out.extend_from_slice(&fifo.rkey.to_le_bytes());
-    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&VERBS_PROTOCOL_VERSION.to_le_bytes());
     out.extend_from_slice(&info.encode());
     out
 }
@@ -36,6 +43,12 @@ pub fn decode_open_tail(b: &[u8]) -> NetResult<(RemoteSlice, ConnInfo)> {
         return Err(NetError::remote(
             "verbs OPEN frame truncated before its FIFO",
         ));
+    }
+    let version = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+    if version != VERBS_PROTOCOL_VERSION {
+        return Err(NetError::remote(format!(
+            "verbs OPEN of verbs protocol {version} (this plugin speaks {VERBS_PROTOCOL_VERSION}; 0: a plugin from before 6)"
+        )));
     }
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[0..8]);
@@ -186,6 +199,10 @@ mod tests {
         let mut head = [0u8; HELLO_BYTES];
         head.copy_from_slice(&b[..HELLO_BYTES]);
         let back = Hello::decode(&head).expect("hello decodes");
+        assert_eq!(
+            back.version,
+            crate::transport::tcp::handle::PROTOCOL_VERSION
+        );
         assert_eq!(back.params, params(4));
         assert_eq!(back.secret, [7; 16]);
         let (f, i) = decode_open_tail(&b[HELLO_BYTES..]).expect("tail decodes");
@@ -193,6 +210,15 @@ mod tests {
         assert_eq!(i, info);
         assert!(decode_open_tail(&b[HELLO_BYTES..HELLO_BYTES + 10]).is_err());
         assert!(decode_open_tail(&b[HELLO_BYTES..b.len() - 1]).is_err());
+        // a sender from before protocol 6 (zeros there) is refused, naming both versions
+        let mut old = b[HELLO_BYTES..].to_vec();
+        old[12..16].fill(0);
+        let e = decode_open_tail(&old).unwrap_err();
+        assert!(
+            e.msg.contains("verbs protocol 0 (this plugin speaks 6"),
+            "{}",
+            e.msg
+        );
     }
 
     #[test]

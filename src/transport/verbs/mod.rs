@@ -34,6 +34,7 @@ pub use tuning::{ib_disabled, ib_disabled_from_env, QpTuning, RelaxedOrdering};
 pub mod bootstrap;
 pub mod connect;
 pub mod domain;
+pub mod fence;
 pub mod fifo;
 pub mod flush;
 pub mod fork;

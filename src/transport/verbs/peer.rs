@@ -1,10 +1,15 @@
-//! Peer liveness for verbs comms: the bootstrap TCP socket stays open for the comm's life; EOF or
-//! a reset on it means the peer process closed its comm or died, which RDMA alone would only show
-//! once a later write timed out (and never to a side that is merely waiting).
+//! Peer liveness and the comm's own control frames for verbs comms: the bootstrap TCP socket
+//! stays open for the comm's life; EOF or a reset on it means the peer process closed its comm or
+//! died, which RDMA alone would only show once a later write timed out (and never to a side that
+//! is merely waiting). Since protocol 6 it also carries the path-failure fence (fence.rs): rare,
+//! small frames, read without blocking into an inbox and written through an outbox.
 
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+use super::fence::split_frame;
+use crate::transport::{NetError, NetResult};
 
 /// How often an idle comm looks at the socket (one non-blocking read).
 const CHECK_EVERY: Duration = Duration::from_millis(5);
@@ -17,6 +22,10 @@ pub struct PeerWatch {
     last_check: Option<Instant>,
     gone_at: Option<Instant>,
     why: String,
+    /// Bytes read and not yet split into frames.
+    inbox: Vec<u8>,
+    /// Frame bytes the socket has not taken yet.
+    outbox: Vec<u8>,
 }
 
 impl PeerWatch {
@@ -26,28 +35,52 @@ impl PeerWatch {
             last_check: None,
             gone_at: None,
             why: String::new(),
+            inbox: Vec::new(),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// Reads what the socket holds into the inbox and writes what the outbox holds; EOF or an
+    /// error marks the peer gone.
+    fn pump(&mut self) {
+        self.last_check = Some(Instant::now());
+        if self.gone_at.is_some() {
+            return;
+        }
+        let mut b = [0u8; 512];
+        let verdict = loop {
+            match self.sock.read(&mut b) {
+                Ok(0) => break Some("closed the connection".to_string()),
+                Ok(n) => self.inbox.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break None,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => break Some(format!("is unreachable ({e})")),
+            }
+        };
+        let verdict = verdict.or_else(|| {
+            while !self.outbox.is_empty() {
+                match self.sock.write(&self.outbox) {
+                    Ok(0) => return Some("closed the connection".to_string()),
+                    Ok(n) => {
+                        self.outbox.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Some(format!("is unreachable ({e})")),
+                }
+            }
+            None
+        });
+        if let Some(why) = verdict {
+            self.gone_at = Some(Instant::now());
+            self.why = why;
         }
     }
 
     /// Looks at the socket (rate-limited); true once the peer has been gone for `GRACE`.
     pub fn gone(&mut self) -> bool {
         if self.gone_at.is_none() && self.last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY) {
-            self.last_check = Some(Instant::now());
-            let mut b = [0u8; 1];
-            let verdict = match self.sock.read(&mut b) {
-                Ok(0) => Some("closed the connection".to_string()),
-                Ok(_) => Some("sent unexpected bytes on the bootstrap socket".to_string()),
-                Err(e)
-                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
-                {
-                    None
-                }
-                Err(e) => Some(format!("is unreachable ({e})")),
-            };
-            if let Some(why) = verdict {
-                self.gone_at = Some(Instant::now());
-                self.why = why;
-            }
+            self.pump();
         }
         self.gone_at.is_some_and(|t| t.elapsed() >= GRACE)
     }
@@ -56,4 +89,38 @@ impl PeerWatch {
     pub fn why(&self) -> &str {
         &self.why
     }
+
+    /// Queues a frame and writes what the socket takes now.
+    pub fn send(&mut self, frame: &[u8]) {
+        self.outbox.extend_from_slice(frame);
+        self.pump();
+    }
+
+    /// The next complete frame from the peer: (kind, body). `now` reads the socket first;
+    /// otherwise it is read at most every CHECK_EVERY.
+    pub fn next_frame(&mut self, now: bool, who: &str) -> NetResult<Option<(u32, Vec<u8>)>> {
+        if now || self.last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY) {
+            self.pump();
+        }
+        match split_frame(&self.inbox, who)? {
+            Some((kind, body, used)) => {
+                self.inbox.drain(..used);
+                Ok(Some((kind, body)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Frame bytes still waiting for the socket.
+    pub fn unsent(&self) -> usize {
+        self.outbox.len()
+    }
+}
+
+/// An error for a frame that arrived where none was expected.
+pub fn unexpected(who: &str, kind: u32) -> NetError {
+    NetError::remote(format!(
+        "{who}: unexpected bootstrap frame {:?}",
+        String::from_utf8_lossy(&kind.to_le_bytes())
+    ))
 }

@@ -97,6 +97,8 @@ impl ConnInfo {
 pub enum QpRole {
     Control,
     Data(usize),
+    /// A data QP of that index that failed and was replaced (its late completions are dropped).
+    Retired(usize),
 }
 
 /// One control QP and N data QPs of a connection, with their CQs.
@@ -110,6 +112,8 @@ pub struct QpSet {
     local: ConnInfo,
     sgid_index: u32,
     tuning: QpTuning,
+    port: u8,
+    caps: QpCaps,
     /// (qpn, role) sorted by qpn, for completion routing without allocation
     by_qpn: Vec<(u32, QpRole)>,
 }
@@ -200,8 +204,63 @@ impl QpSet {
             local,
             sgid_index,
             tuning,
+            port: port.port,
+            caps,
             by_qpn,
         })
+    }
+
+    /// A new data QP for this set (same CQs, SRQ, port and depths), in RESET, with its endpoint
+    /// (a fresh PSN): the replacement of a failed one, connected by `connect_spare`.
+    pub fn create_spare(&self) -> Result<(RcQp, QpEndpoint)> {
+        let qp = RcQp::new(
+            &self.pd,
+            &self.send_cq,
+            &self.recv_cq,
+            self.srq.as_ref(),
+            self.port,
+            self.caps,
+        )?;
+        let ep = QpEndpoint {
+            qpn: qp.qpn(),
+            psn: initial_psn(qp.qpn()),
+            ..self.local.control
+        };
+        Ok((qp, ep))
+    }
+
+    /// Connects a spare data QP (`local` its endpoint) to the peer's `remote` (RESET -> RTS).
+    pub fn connect_spare(&self, qp: &RcQp, local: &QpEndpoint, remote: &QpEndpoint) -> Result<()> {
+        qp.connect(local, self.sgid_index, remote, &self.tuning)
+    }
+
+    /// Puts connected spare `qp` (endpoint `ep`) in place of data QP `i` and returns the old one.
+    /// Completions of the old QP's number route to `QpRole::Retired(i)` from now on.
+    pub fn swap_data(&mut self, i: usize, qp: RcQp, ep: QpEndpoint) -> Result<RcQp> {
+        if i >= self.data.len() {
+            return Err(VerbsError::invalid(format!(
+                "{}: data QP {i} of {} does not exist",
+                self.device(),
+                self.data.len()
+            )));
+        }
+        let new_qpn = qp.qpn();
+        let old = std::mem::replace(&mut self.data[i], qp);
+        self.local.data[i] = ep;
+        for e in self.by_qpn.iter_mut() {
+            if e.0 == old.qpn() {
+                e.1 = QpRole::Retired(i);
+            }
+        }
+        self.by_qpn.push((new_qpn, QpRole::Data(i)));
+        self.by_qpn.sort_by_key(|e| e.0);
+        Ok(old)
+    }
+
+    /// Forgets the number of a retired QP that will complete nothing more (it was destroyed).
+    pub fn forget(&mut self, qpn: u32) {
+        self.by_qpn
+            .retain(|e| !(e.0 == qpn && matches!(e.1, QpRole::Retired(_))));
     }
 
     /// This side's endpoints, to send to the peer.

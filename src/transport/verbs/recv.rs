@@ -1,17 +1,20 @@
 //! Receiver side of a verbs connection: announces each posted buffer by RDMA-writing a FIFO entry
 //! (with the receive credit) into the sender's FIFO on the control QP, feeds data-QP receive CQEs
 //! to the engine, refills the shared receive queue in batches and publishes the new credit.
+//! Answers the sender's fences of failed data QPs (fence.rs).
 
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::TcpStream;
 
-use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
+use super::completion::{status_str, OpCounters, WorkCompletion, POLL_BATCH};
+use super::fence::{FenceMsg, FencedMsg, KIND_FENCE, MAX_RECREATIONS};
 use super::fifo::{
     credit_offset, encode_credit, trailer, trailer_offset, wire_len, FifoBuf, FifoEntry,
     CREDIT_WORD_BYTES, FIFO_CREDIT_OFFSET, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET,
 };
-use super::peer::PeerWatch;
+use super::peer::{unexpected, PeerWatch};
+use super::qp::RcQp;
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
@@ -71,6 +74,35 @@ pub struct VerbsRecvComm {
     failed: Sticky,
     params: ConnParams,
     peer: String,
+    /// Per data QP index: receives the current QP consumed from the SRQ (any status, wrapping).
+    recv_on: Vec<u32>,
+    /// Per data QP index: fenced and not replaced (in the error state; what still completes on it
+    /// is dropped uncounted).
+    fenced: Vec<bool>,
+    /// Per data QP index: times it was re-created.
+    recreations: Vec<u32>,
+    /// Data QPs replaced after a fence, kept until the comm closes: a completion of theirs may
+    /// still come, and their numbers must not be reused meanwhile.
+    retired: Vec<RcQp>,
+    /// The data QP whose fence drains the receive CQ right now (its flushes are expected).
+    fencing: Option<usize>,
+    path: RecvPathCounters,
+}
+
+/// What path-failure isolation did on a receive comm (plain counters, never reset).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvPathCounters {
+    /// Fences answered.
+    pub fences: u64,
+    /// Data QPs re-created.
+    pub replaced: u64,
+    /// Immediates the fences asked about that had already been counted.
+    pub already_counted: u64,
+    /// Completions of data QPs after their fence, dropped uncounted (their receive went back
+    /// to the SRQ without credit: the sender took the write's credit back).
+    pub late: u64,
+    /// Error completions on data QPs before any fence (the sender's fence follows).
+    pub errors: u64,
 }
 
 /// Receives posted since the last publication that make a credit word worth a write: half the
@@ -138,9 +170,25 @@ impl VerbsRecvComm {
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
             failed: Sticky::default(),
+            recv_on: vec![0; params.qps as usize],
+            fenced: vec![false; params.qps as usize],
+            recreations: vec![0; params.qps as usize],
+            retired: Vec::new(),
+            fencing: None,
+            path: RecvPathCounters::default(),
             params,
             peer,
         })
+    }
+
+    /// What path-failure isolation did so far.
+    pub fn path_counters(&self) -> RecvPathCounters {
+        self.path
+    }
+
+    /// Sequence numbers counted so far, each once (the engine's next expected one).
+    pub fn seqs_counted(&self) -> u32 {
+        self.engine.expected_seq()
     }
 
     pub fn params(&self) -> &ConnParams {
@@ -315,6 +363,7 @@ impl VerbsRecvComm {
         self.check_ready()?;
         self.announce()?;
         self.reap_data()?;
+        self.serve_fences()?;
         self.publish_credit()?;
         while let Some((token, size)) = self.engine.poll_done() {
             let group = token / MAX_RECVS as u32;
@@ -480,17 +529,32 @@ impl VerbsRecvComm {
         loop {
             let n = self.qps.poll_recv(&mut self.wcs).map_err(verr)?;
             self.ops.polled(&self.wcs[..n]);
+            // receives that go back into the SRQ with credit (not those of fenced QPs)
+            let mut credited = n as u32;
             for i in 0..n {
                 let wc = self.wcs[i];
-                self.qps
-                    .check(&wc)
-                    .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
-                let Some(QpRole::Data(_)) = self.qps.role_of(wc.qp_num) else {
-                    return Err(NetError::remote(format!(
-                        "{}: receive completion on non-data QP {}",
-                        self.peer, wc.qp_num
-                    )));
+                let q = match self.qps.role_of(wc.qp_num) {
+                    Some(QpRole::Data(q)) if !self.fenced[q] => q,
+                    Some(QpRole::Data(_) | QpRole::Retired(_)) => {
+                        self.late_completion(&wc);
+                        credited -= 1;
+                        continue;
+                    }
+                    _ => {
+                        self.qps
+                            .check(&wc)
+                            .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
+                        return Err(NetError::remote(format!(
+                            "{}: receive completion on non-data QP {}",
+                            self.peer, wc.qp_num
+                        )));
+                    }
                 };
+                self.recv_on[q] = self.recv_on[q].wrapping_add(1);
+                if !wc.is_success() {
+                    self.data_error(q, &wc);
+                    continue;
+                }
                 let imm = wc.imm.ok_or_else(|| {
                     NetError::remote(format!("{}: data segment without immediate", self.peer))
                 })?;
@@ -503,12 +567,126 @@ impl VerbsRecvComm {
             if n > 0 {
                 self.srq.post_zero_len(n as u32).map_err(verr)?;
                 self.ops.recv_posts += n as u64;
-                self.posted = self.posted.wrapping_add(n as u32);
+                self.posted = self.posted.wrapping_add(credited);
             }
             if n < POLL_BATCH {
                 return Ok(());
             }
         }
+    }
+}
+
+impl VerbsRecvComm {
+    /// A completion of a data QP after its fence: whatever it wrote landed in a buffer still
+    /// posted (the sequence number was not counted when the fence answered, so its message is
+    /// incomplete) and the resend writes the same bytes there; it is not counted, and its
+    /// receive goes back to the SRQ without credit because the sender already took the write's
+    /// credit back.
+    #[cold]
+    fn late_completion(&mut self, wc: &WorkCompletion) {
+        self.path.late += 1;
+        tracing::info!(target: "dqplb::net", "verbs recv comm from {}: completion of fenced QP {} dropped ({})", self.peer, wc.qp_num, status_str(wc.status));
+    }
+
+    /// An error completion on data QP `q` at this end: its receive is consumed and nothing is
+    /// counted; the QP is moved to the error state (nothing more may land through it) and the
+    /// sender, whose writes on it now fail, fences it.
+    #[cold]
+    fn data_error(&mut self, q: usize, wc: &WorkCompletion) {
+        if self.fencing == Some(q) {
+            return; // flushed by the fence itself
+        }
+        self.path.errors += 1;
+        let _ = self.qps.data(q).and_then(RcQp::set_error);
+        tracing::warn!(target: "dqplb::net", "verbs recv comm from {}: data QP {q} (QPN {}): {} (status {}); waiting for the sender's fence", self.peer, wc.qp_num, status_str(wc.status), wc.status);
+    }
+
+    /// Answers the sender's fences (read at most every few ms from the bootstrap socket).
+    fn serve_fences(&mut self) -> NetResult<()> {
+        loop {
+            let Some(w) = self.watch.as_mut() else {
+                return Ok(());
+            };
+            let Some((kind, body)) = w.next_frame(false, &self.peer)? else {
+                return Ok(());
+            };
+            if kind != KIND_FENCE {
+                return Err(unexpected(&self.peer, kind));
+            }
+            let m = FenceMsg::decode(&body, &self.peer)?;
+            self.fence(m)?;
+        }
+    }
+
+    /// The fence of data QP `m.qp`: its end goes to the error state, the receive CQ is drained,
+    /// and the answer says which of the asked immediates were counted, how many receives the QP
+    /// consumed, and the endpoint of a new QP connected to the sender's new one.
+    #[cold]
+    fn fence(&mut self, m: FenceMsg) -> NetResult<()> {
+        let q = usize::from(m.qp);
+        if q >= self.fenced.len() || m.imms.len() > self.params.outstanding as usize {
+            return Err(NetError::remote(format!(
+                "{}: FENCE of data QP {q} ({} data QPs) for {} segments (at most {} in flight)",
+                self.peer,
+                self.fenced.len(),
+                m.imms.len(),
+                self.params.outstanding
+            )));
+        }
+        if let Err(e) = self.qps.data(q).and_then(RcQp::set_error) {
+            // Unfenced, a late write could land in a buffer NCCL has again: fail instead.
+            return Err(NetError::system(format!(
+                "{}: cannot fence data QP {q}: {e}",
+                self.peer
+            )));
+        }
+        // Everything that came through the QP before the error state is counted now.
+        self.fencing = Some(q);
+        let drained = self.reap_data();
+        self.fencing = None;
+        drained?;
+        self.fenced[q] = true;
+        let counted: Vec<bool> = m
+            .imms
+            .iter()
+            .map(|&i| self.engine.is_duplicate(i))
+            .collect();
+        let consumed = std::mem::replace(&mut self.recv_on[q], 0);
+        let mut endpoint = None;
+        if let Some(remote) = m.endpoint.filter(|_| self.recreations[q] < MAX_RECREATIONS) {
+            let made = self.qps.create_spare().and_then(|(new, ep)| {
+                self.qps.connect_spare(&new, &ep, &remote)?;
+                Ok((new, ep))
+            });
+            match made {
+                Ok((new, ep)) => {
+                    let old = self.qps.swap_data(q, new, ep).map_err(verr)?;
+                    self.retired.push(old);
+                    self.fenced[q] = false;
+                    self.recreations[q] += 1;
+                    self.path.replaced += 1;
+                    endpoint = Some(ep);
+                }
+                Err(e) => {
+                    tracing::warn!(target: "dqplb::net", "verbs recv comm from {}: no new QP for data QP {q}, it stays out: {e}", self.peer);
+                }
+            }
+        }
+        self.path.fences += 1;
+        let already = counted.iter().filter(|c| **c).count();
+        self.path.already_counted += already as u64;
+        tracing::info!(target: "dqplb::net", "verbs recv comm from {}: data QP {q} fenced: {already} of {} segment(s) already counted, {consumed} receive(s) consumed{}", self.peer, counted.len(),
+            endpoint.map_or(String::new(), |e| format!(", new QPN {}", e.qpn)));
+        let answer = FencedMsg {
+            qp: m.qp,
+            counted,
+            consumed,
+            endpoint,
+        };
+        if let Some(w) = self.watch.as_mut() {
+            w.send(&answer.encode());
+        }
+        Ok(())
     }
 }
 

@@ -1,20 +1,25 @@
 //! Sender side of a verbs connection: reads receive announcements and receive credit from its FIFO
 //! region (plain RDMA writes of the receiver, found in memory), feeds the engine, posts segments
 //! as RDMA_WRITE_WITH_IMM while the credit allows, and turns send CQEs into engine completions.
+//! A data QP that fails is fenced, its segments resent and the QP re-created (fence.rs).
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::completion::{OpCounters, WorkCompletion, POLL_BATCH};
+use super::completion::{status_str, OpCounters, WorkCompletion, POLL_BATCH};
+use super::fence::{
+    unconsumed, FenceMsg, FencedMsg, SendFences, FENCE_TIMEOUT_NS, KIND_FENCED, MAX_RECREATIONS,
+};
 use super::fifo::{
     credit_newer, credit_offset, decode_credit, trailer, trailer_offset, wire_len, FifoBuf,
     FifoEntry, FIFO_ENTRY_BYTES, FIFO_SEQ_OFFSET, FIFO_VERSION,
 };
-use super::peer::PeerWatch;
+use super::peer::{unexpected, PeerWatch};
+use super::qp::{QpEndpoint, RcQp};
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-use crate::engine::{EngineParams, PolicyKind, QpStats, Sender};
+use crate::engine::{EngineError, EngineParams, PolicyKind, QpStats, Sender};
 use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
@@ -62,6 +67,42 @@ pub struct VerbsSendComm {
     params: ConnParams,
     peer: String,
     watch: PeerWatch,
+    /// Failed data QPs between their failure and the receiver's answer (fence.rs).
+    fences: SendFences,
+    /// Per data QP: WRITE_WITH_IMMs posted on the current QP of that index (wrapping).
+    imm_on: Vec<u32>,
+    /// Per data QP: failed and not (yet) replaced.
+    out: Vec<bool>,
+    /// Per data QP: the new QP offered in its fence, until the receiver answers.
+    spares: Vec<Option<(RcQp, QpEndpoint)>>,
+    /// Per data QP index: times it was re-created.
+    recreations: Vec<u32>,
+    /// The first data-QP failure, named when every QP has failed.
+    first_failure: Option<String>,
+    path: PathCounters,
+}
+
+/// What path-failure isolation did on a send comm (plain counters, never reset).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    /// Data QPs that failed.
+    pub failures: u64,
+    /// Fences the receiver answered.
+    pub fences: u64,
+    /// Data QPs re-created (a new QP pair in place of a failed one).
+    pub replaced: u64,
+    /// Resent segments the receiver had not counted: sent again with their bytes.
+    pub resent_data: u64,
+    /// Resent segments the receiver had already counted: a zero-length write without immediate.
+    pub resent_empty: u64,
+    /// Send credit given back for writes of failed QPs that consumed no receive.
+    pub credit_returned: u64,
+}
+
+/// wr_id of a data write: the segment's immediate in the upper half (what a fence needs from a
+/// flushed completion), the request slot in the lower.
+fn wr_id(imm: u32, token: u32) -> u64 {
+    (u64::from(imm) << 32) | u64::from(token)
 }
 
 pub(super) fn verr(e: super::error::VerbsError) -> NetError {
@@ -143,10 +184,45 @@ impl VerbsSendComm {
             ops: OpCounters::default(),
             failed: Sticky::default(),
             epoch: Instant::now(),
+            imm_on: vec![0; params.qps as usize],
+            out: vec![false; params.qps as usize],
+            spares: (0..params.qps).map(|_| None).collect(),
+            recreations: vec![0; params.qps as usize],
             params,
             peer,
             watch: PeerWatch::new(boot),
+            fences: SendFences::default(),
+            first_failure: None,
+            path: PathCounters::default(),
         })
+    }
+
+    /// What path-failure isolation did so far.
+    pub fn path_counters(&self) -> PathCounters {
+        self.path
+    }
+
+    /// Sequence numbers the engine has issued so far (the receiver counts each one once).
+    pub fn seqs_issued(&self) -> u32 {
+        self.engine.next_seq()
+    }
+
+    /// Fault injection for tests: moves the sender's end of data QP `q` to the error state, as a
+    /// failed link would (its work requests in flight complete flushed). With `notice_now` the
+    /// comm treats it as failed at once, before reaping completions already waiting (as when
+    /// another QP's failure or the port state shows it first): segments that completed, and that
+    /// the receiver counted, are then among those fenced.
+    #[doc(hidden)]
+    pub fn debug_fail_data_qp(&mut self, q: usize, notice_now: bool) -> NetResult<()> {
+        self.qps.data(q).and_then(RcQp::set_error).map_err(verr)?;
+        if notice_now {
+            let now = self.now();
+            let why = format!("data QP {q} failed by debug_fail_data_qp");
+            if let Err(e) = self.path_failure(q, why, None, now) {
+                return Err(self.fail(e));
+            }
+        }
+        Ok(())
     }
 
     pub fn params(&self) -> &ConnParams {
@@ -227,7 +303,7 @@ impl VerbsSendComm {
     /// One-line state summary for logs and stall diagnostics.
     pub fn debug_state(&self) -> String {
         format!(
-            "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, credit {} of which {} left, failed: {:?}",
+            "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, credit {} of which {} left, {}, failed: {:?}",
             self.peer,
             self.engine.outstanding(),
             self.engine.queued_messages(),
@@ -236,6 +312,7 @@ impl VerbsSendComm {
             self.next_seq,
             self.credit,
             self.credit_left(),
+            self.fences.describe(),
             self.failed.check().err().map(|e| e.msg)
         )
     }
@@ -375,6 +452,181 @@ impl VerbsSendComm {
                 break;
             }
         }
+        if self.fences.holding() {
+            self.drive_fences(now)?;
+            if !self.fences.holding() {
+                // answered: the resends go out now
+                self.schedule(now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Data QP `qp` failed (`why`): the engine moves its segments in flight to the resend queue
+    /// and stops using it; nothing is posted until the receiver has answered its fence. `imm`:
+    /// the immediate of the segment whose completion or post showed the failure. Every other data
+    /// QP is then asked for its state (a port going down fails them all at once). Err only when
+    /// every data QP has failed.
+    #[cold]
+    fn path_failure(
+        &mut self,
+        qp: usize,
+        why: String,
+        imm: Option<u32>,
+        now: u64,
+    ) -> NetResult<()> {
+        let mut todo = vec![(qp, why, imm)];
+        while let Some((qp, why, imm)) = todo.pop() {
+            if self.out[qp] {
+                continue;
+            }
+            self.out[qp] = true;
+            self.path.failures += 1;
+            let first = self
+                .first_failure
+                .get_or_insert_with(|| why.clone())
+                .clone();
+            // Their events end with the QP; resends start new ones.
+            if let Some(r) = self.event_rings.get_mut(qp) {
+                for ev in r.drain(..) {
+                    self.events.stop(ev);
+                }
+            }
+            match self.engine.path_failed(qp) {
+                Ok(moved) => {
+                    tracing::warn!(target: "dqplb::net", "verbs send comm to {}: {why}; {moved} segment(s) in flight on it wait for the receiver's fence, then go out again on the other QPs", self.peer);
+                    self.fences.start(qp, moved, now);
+                    if let Some(i) = imm {
+                        self.fences.collect(qp, i);
+                    }
+                }
+                Err(EngineError::AllPathsFailed { qps }) => {
+                    return Err(NetError::remote(format!(
+                        "{first}; every one of the {qps} data QPs to {} has failed",
+                        self.peer
+                    )))
+                }
+                Err(e) => return Err(NetError::internal(format!("{}: {e}", self.peer))),
+            }
+            for q in 0..self.out.len() {
+                if self.out[q] {
+                    continue;
+                }
+                if let Ok(super::qp::QpState::Error) = self.qps.data(q).and_then(RcQp::state) {
+                    let qpn = self.qps.data(q).map_or(0, RcQp::qpn);
+                    todo.push((
+                        q,
+                        format!(
+                            "data QP {q} (QPN {qpn}) on {} found in the error state",
+                            self.qps.device()
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the fences whose immediates are all in (with a new QP for the index, unless it was
+    /// re-created MAX_RECREATIONS times), takes the receiver's answers, and fails the comm when
+    /// one is overdue.
+    #[cold]
+    fn drive_fences(&mut self, now: u64) -> NetResult<()> {
+        while let Some((qp, imms)) = self.fences.ready() {
+            let imms = imms.to_vec();
+            let endpoint = if self.recreations[qp] < MAX_RECREATIONS {
+                match self.qps.create_spare() {
+                    Ok((spare, ep)) => {
+                        self.spares[qp] = Some((spare, ep));
+                        Some(ep)
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "dqplb::net", "verbs send comm to {}: no new QP for data QP {qp}, it stays out: {e}", self.peer);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let msg = FenceMsg {
+                qp: qp as u16,
+                imms,
+                endpoint,
+            };
+            self.watch.send(&msg.encode());
+            self.fences.sent(qp);
+        }
+        while let Some((kind, body)) = self.watch.next_frame(true, &self.peer)? {
+            if kind != KIND_FENCED {
+                return Err(unexpected(&self.peer, kind));
+            }
+            let m = FencedMsg::decode(&body, &self.peer)?;
+            self.fenced(m)?;
+        }
+        if let Some(qp) = self.fences.overdue(now, FENCE_TIMEOUT_NS) {
+            let first = self.first_failure.clone().unwrap_or_default();
+            return Err(NetError::remote(format!(
+                "{first}; {} did not answer the fence of data QP {qp} within {} s",
+                self.peer,
+                FENCE_TIMEOUT_NS / 1_000_000_000
+            )));
+        }
+        Ok(())
+    }
+
+    /// The receiver's answer to the fence of one QP: verdicts for the resends, credit back for
+    /// writes it never received, and the new QP connected.
+    #[cold]
+    fn fenced(&mut self, m: FencedMsg) -> NetResult<()> {
+        let qp = usize::from(m.qp);
+        if qp >= self.out.len() {
+            return Err(NetError::remote(format!(
+                "{}: FENCED for data QP {qp} of {}",
+                self.peer,
+                self.out.len()
+            )));
+        }
+        self.fences
+            .answered(qp, &m.counted)
+            .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
+        self.path.fences += 1;
+        let lost = unconsumed(self.imm_on[qp], m.consumed);
+        if lost > self.imm_on[qp] {
+            return Err(NetError::remote(format!(
+                "{}: FENCED says data QP {qp} consumed {} receives, {} writes with immediate were posted on it",
+                self.peer, m.consumed, self.imm_on[qp]
+            )));
+        }
+        self.imm_posted = self.imm_posted.wrapping_sub(lost);
+        self.imm_on[qp] = 0;
+        self.path.credit_returned += u64::from(lost);
+        let counted = m.counted.iter().filter(|c| **c).count();
+        tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} fenced: {} of its {} segment(s) were already counted, {lost} write(s) never arrived", self.peer, counted, m.counted.len());
+        let spare = self.spares[qp].take();
+        if let (Some((new, ep)), Some(remote)) = (spare, m.endpoint) {
+            match self.qps.connect_spare(&new, &ep, &remote) {
+                Ok(()) => {
+                    let old = self.qps.swap_data(qp, new, ep).map_err(verr)?;
+                    // Every work request of the old QP has completed (the fence waited for them).
+                    self.qps.forget(old.qpn());
+                    drop(old);
+                    self.recreations[qp] += 1;
+                    self.out[qp] = false;
+                    self.path.replaced += 1;
+                    self.engine.path_replaced(qp).map_err(|e| {
+                        NetError::internal(format!(
+                            "{}: data QP {qp} not replaceable: {e}",
+                            self.peer
+                        ))
+                    })?;
+                    tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} re-created as QPN {} (peer QPN {})", self.peer, ep.qpn, remote.qpn);
+                }
+                Err(e) => {
+                    tracing::warn!(target: "dqplb::net", "verbs send comm to {}: the new data QP {qp} did not connect, it stays out: {e}", self.peer);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -454,15 +706,20 @@ impl VerbsSendComm {
             self.ops.polled(&self.wcs[..n]);
             for i in 0..n {
                 let wc = self.wcs[i];
-                self.qps
-                    .check(&wc)
-                    .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
                 let Some(QpRole::Data(qp)) = self.qps.role_of(wc.qp_num) else {
+                    self.qps
+                        .check(&wc)
+                        .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
                     return Err(NetError::internal(format!(
                         "{}: send completion on a non-data QP {}",
                         self.peer, wc.qp_num
                     )));
                 };
+                if !wc.is_success() || self.out[qp] {
+                    self.failed_completion(qp, &wc, now)?;
+                    any = true;
+                    continue;
+                }
                 self.engine.completed(qp, now).map_err(|e| {
                     NetError::internal(format!(
                         "{}: completion without a segment in flight: {e}",
@@ -482,12 +739,39 @@ impl VerbsSendComm {
         }
     }
 
+    /// A completion of data QP `qp` that failed, or of one already failed (a success that came
+    /// after the failure was seen: its segment was moved for resending too). Its immediate goes to
+    /// the QP's fence.
+    #[cold]
+    fn failed_completion(&mut self, qp: usize, wc: &WorkCompletion, now: u64) -> NetResult<()> {
+        let imm = (wc.wr_id >> 32) as u32;
+        if self.out[qp] {
+            if !self.fences.collect(qp, imm) {
+                return Err(NetError::internal(format!(
+                    "{}: completion of data QP {qp} (QPN {}) after its fence was sent",
+                    self.peer, wc.qp_num
+                )));
+            }
+            return Ok(());
+        }
+        let why = format!(
+            "data QP {qp} (QPN {}) on {}: {} (status {}, vendor error {:#x})",
+            wc.qp_num,
+            self.qps.device(),
+            status_str(wc.status),
+            wc.status,
+            wc.vendor_err
+        );
+        self.path_failure(qp, why, Some(imm), now)
+    }
+
     /// Posts what the engine schedules while the receive credit lasts: every WRITE_WITH_IMM
     /// consumes one receive of the peer's SRQ, so one beyond the credit could draw an RNR NAK.
     /// The engine is asked for a segment only when one may go out (it is not changed).
     fn schedule(&mut self, now: u64) -> NetResult<bool> {
         let mut any = false;
-        while self.credit_left() > 0 || !self.credit_gate {
+        // A failed QP's segments wait in the engine's resend queue (served first) for the fence.
+        while !self.fences.holding() && (self.credit_left() > 0 || !self.credit_gate) {
             let Some(t) = self.engine.poll_transmit(now) else {
                 break;
             };
@@ -510,27 +794,59 @@ impl VerbsSendComm {
                     t.offset, t.len, remote.capacity
                 )));
             }
+            // A resend of a segment the receiver already counted carries no byte and no immediate:
+            // it only completes the segment, in order, on its new QP.
+            let counted = self.fences.resends_left() > 0 && self.resend_counted(t.imm)?;
             let local = LocalSlice {
                 addr: addr + t.offset,
-                len: t.len,
+                len: if counted { 0 } else { t.len },
                 lkey,
             };
             let dst = RemoteSlice {
                 addr: remote.addr + t.offset,
                 rkey: remote.rkey,
             };
-            self.qps
+            let id = wr_id(t.imm, t.token);
+            let imm = (!counted).then_some(t.imm);
+            let posted = self
+                .qps
                 .data(t.qp)
-                .and_then(|qp| qp.post_write(u64::from(t.token), local, dst, Some(t.imm), true))
-                .map_err(verr)?;
+                .and_then(|qp| qp.post_write(id, local, dst, imm, true));
+            if let Err(e) = posted {
+                // The segment is in the engine's ring of that QP: it goes with the QP's others.
+                let qpn = self.qps.data(t.qp).map_or(0, RcQp::qpn);
+                let why = format!("data QP {} (QPN {qpn}): {e}", t.qp);
+                self.path_failure(t.qp, why, Some(t.imm), now)?;
+                continue;
+            }
             self.ops.send_posts += 1;
-            self.imm_posted = self.imm_posted.wrapping_add(1);
+            if !counted {
+                self.imm_posted = self.imm_posted.wrapping_add(1);
+                self.imm_on[t.qp] = self.imm_on[t.qp].wrapping_add(1);
+            }
             if self.events.enabled() {
-                self.segment_event(t.qp, parent, u64::from(t.token), t.len);
+                self.segment_event(t.qp, parent, id, local.len);
             }
             any = true;
         }
         Ok(any)
+    }
+
+    /// The fence's verdict for a resend of `imm`, and the resend counted.
+    #[cold]
+    fn resend_counted(&mut self, imm: u32) -> NetResult<bool> {
+        let Some(counted) = self.fences.take_verdict(imm) else {
+            return Err(NetError::internal(format!(
+                "{}: the engine resent immediate {imm:#x}, which no fence answered",
+                self.peer
+            )));
+        };
+        if counted {
+            self.path.resent_empty += 1;
+        } else {
+            self.path.resent_data += 1;
+        }
+        Ok(counted)
     }
 }
 
