@@ -159,8 +159,7 @@ mod tests {
         let mut late = Repath::start(1, to, Why::Failure, &setup, 5_000).unwrap();
         let e = late
             .progress(&name, 5_001 + CONNECT_WITHIN_NS)
-            .err()
-            .expect("past the deadline");
+            .expect_err("past the deadline");
         assert!(
             e.msg.contains("not connected and greeted within 1000 ms"),
             "{}",
