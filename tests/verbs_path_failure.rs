@@ -7,7 +7,7 @@
 
 mod verbs_support;
 
-use nccl_net_dqplb::engine::{PolicyKind, QpStats};
+use nccl_net_dqplb::engine::{PolicyKind, QpStats, RehashRule};
 use nccl_net_dqplb::transport::tcp::ConnParams;
 use nccl_net_dqplb::transport::verbs::recv::RecvPathCounters;
 use nccl_net_dqplb::transport::verbs::send::PathCounters;
@@ -286,4 +286,62 @@ fn erroring_every_qp_fails_the_comm() {
     assert_eq!(s.path_counters().failures, 4);
     // sticky: the comm stays failed
     assert!(s.test(sq).is_err());
+}
+
+/// The straggler rule on verbs: an eager rule (any QP 1% slower than the median for 2
+/// completions in a row, judged again a median period later) drains QPs during the transfer and
+/// each drained one gets a new QP pair through the fence exchange, with nothing to resend. Every
+/// message byte-exact, every re-hash a new pair on both ends, nothing failed or resent.
+#[test]
+fn drained_stragglers_get_new_qp_pairs_byte_exact() {
+    let (domain, mut s, mut r) = comm_pair("rehash", params());
+    s.set_rehash_rule(RehashRule {
+        ratio: 1.01,
+        window: 2,
+        cooldown: 0,
+        budget: 8,
+        budget_period: 60_000_000_000,
+    })
+    .expect("rule");
+    let qpns: Vec<u32> = (0..QPS)
+        .map(|q| s.qp_set().data(q).expect("qp").qpn())
+        .collect();
+    stream(&domain, &mut s, &mut r, |_, _| {});
+    let (sp, rp, st) = (s.path_counters(), r.path_counters(), s.qp_stats().to_vec());
+    let rehashes: u64 = st.iter().map(|q| q.rehashes).sum();
+    say(&format!(
+        "REHASH: sender {sp:?}; receiver {rp:?}; per QP segments {:?} re-hashes {:?}; QPNs {qpns:?} -> {:?}",
+        st.iter().map(|q| q.segments).collect::<Vec<_>>(),
+        st.iter().map(|q| q.rehashes).collect::<Vec<_>>(),
+        (0..QPS)
+            .map(|q| s.qp_set().data(q).expect("qp").qpn())
+            .collect::<Vec<_>>()
+    ));
+    assert!(
+        (1..=8).contains(&rehashes),
+        "the eager rule re-hashed {rehashes} times: {st:?}"
+    );
+    assert_eq!(
+        (sp.rehashed, sp.replaced, sp.fences),
+        (rehashes, rehashes, rehashes),
+        "{sp:?}"
+    );
+    assert_eq!(
+        (sp.failures, sp.resent_data, sp.resent_empty),
+        (0, 0, 0),
+        "{sp:?}"
+    );
+    assert_eq!(
+        (rp.fences, rp.replaced, rp.already_counted, rp.errors),
+        (rehashes, rehashes, 0, 0),
+        "{rp:?}"
+    );
+    let seqs = MESSAGES as u32 * SEGMENTS_PER_MSG;
+    assert_eq!((s.seqs_issued(), r.seqs_counted()), (seqs, seqs));
+    // Each re-hashed QP index has a new QP number.
+    for (q, st) in st.iter().enumerate() {
+        let now = s.qp_set().data(q).expect("qp").qpn();
+        assert_eq!(st.rehashes > 0, now != qpns[q], "QP {q}: {st:?}");
+    }
+    assert_eq!(s.op_counters().rnr_errors + r.op_counters().rnr_errors, 0);
 }

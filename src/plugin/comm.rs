@@ -353,16 +353,13 @@ impl SendComm {
         }
     }
 
-    /// Installs the straggler re-hash rule; only the TCP transport carries re-hashes out (a
-    /// verbs comm logs that and keeps its QPs).
+    /// Installs the straggler re-hash rule: TCP replaces a drained straggler by a stream from a
+    /// new source port, verbs by a new QP pair (new QPNs).
     pub fn set_rehash_rule(&mut self, rule: crate::engine::RehashRule) -> NetResult<()> {
         match &mut self.inner {
             SendInner::Tcp(t) => t.set_rehash_rule(rule),
             #[cfg(feature = "verbs")]
-            SendInner::Verbs(..) => {
-                tracing::info!(target: "dqplb::net", "straggler re-hash is configured but the verbs transport does not replace QPs yet: off for this connection");
-                Ok(())
-            }
+            SendInner::Verbs(v, _) => v.set_rehash_rule(rule),
         }
     }
 

@@ -238,6 +238,9 @@ struct Pending {
     imms: Vec<u32>,
     sent: bool,
     since: u64,
+    /// A failed QP's fence holds every post until answered; a drained straggler's does not
+    /// (nothing of it is in flight, the engine gives it nothing new).
+    hold: bool,
 }
 
 /// The sender's fences: which failed QPs still owe immediates or an answer, and the verdicts for
@@ -258,7 +261,31 @@ impl SendFences {
             imms: Vec::with_capacity(want as usize),
             sent: false,
             since: now,
+            hold: true,
         });
+    }
+
+    /// Drained straggler `qp` (nothing in flight) is to get a new QP pair: a fence with no
+    /// immediates that does not hold the other QPs' posts.
+    pub fn start_rehash(&mut self, qp: usize, now: u64) {
+        self.pending.push(Pending {
+            qp,
+            want: 0,
+            imms: Vec::new(),
+            sent: false,
+            since: now,
+            hold: false,
+        });
+    }
+
+    /// Whether `qp`'s pending fence is a straggler's re-hash.
+    pub fn is_rehash(&self, qp: usize) -> bool {
+        self.pending.iter().any(|p| p.qp == qp && !p.hold)
+    }
+
+    /// Whether any fence is waiting to be sent or answered.
+    pub fn any_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Whether `qp` failed and its fence is not answered yet.
@@ -319,7 +346,7 @@ impl SendFences {
 
     /// Nothing may be posted: a failed QP's segments wait for their fence.
     pub fn holding(&self) -> bool {
-        !self.pending.is_empty()
+        self.pending.iter().any(|p| p.hold)
     }
 
     /// Resends whose verdict is known and that the engine has not handed out yet.
@@ -504,6 +531,22 @@ mod tests {
         assert!(!s.holding());
         assert_eq!(s.take_verdict(7), Some(false));
         assert!(s.describe().contains("0 resends cleared"));
+    }
+
+    #[test]
+    fn a_rehash_fence_asks_nothing_and_holds_nothing() {
+        let mut f = SendFences::default();
+        f.start_rehash(1, 10);
+        assert!(f.any_pending() && f.is_rehash(1) && !f.holding());
+        assert_eq!(f.ready(), Some((1, &[][..])));
+        f.sent(1);
+        assert_eq!(f.ready(), None);
+        // A failure meanwhile holds, and is not a re-hash.
+        f.start(3, 1, 20);
+        assert!(f.holding() && !f.is_rehash(3));
+        f.answered(1, &[]).unwrap();
+        assert!(!f.is_rehash(1) && f.holding());
+        assert_eq!(f.resends_left(), 0);
     }
 
     #[test]

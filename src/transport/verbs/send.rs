@@ -19,7 +19,9 @@ use super::qp::{QpEndpoint, RcQp};
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-use crate::engine::{EngineError, EngineParams, PolicyKind, QpStats, Sender};
+use crate::engine::{
+    EngineError, EngineParams, PathEvent, PolicyKind, QpStats, RehashRule, Sender,
+};
 use crate::transport::events::{CommEvents, EventDescr};
 use crate::transport::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
 use crate::transport::tcp::ConnParams;
@@ -97,6 +99,8 @@ pub struct PathCounters {
     pub resent_empty: u64,
     /// Send credit given back for writes of failed QPs that consumed no receive.
     pub credit_returned: u64,
+    /// Drained stragglers given a new QP pair (new QPNs: a new ECMP hash).
+    pub rehashed: u64,
 }
 
 /// wr_id of a data write: the segment's immediate in the upper half (what a fence needs from a
@@ -452,14 +456,38 @@ impl VerbsSendComm {
                 break;
             }
         }
-        if self.fences.holding() {
+        while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
+            self.begin_rehash(qp, now);
+        }
+        if self.fences.any_pending() {
+            let held = self.fences.holding();
             self.drive_fences(now)?;
-            if !self.fences.holding() {
+            if held && !self.fences.holding() {
                 // answered: the resends go out now
                 self.schedule(now)?;
             }
         }
         Ok(())
+    }
+
+    /// Installs the engine's straggler re-hash rule: a drained straggler gets a new QP pair
+    /// through the same fence exchange as a failed QP (with nothing to resend).
+    pub fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
+        self.engine
+            .set_rehash_rule(rule)
+            .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))
+    }
+
+    /// The engine drained straggler `qp` (nothing in flight): ask the receiver for a new QP
+    /// pair. The QP gets nothing new meanwhile (the engine blocks it).
+    #[cold]
+    fn begin_rehash(&mut self, qp: usize, now: u64) {
+        if self.out[qp] || self.fences.is_pending(qp) {
+            return;
+        }
+        tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} drained as a straggler; asking for a new QP pair (new QPNs, a new ECMP hash)", self.peer);
+        self.out[qp] = true;
+        self.fences.start_rehash(qp, now);
     }
 
     /// Data QP `qp` failed (`why`): the engine moves its segments in flight to the resend queue
@@ -535,7 +563,8 @@ impl VerbsSendComm {
     fn drive_fences(&mut self, now: u64) -> NetResult<()> {
         while let Some((qp, imms)) = self.fences.ready() {
             let imms = imms.to_vec();
-            let endpoint = if self.recreations[qp] < MAX_RECREATIONS {
+            let rehash = self.fences.is_rehash(qp);
+            let endpoint = if rehash || self.recreations[qp] < MAX_RECREATIONS {
                 match self.qps.create_spare() {
                     Ok((spare, ep)) => {
                         self.spares[qp] = Some((spare, ep));
@@ -587,6 +616,7 @@ impl VerbsSendComm {
                 self.out.len()
             )));
         }
+        let rehash = self.fences.is_rehash(qp);
         self.fences
             .answered(qp, &m.counted)
             .map_err(|e| NetError::remote(format!("{}: {e}", self.peer)))?;
@@ -611,7 +641,11 @@ impl VerbsSendComm {
                     // Every work request of the old QP has completed (the fence waited for them).
                     self.qps.forget(old.qpn());
                     drop(old);
-                    self.recreations[qp] += 1;
+                    if rehash {
+                        self.path.rehashed += 1;
+                    } else {
+                        self.recreations[qp] += 1;
+                    }
                     self.out[qp] = false;
                     self.path.replaced += 1;
                     self.engine.path_replaced(qp).map_err(|e| {
