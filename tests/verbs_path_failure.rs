@@ -293,6 +293,7 @@ fn erroring_every_qp_fails_the_comm() {
 /// each drained one gets a new QP pair through the fence exchange, with nothing to resend. Every
 /// message byte-exact, every re-hash a new pair on both ends, nothing failed or resent.
 #[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn drained_stragglers_get_new_qp_pairs_byte_exact() {
     let (domain, mut s, mut r) = comm_pair("rehash", params());
     s.set_rehash_rule(RehashRule {

@@ -51,6 +51,8 @@ struct DataRx {
     blackholed: bool,
     /// Test hook: blackhole the stream as soon as it is part-way through a segment's payload.
     blackhole_mid_segment: bool,
+    /// Test hook: the stream is read only every `slow_every`-th pass (0: every pass).
+    slow_every: u32,
 }
 
 /// One buffer of a posted receive and what the sender's segments placed into it so far.
@@ -134,6 +136,8 @@ pub struct TcpRecvComm {
     repaths: u64,
     /// Test hook (`debug_hold_replacements`).
     hold_replacements: bool,
+    /// Progress passes so far (the `debug_slow_stream` hook reads a slow stream every n-th).
+    passes: u32,
 }
 
 impl TcpRecvComm {
@@ -170,6 +174,7 @@ impl TcpRecvComm {
                 acks_pos: 0,
                 blackholed: false,
                 blackhole_mid_segment: false,
+                slow_every: 0,
             })
             .collect();
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
@@ -213,6 +218,7 @@ impl TcpRecvComm {
             opts,
             repaths: 0,
             hold_replacements: false,
+            passes: 0,
         })
     }
 
@@ -316,6 +322,7 @@ impl TcpRecvComm {
     }
 
     fn step(&mut self) -> NetResult<()> {
+        self.passes = self.passes.wrapping_add(1);
         if self.repath.is_some() && !self.hold_replacements {
             self.accept_replacements();
         }
@@ -341,7 +348,10 @@ impl TcpRecvComm {
             }
         }
         for qp in 0..self.data.len() {
-            if self.ready.readable(qp + 1) && !self.data[qp].blackholed {
+            let d = &self.data[qp];
+            let skip =
+                d.blackholed || (d.slow_every > 0 && !self.passes.is_multiple_of(d.slow_every));
+            if self.ready.readable(qp + 1) && !skip {
                 if let Some(e) = self.read_stream(qp)? {
                     self.stream_failed(qp, e);
                 }
@@ -656,6 +666,7 @@ impl TcpRecvComm {
         d.acks.clear();
         d.acks_pos = 0;
         d.blackholed = false;
+        d.slow_every = 0;
         self.ready.replace(q + 1, &d.sock);
         self.repaths += 1;
         tracing::info!(target: "dqplb::net", "{}: replacement stream from {} accepted", d.name, r.peer);
@@ -690,6 +701,15 @@ impl TcpRecvComm {
                 ..
             } => Some(seg.slot),
             _ => None,
+        }
+    }
+
+    /// Test hook: stream `q` is read only every `every`-th progress pass (a slow path) until it
+    /// is replaced.
+    #[doc(hidden)]
+    pub fn debug_slow_stream(&mut self, q: usize, every: u32) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.slow_every = every;
         }
     }
 
