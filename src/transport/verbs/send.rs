@@ -522,7 +522,9 @@ impl VerbsSendComm {
             }
             match self.engine.path_failed(qp) {
                 Ok(moved) => {
-                    tracing::warn!(target: "dqplb::net", "verbs send comm to {}: {why}; {moved} segment(s) in flight on it wait for the receiver's fence, then go out again on the other QPs", self.peer);
+                    // INFO, as TCP's stream failure: isolated, the comm goes on; if it fails after
+                    // all (every QP, or the peer gone), that failure is the WARN.
+                    tracing::info!(target: "dqplb::net", "verbs send comm to {}: {why}; {moved} segment(s) in flight on it wait for the receiver's fence, then go out again on the other QPs", self.peer);
                     self.fences.start(qp, moved, now);
                     if let Some(i) = imm {
                         self.fences.collect(qp, i);
