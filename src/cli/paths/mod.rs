@@ -101,6 +101,19 @@ fn one_trial(
     Ok((summary, metrics::series(sc, &out.samples)))
 }
 
+/// The scenario knobs the options give.
+fn knobs(o: &Options) -> ScenarioKnobs {
+    ScenarioKnobs {
+        unit_mbit: o.unit_mbit,
+        duration_ms: o.duration.as_millis() as u64,
+        segment_bytes: o.segment_bytes,
+        outstanding: o.outstanding,
+        message_bytes: o.message_bytes,
+        inflight_messages: o.inflight,
+        slow_fraction: o.slow_fraction,
+    }
+}
+
 /// Message size rounded so every segment of every policy has one size (see trial::completed_bytes).
 fn aligned_message(o: &Options, qps: usize) -> usize {
     let unit = o.segment_bytes as usize * qps.max(1);
@@ -118,15 +131,7 @@ fn bench(o: &Options) -> Result<i32, String> {
         .iter()
         .partition(|id| hashed::HASHED_IDS.contains(id));
     for &id in &per_qp_ids {
-        let probe = ScenarioKnobs {
-            unit_mbit: o.unit_mbit,
-            duration_ms: o.duration.as_millis() as u64,
-            segment_bytes: o.segment_bytes,
-            outstanding: o.outstanding,
-            message_bytes: o.message_bytes,
-            inflight_messages: o.inflight,
-            slow_fraction: o.slow_fraction,
-        };
+        let probe = knobs(o);
         let qps = scenario::build(id, &probe)?.qps();
         let knobs = ScenarioKnobs {
             message_bytes: aligned_message(o, qps),
@@ -175,15 +180,7 @@ fn hashed_bench(o: &Options, ids: &[u32]) -> Result<(), String> {
     if !o.shape {
         return Err("scenarios 6 and 7 are about shaped paths: drop --no-shape".into());
     }
-    let knobs = ScenarioKnobs {
-        unit_mbit: o.unit_mbit,
-        duration_ms: o.duration.as_millis() as u64,
-        segment_bytes: o.segment_bytes,
-        outstanding: o.outstanding,
-        message_bytes: o.message_bytes,
-        inflight_messages: o.inflight,
-        slow_fraction: o.slow_fraction,
-    };
+    let knobs = knobs(o);
     // Any per-QP scenario carries the shared knobs; 8 streams set the message alignment.
     let sc = Scenario {
         message_bytes: aligned_message(o, 8),
