@@ -10,9 +10,10 @@ pub const MAGIC: [u8; 4] = *b"DQPL";
 /// Version of the handle and wire protocol: 2 since grouped receives (announce frames "2NNA"), 3
 /// since the verbs clear-to-send is a plain RDMA write found in memory (FIFO entry layout 3), 4
 /// since TCP receivers announce a re-path listener for replacement data streams, 5 since verbs
-/// receives come from a shared receive queue under a receive credit (FIFO entry layout 4). Peers
-/// of another version are refused at connect with a clear message.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// receives come from a shared receive queue under a receive credit (FIFO entry layout 4), 6 since
+/// a failed or drained verbs data QP is fenced and re-created over the bootstrap socket. Peers of
+/// another version are refused at connect with a clear message, in both directions.
+pub const PROTOCOL_VERSION: u16 = 6;
 /// Bytes of the handle reserved for the connect state id (see plugin::connect).
 pub const STAGE_OFFSET: usize = 112;
 

@@ -82,6 +82,8 @@ pub struct VerbsSendComm {
     /// The first data-QP failure, named when every QP has failed.
     first_failure: Option<String>,
     path: PathCounters,
+    /// Test hook (`debug_slow_data_qp`): (QP, ns its completions reach the engine late).
+    debug_lag: Option<(usize, u64)>,
 }
 
 /// What path-failure isolation did on a send comm (plain counters, never reset).
@@ -198,10 +200,16 @@ impl VerbsSendComm {
             fences: SendFences::default(),
             first_failure: None,
             path: PathCounters::default(),
+            debug_lag: None,
         })
     }
 
-    /// What path-failure isolation did so far.
+    /// Whether a fence (a failed QP's, or a drained straggler's re-hash) is not answered yet.
+    pub fn fences_pending(&self) -> bool {
+        self.fences.any_pending()
+    }
+
+    /// What path-failure isolation and re-hashing did so far.
     pub fn path_counters(&self) -> PathCounters {
         self.path
     }
@@ -209,6 +217,13 @@ impl VerbsSendComm {
     /// Sequence numbers the engine has issued so far (the receiver counts each one once).
     pub fn seqs_issued(&self) -> u32 {
         self.engine.next_seq()
+    }
+
+    /// Fault injection for tests: completions of data QP `q` reach the engine `lag_ns` late (a
+    /// slow path, for the straggler rule) until the QP is re-created.
+    #[doc(hidden)]
+    pub fn debug_slow_data_qp(&mut self, q: usize, lag_ns: u64) {
+        self.debug_lag = Some((q, lag_ns));
     }
 
     /// Fault injection for tests: moves the sender's end of data QP `q` to the error state, as a
@@ -645,6 +660,9 @@ impl VerbsSendComm {
                     drop(old);
                     if rehash {
                         self.path.rehashed += 1;
+                        if self.debug_lag.is_some_and(|(q, _)| q == qp) {
+                            self.debug_lag = None;
+                        }
                     } else {
                         self.recreations[qp] += 1;
                     }
@@ -756,7 +774,11 @@ impl VerbsSendComm {
                     any = true;
                     continue;
                 }
-                self.engine.completed(qp, now).map_err(|e| {
+                let at = match self.debug_lag {
+                    Some((q, lag)) if q == qp => now + lag,
+                    _ => now,
+                };
+                self.engine.completed(qp, at).map_err(|e| {
                     NetError::internal(format!(
                         "{}: completion without a segment in flight: {e}",
                         self.peer
