@@ -1,0 +1,266 @@
+//! One phase's connections, each a real engine `Sender`/`Receiver` pair, and the traffic rules
+//! that feed them: ring dependencies, NCCL's receive slots, exactly-once in-order checks.
+
+use crate::engine::{EngineParams, PolicyKind, Receiver, Sender, Transmit};
+
+use super::traffic::Phase;
+
+/// How a connection's segments find their path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimPolicy {
+    /// An engine policy; each QP keeps the path its 5-tuple hashes to.
+    Engine(PolicyKind),
+    /// Per-packet spraying, a NIC mode: the engine runs dqplb over the QPs, and every segment
+    /// (B mode) or every byte (F mode) is spread over all spines of the ECMP group.
+    Spray,
+}
+
+impl SimPolicy {
+    pub fn parse(s: &str) -> Result<SimPolicy, String> {
+        if s.trim().eq_ignore_ascii_case("spray") {
+            return Ok(SimPolicy::Spray);
+        }
+        s.parse::<PolicyKind>()
+            .map(SimPolicy::Engine)
+            .map_err(|e| format!("{e}, spray"))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SimPolicy::Engine(k) => k.name(),
+            SimPolicy::Spray => "spray",
+        }
+    }
+
+    pub fn engine_policy(self) -> PolicyKind {
+        match self {
+            SimPolicy::Engine(k) => k,
+            SimPolicy::Spray => PolicyKind::Dqplb,
+        }
+    }
+}
+
+/// Engine shape of every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnShape {
+    pub policy: SimPolicy,
+    pub qps: usize,
+    pub outstanding: u32,
+    pub segment_bytes: u32,
+}
+
+/// Counts of things that must stay zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Errors {
+    /// `EngineError` from post/completed (misuse: a simulator bug).
+    pub engine: u64,
+    /// `ProtocolError` from `Receiver::arrived`.
+    pub protocol: u64,
+    /// A token released out of order, twice, or with the wrong size.
+    pub order: u64,
+}
+
+impl Errors {
+    pub fn add(&mut self, o: &Errors) {
+        self.engine += o.engine;
+        self.protocol += o.protocol;
+        self.order += o.order;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.engine + self.protocol + self.order
+    }
+}
+
+/// One connection: `src` -> `dst` on the rail, with its engine pair and traffic counters.
+#[derive(Debug)]
+pub struct Conn {
+    pub src: u32,
+    pub dst: u32,
+    pub sender: Sender,
+    pub receiver: Receiver,
+    /// Messages posted (to both sides), received in order, slots freed, released by the sender.
+    pub posted: u32,
+    pub received: u32,
+    pub freed: u32,
+    pub sent_done: u32,
+    /// First QPN of this connection's data QPs on the sender and on the receiver NIC.
+    pub lqpn: u32,
+    pub rqpn: u32,
+}
+
+/// A phase in progress: its connections and the rules between them.
+#[derive(Debug)]
+pub struct PhaseRun<'a> {
+    pub phase: &'a Phase,
+    pub conns: Vec<Conn>,
+    pub errors: Errors,
+    /// Connections whose every message was received and released by the sender.
+    pub finished: u32,
+    /// Conns to look at after the current event (post what the rules allow, transmit).
+    pub wake: Vec<u32>,
+    max_messages: usize,
+    messages: u32,
+    pub delivered_messages: u64,
+}
+
+impl<'a> PhaseRun<'a> {
+    /// Connections for `phase`; `qpn_next[h]` is host h's QPN allocator on this rail (1 control
+    /// and `qps` data QPs per connection end, consecutive, as a fresh NIC hands them out).
+    pub fn new(
+        phase: &'a Phase,
+        shape: &ConnShape,
+        qpn_next: &mut [u32],
+    ) -> Result<PhaseRun<'a>, String> {
+        let max_messages = 2 * phase.slots as usize + 8;
+        let params = EngineParams {
+            qps: shape.qps,
+            max_outstanding: shape.outstanding,
+            segment_bytes: shape.segment_bytes,
+            max_messages,
+            policy: shape.policy.engine_policy(),
+        };
+        params.validate().map_err(|e| e.to_string())?;
+        let window = params.window() as u32;
+        let mut conns = Vec::with_capacity(phase.pairs.len());
+        let step = shape.qps as u32 + 1;
+        for &(src, dst) in &phase.pairs {
+            let lqpn = qpn_next[src as usize] + 1;
+            qpn_next[src as usize] = (qpn_next[src as usize] + step) & 0xFF_FFFF;
+            let rqpn = qpn_next[dst as usize] + 1;
+            qpn_next[dst as usize] = (qpn_next[dst as usize] + step) & 0xFF_FFFF;
+            conns.push(Conn {
+                src,
+                dst,
+                sender: Sender::new(&params).map_err(|e| e.to_string())?,
+                receiver: Receiver::new(window, max_messages).map_err(|e| e.to_string())?,
+                posted: 0,
+                received: 0,
+                freed: 0,
+                sent_done: 0,
+                lqpn,
+                rqpn,
+            });
+        }
+        let n = conns.len();
+        Ok(PhaseRun {
+            phase,
+            conns,
+            errors: Errors::default(),
+            finished: 0,
+            wake: (0..n as u32).collect(),
+            max_messages,
+            messages: phase.messages(),
+            delivered_messages: 0,
+        })
+    }
+
+    pub fn done(&self) -> bool {
+        self.finished as usize == self.conns.len()
+    }
+
+    fn up(&self, c: usize) -> usize {
+        (c + self.conns.len() - 1) % self.conns.len()
+    }
+
+    fn down(&self, c: usize) -> usize {
+        (c + 1) % self.conns.len()
+    }
+
+    /// Posts every message connection `c` may post now (ring dependency, free slot, engine room).
+    pub fn try_post(&mut self, c: usize) {
+        let per_step = self.phase.per_step;
+        loop {
+            let j = self.conns[c].posted;
+            if j >= self.messages {
+                return;
+            }
+            if self.phase.ring
+                && j >= per_step
+                && self.conns[self.up(c)].received < j - per_step + 1
+            {
+                return;
+            }
+            let conn = &mut self.conns[c];
+            if j >= conn.freed + self.phase.slots
+                || conn.sender.messages() >= self.max_messages
+                || conn.receiver.posted() >= self.max_messages
+            {
+                return;
+            }
+            let len = self.phase.message_len(j);
+            if conn.receiver.post(j, len).is_err() || conn.sender.post(j, len).is_err() {
+                self.errors.engine += 1;
+                return;
+            }
+            conn.posted += 1;
+            if self.phase.ring && j >= per_step {
+                // Reducing into message j consumed message j - per_step of the upstream link.
+                let u = self.up(c);
+                self.conns[u].freed += 1;
+                self.wake.push(u as u32);
+            }
+        }
+    }
+
+    /// A segment of connection `c` landed at its receiver.
+    pub fn on_arrival(&mut self, c: usize, imm: u32, len: u32) {
+        if self.conns[c].receiver.arrived(imm, len).is_err() {
+            self.errors.protocol += 1;
+        }
+        let last_step_from = self.messages.saturating_sub(self.phase.per_step);
+        while let Some((tok, size)) = self.conns[c].receiver.poll_done() {
+            let conn = &mut self.conns[c];
+            if tok != conn.received || size != self.phase.message_len(tok) {
+                self.errors.order += 1;
+            }
+            conn.received += 1;
+            self.delivered_messages += 1;
+            if !self.phase.ring || tok >= last_step_from {
+                conn.freed += 1;
+                self.wake.push(c as u32);
+            }
+            if conn.received == self.messages && conn.sent_done == self.messages {
+                self.finished += 1;
+            }
+            if self.phase.ring {
+                self.wake.push(self.down(c) as u32);
+            }
+        }
+    }
+
+    /// The sender of connection `c` got the completion of QP `qp`'s oldest segment.
+    pub fn on_ack(&mut self, c: usize, qp: usize, now: u64) {
+        let conn = &mut self.conns[c];
+        if conn.sender.completed(qp, now).is_err() {
+            self.errors.engine += 1;
+        }
+        while let Some(tok) = conn.sender.poll_done() {
+            if tok != conn.sent_done {
+                self.errors.order += 1;
+            }
+            conn.sent_done += 1;
+            if conn.received == self.messages && conn.sent_done == self.messages {
+                self.finished += 1;
+            }
+        }
+        self.wake.push(c as u32);
+    }
+
+    /// The next segment connection `c` puts on the wire, if any.
+    #[inline]
+    pub fn transmit(&mut self, c: usize, now: u64) -> Option<Transmit> {
+        self.conns[c].sender.poll_transmit(now)
+    }
+
+    /// Messages that should have been released on each side but were not (0 after a clean run).
+    pub fn missing(&self) -> u64 {
+        self.conns
+            .iter()
+            .map(|c| {
+                u64::from(self.messages - c.received.min(self.messages))
+                    + u64::from(self.messages - c.sent_done.min(self.messages))
+            })
+            .sum()
+    }
+}
