@@ -23,7 +23,7 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --slow-links N        leaf-spine links at --slow-factor of their rate (0, factor 0.5)
   --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
   --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
-engine (default: the site config's same-rail class):
+engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
   --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray (comma list)
   --qps LIST            data QPs per connection (comma list)
   --outstanding D       segments in flight per QP
@@ -38,7 +38,7 @@ traffic:
 run:
   --mode M              f (fluid max-min, default) or b (per segment)
   --seed S              (default 1)                 --threads T      rails in parallel (2)
-  --epoch-us U          F mode: coalesce re-solves after flows go idle (0 = exact)
+  --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
   --rails-simulated N   simulate only N rails (they are identical up to hashing)
   --config FILE         site TOML (as dqplb plan reads it) with an optional [fabric.sim] block
   --format F            table (default), json or csv
@@ -90,13 +90,15 @@ fn defaults() -> SimConfig {
         shape: ConnShape {
             policy: SimPolicy::Engine(PolicyKind::Dqplb),
             qps: 8,
-            outstanding: 8,
+            // 8 QPs x 2 x 128 KiB = 2 MiB, below NCCL's 8 x 512 KiB in flight: the window binds,
+            // so DQPLB has full QPs to skip (docs/simulation.md, "Sizing").
+            outstanding: 2,
             segment_bytes: 128 * 1024,
         },
         mode: Mode::Fluid,
         seed: 1,
         threads: 2,
-        epoch_ps: 0,
+        epoch_ps: 5_000_000,
         rails_simulated: 0,
     }
 }

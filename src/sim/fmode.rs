@@ -152,8 +152,9 @@ pub fn run_phase(
             for f in 0..flows {
                 let s = &mut st[f];
                 s.version = s.version.wrapping_add(1);
-                s.rate = rates[f];
                 if active[f] {
+                    // An idle QP keeps its last rate: what it resumes with inside an epoch.
+                    s.rate = rates[f];
                     if let Some(t) = drain_time(s, now) {
                         heap.push(Reverse((t, f as u32, s.version)));
                     }
