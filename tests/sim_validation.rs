@@ -39,6 +39,7 @@ fn config(
             qps,
             outstanding: 8,
             segment_bytes: 2 << 20,
+            rehash: nccl_net_dqplb::sim::SIM_REHASH,
         },
         mode,
         seed: 1,
@@ -237,4 +238,32 @@ fn fixed_source_port_pins_every_qp_and_e_ecmp_spreads_them() {
     // All 8 QPs of a pair share the 5-tuple: the same path as one QP, the same time.
     assert!((pinned - single).abs() / single < 0.02);
     assert!(eecmp < 0.8 * pinned);
+}
+
+#[test]
+fn rehash_replaces_stragglers_and_delivers_exactly_once() {
+    for mode in [Mode::Burst, Mode::Fluid] {
+        let at = |p: &str| {
+            let mut cfg = config(8, 8, 2, policy(p), 8, mode);
+            cfg.traffic.step_bytes = 512 * 1024;
+            cfg.traffic.bytes = 32 << 20;
+            cfg.shape.segment_bytes = 128 * 1024;
+            cfg.shape.outstanding = 2;
+            cfg.shape.rehash.ratio = 1.5;
+            cfg.shape.rehash.window = 8;
+            cfg.shape.rehash.cooldown = 10_000_000;
+            cfg.shape.rehash.budget = 16;
+            let r = run(&cfg).unwrap();
+            clean(&r);
+            r
+        };
+        let plain = at("dqplb");
+        let re = at("dqplb-rehash");
+        eprintln!(
+            "{mode:?}: dqplb {:.3}, dqplb-rehash {:.3} x ideal with {} re-hashes",
+            plain.time_over_ideal, re.time_over_ideal, re.rehashes
+        );
+        assert_eq!(plain.rehashes, 0);
+        assert!(re.rehashes > 0, "{mode:?}: no straggler was re-hashed");
+    }
 }

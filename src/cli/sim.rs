@@ -7,7 +7,7 @@ use nccl_net_dqplb::config::{parse_str, ConnClass};
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::{
     run, ConnShape, FabricSpec, Mode, Placement, SimConfig, SimPolicy, SimResult, SourcePort,
-    TrafficKind, TrafficSpec,
+    TrafficKind, TrafficSpec, SIM_REHASH,
 };
 
 /// Usage text of `dqplb sim`.
@@ -24,7 +24,11 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
   --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
 engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
-  --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray (comma list)
+  --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray,
+                        dqplb-rehash (dqplb with the engine's straggler re-hash rule) (comma list)
+  --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
+  --rehash-window W     ... for W consecutive completions (16)
+  --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)
   --qps LIST            data QPs per connection (comma list)
   --outstanding D       segments in flight per QP
   --segment B           segment bytes (multiple of 128; K/M/G suffixes)
@@ -94,6 +98,7 @@ fn defaults() -> SimConfig {
             // so DQPLB has full QPs to skip (docs/simulation.md, "Sizing").
             outstanding: 2,
             segment_bytes: 128 * 1024,
+            rehash: SIM_REHASH,
         },
         mode: Mode::Fluid,
         seed: 1,
@@ -134,6 +139,10 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
                 .collect::<Result<_, _>>()?
         }
         "outstanding" => c.shape.outstanding = num(&opt, v)?,
+        "rehash-ratio" => c.shape.rehash.ratio = num(&opt, v)?,
+        "rehash-window" => c.shape.rehash.window = num(&opt, v)?,
+        "rehash-cooldown-us" => c.shape.rehash.cooldown = num::<u64>(&opt, v)? * 1_000_000,
+        "rehash-budget" => c.shape.rehash.budget = num(&opt, v)?,
         "segment" => {
             c.shape.segment_bytes = u32::try_from(parse_bytes(v)?)
                 .map_err(|_| format!("--segment {v} does not fit 32 bits"))?

@@ -84,7 +84,7 @@ pub fn run_phase(
         uplink_paths: vec![0; rail.leaves * rail.spines],
         ..PhaseOutcome::default()
     };
-    let paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
+    let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
     out.bound = Some(multipath_bound(
         rail,
         &paths,
@@ -103,6 +103,16 @@ pub fn run_phase(
     let mut end_time: Ps = 0;
     let qps = shape.qps;
     loop {
+        // Re-hashed stragglers: new QPNs, new path, back into the engine.
+        while let Some((c, qp)) = run.replace.pop() {
+            let (c, qp) = (c as usize, qp as usize);
+            let (l, r) = run.new_qpns(c);
+            let conn = &run.conns[c];
+            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+                paths[c * qps + qp] = p;
+            }
+            run.replaced(c, qp);
+        }
         // Post and transmit for every connection the last event touched.
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {

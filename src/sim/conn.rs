@@ -1,7 +1,7 @@
 //! One phase's connections, each a real engine `Sender`/`Receiver` pair, and the traffic rules
 //! that feed them: ring dependencies, NCCL's receive slots, exactly-once in-order checks.
 
-use crate::engine::{EngineParams, PolicyKind, Receiver, Sender, Transmit};
+use crate::engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
 
 use super::traffic::Phase;
 
@@ -13,6 +13,9 @@ pub enum SimPolicy {
     /// Per-packet spraying, a NIC mode: the engine runs dqplb over the QPs, and every segment
     /// (B mode) or every byte (F mode) is spread over all spines of the ECMP group.
     Spray,
+    /// DQPLB with the engine's straggler re-hash rule: a drained straggler QP is replaced by a
+    /// QP with new QPNs, hence a new source port and a new ECMP path.
+    DqplbRehash,
 }
 
 impl SimPolicy {
@@ -20,34 +23,50 @@ impl SimPolicy {
         if s.trim().eq_ignore_ascii_case("spray") {
             return Ok(SimPolicy::Spray);
         }
+        if s.trim().eq_ignore_ascii_case("dqplb-rehash") {
+            return Ok(SimPolicy::DqplbRehash);
+        }
         s.parse::<PolicyKind>()
             .map(SimPolicy::Engine)
-            .map_err(|e| format!("{e}, spray"))
+            .map_err(|e| format!("{e}, spray, dqplb-rehash"))
     }
 
     pub fn name(self) -> &'static str {
         match self {
             SimPolicy::Engine(k) => k.name(),
             SimPolicy::Spray => "spray",
+            SimPolicy::DqplbRehash => "dqplb-rehash",
         }
     }
 
     pub fn engine_policy(self) -> PolicyKind {
         match self {
             SimPolicy::Engine(k) => k,
-            SimPolicy::Spray => PolicyKind::Dqplb,
+            SimPolicy::Spray | SimPolicy::DqplbRehash => PolicyKind::Dqplb,
         }
     }
 }
 
 /// Engine shape of every connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConnShape {
     pub policy: SimPolicy,
     pub qps: usize,
     pub outstanding: u32,
     pub segment_bytes: u32,
+    /// Installed under [`SimPolicy::DqplbRehash`] (times in picoseconds).
+    pub rehash: RehashRule,
 }
+
+/// The simulator's default re-hash rule: 2x the median for 16 completions, 50 us apart, at most
+/// 4 per millisecond per connection (the plugin's defaults are sized for seconds-long jobs).
+pub const SIM_REHASH: RehashRule = RehashRule {
+    ratio: 2.0,
+    window: 16,
+    cooldown: 50_000_000,
+    budget: 4,
+    budget_period: 1_000_000_000,
+};
 
 /// Counts of things that must stay zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -102,6 +121,11 @@ pub struct PhaseRun<'a> {
     max_messages: usize,
     messages: u32,
     pub delivered_messages: u64,
+    /// The rail's QPN allocators (re-hashed QPs take new QPNs).
+    qpn_next: &'a mut [u32],
+    /// Drained stragglers waiting for a new path: (connection, QP).
+    pub replace: Vec<(u32, u16)>,
+    pub rehashes: u64,
 }
 
 impl<'a> PhaseRun<'a> {
@@ -110,7 +134,7 @@ impl<'a> PhaseRun<'a> {
     pub fn new(
         phase: &'a Phase,
         shape: &ConnShape,
-        qpn_next: &mut [u32],
+        qpn_next: &'a mut [u32],
     ) -> Result<PhaseRun<'a>, String> {
         let max_messages = 2 * phase.slots as usize + 8;
         let params = EngineParams {
@@ -129,10 +153,16 @@ impl<'a> PhaseRun<'a> {
             qpn_next[src as usize] = (qpn_next[src as usize] + step) & 0xFF_FFFF;
             let rqpn = qpn_next[dst as usize] + 1;
             qpn_next[dst as usize] = (qpn_next[dst as usize] + step) & 0xFF_FFFF;
+            let mut sender = Sender::new(&params).map_err(|e| e.to_string())?;
+            if shape.policy == SimPolicy::DqplbRehash {
+                sender
+                    .set_rehash_rule(shape.rehash)
+                    .map_err(|e| e.to_string())?;
+            }
             conns.push(Conn {
                 src,
                 dst,
-                sender: Sender::new(&params).map_err(|e| e.to_string())?,
+                sender,
                 receiver: Receiver::new(window, max_messages).map_err(|e| e.to_string())?,
                 posted: 0,
                 received: 0,
@@ -152,6 +182,9 @@ impl<'a> PhaseRun<'a> {
             max_messages,
             messages: phase.messages(),
             delivered_messages: 0,
+            qpn_next,
+            replace: Vec::new(),
+            rehashes: 0,
         })
     }
 
@@ -244,6 +277,28 @@ impl<'a> PhaseRun<'a> {
                 self.finished += 1;
             }
         }
+        while let Some(PathEvent::Replace { qp }) = conn.sender.poll_path_event() {
+            self.replace.push((c as u32, qp as u16));
+        }
+        self.wake.push(c as u32);
+    }
+
+    /// A new QP pair for a re-hashed QP of connection `c`: fresh QPNs on both NICs.
+    pub fn new_qpns(&mut self, c: usize) -> (u32, u32) {
+        let (src, dst) = (self.conns[c].src as usize, self.conns[c].dst as usize);
+        let l = self.qpn_next[src];
+        self.qpn_next[src] = (l + 1) & 0xFF_FFFF;
+        let r = self.qpn_next[dst];
+        self.qpn_next[dst] = (r + 1) & 0xFF_FFFF;
+        (l, r)
+    }
+
+    /// QP `qp` of connection `c` has its new path: the engine schedules on it again.
+    pub fn replaced(&mut self, c: usize, qp: usize) {
+        if self.conns[c].sender.path_replaced(qp).is_err() {
+            self.errors.engine += 1;
+        }
+        self.rehashes += 1;
         self.wake.push(c as u32);
     }
 

@@ -78,6 +78,7 @@ pub fn run_phase(
     let caps: Vec<f64> = (0..nl as u32).map(|l| rail.bytes_per_ps(l)).collect();
     let flows = inc.flows();
     let mut solver = MaxMin::new(&inc, nl);
+    let mut paths = paths;
     let mut rates = vec![0.0; flows];
     let mut active = vec![false; flows];
     let mut st: Vec<FlowState> = vec![FlowState::default(); flows];
@@ -92,6 +93,26 @@ pub fn run_phase(
     let (mut must_solve, mut dirty) = (false, false);
     let mut events = 0u64;
     loop {
+        // Re-hashed stragglers (drained, so idle): the flow takes its new path's links.
+        if !run.replace.is_empty() {
+            while let Some((c, qp)) = run.replace.pop() {
+                let (c, qp) = (c as usize, qp as usize);
+                let (l, r) = run.new_qpns(c);
+                let conn = &run.conns[c];
+                let f = c * qps + qp;
+                if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+                    if p.hops == paths[f].hops && shape.policy != SimPolicy::Spray {
+                        for (i, &link) in inc.of(f).zip(p.links()) {
+                            inc.link[i] = link;
+                        }
+                        paths[f] = p;
+                    }
+                }
+                run.replaced(c, qp);
+            }
+            solver = MaxMin::new(&inc, nl);
+            must_solve = true;
+        }
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {
             let c = c as usize;

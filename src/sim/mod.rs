@@ -22,7 +22,7 @@ pub mod theory;
 pub mod topology;
 pub mod traffic;
 
-pub use conn::{ConnShape, Errors, SimPolicy};
+pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
 pub use hashing::{HashFields, SourcePort};
 pub use report::{RailResult, SimResult};
 pub use run::{run, Mode, SimConfig};

@@ -38,6 +38,8 @@ pub struct RailResult {
     pub qp_imbalance: f64,
     /// Deepest link FIFO, segments (B mode).
     pub max_queue: usize,
+    /// QPs replaced by the re-hash rule (dqplb-rehash).
+    pub rehashes: u64,
     /// Time over ideal of the best split over the hashed QP paths: lower and upper estimate
     /// (worst phase; the ring's steps all use the same paths).
     pub bound_lower: f64,
@@ -63,6 +65,7 @@ impl RailResult {
             uplink_hist_expected: Vec::new(),
             qp_imbalance: 0.0,
             max_queue: 0,
+            rehashes: 0,
             bound_lower: 0.0,
             bound_upper: 0.0,
         }
@@ -79,6 +82,7 @@ impl RailResult {
         self.errors.add(&run.errors);
         self.missing += run.missing();
         self.messages += run.delivered_messages;
+        self.rehashes += run.rehashes;
         self.max_queue = self.max_queue.max(out.max_queue);
         if let Some(b) = out.bound {
             self.bound_lower = self.bound_lower.max(b.lower);
@@ -184,6 +188,7 @@ pub struct SimResult {
     pub max_uplink_util: f64,
     pub mean_uplink_util: f64,
     pub qp_imbalance: f64,
+    pub rehashes: u64,
     /// Fabric bound (slowest rail) of any policy over the hashed QP paths, time over ideal.
     pub bound_lower: f64,
     pub bound_upper: f64,
@@ -271,6 +276,7 @@ impl SimResult {
             max_uplink_util: rails.iter().map(|r| r.max_uplink_util).fold(0.0, f64::max),
             mean_uplink_util: rails.iter().map(|r| r.mean_uplink_util).sum::<f64>() / n,
             qp_imbalance: rails.iter().map(|r| r.qp_imbalance).sum::<f64>() / n,
+            rehashes: rails.iter().map(|r| r.rehashes).sum(),
             bound_lower: rails.iter().map(|r| r.bound_lower).fold(0.0, f64::max),
             bound_upper: rails.iter().map(|r| r.bound_upper).fold(0.0, f64::max),
             uplink_hist: hist,
