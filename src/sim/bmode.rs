@@ -117,7 +117,7 @@ pub fn run_phase(
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {
             let c = c as usize;
-            run.try_post(c);
+            run.try_post(c, now);
             while let Some(t) = run.transmit(c, now) {
                 let conn = &run.conns[c];
                 let path = if spray {
@@ -175,7 +175,7 @@ pub fn run_phase(
             }
         } else if q < ack_q {
             let s = segs[id as usize];
-            run.on_arrival(s.conn as usize, s.imm, s.len);
+            run.on_arrival(s.conn as usize, s.imm, s.len, now);
             core.push(
                 ack_q + u32::from(s.path.hops > 2),
                 now + lat * Ps::from(s.path.hops),

@@ -3,6 +3,7 @@
 
 use crate::engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
 
+use super::latency::LatencyHist;
 use super::traffic::Phase;
 
 /// How a connection's segments find their path.
@@ -126,6 +127,10 @@ pub struct PhaseRun<'a> {
     /// Drained stragglers waiting for a new path: (connection, QP).
     pub replace: Vec<(u32, u16)>,
     pub rehashes: u64,
+    /// Post time of each message held, `conn * max_messages + message % max_messages`.
+    posted_at: Vec<u64>,
+    /// Post-to-release latency of every message.
+    pub latency: LatencyHist,
 }
 
 impl<'a> PhaseRun<'a> {
@@ -185,6 +190,8 @@ impl<'a> PhaseRun<'a> {
             qpn_next,
             replace: Vec::new(),
             rehashes: 0,
+            posted_at: vec![0; n * max_messages],
+            latency: LatencyHist::default(),
         })
     }
 
@@ -201,7 +208,7 @@ impl<'a> PhaseRun<'a> {
     }
 
     /// Posts every message connection `c` may post now (ring dependency, free slot, engine room).
-    pub fn try_post(&mut self, c: usize) {
+    pub fn try_post(&mut self, c: usize, now: u64) {
         let per_step = self.phase.per_step;
         loop {
             let j = self.conns[c].posted;
@@ -227,6 +234,7 @@ impl<'a> PhaseRun<'a> {
                 return;
             }
             conn.posted += 1;
+            self.posted_at[c * self.max_messages + j as usize % self.max_messages] = now;
             if self.phase.ring && j >= per_step {
                 // Reducing into message j consumed message j - per_step of the upstream link.
                 let u = self.up(c);
@@ -236,8 +244,8 @@ impl<'a> PhaseRun<'a> {
         }
     }
 
-    /// A segment of connection `c` landed at its receiver.
-    pub fn on_arrival(&mut self, c: usize, imm: u32, len: u32) {
+    /// A segment of connection `c` landed at its receiver at `now`.
+    pub fn on_arrival(&mut self, c: usize, imm: u32, len: u32, now: u64) {
         if self.conns[c].receiver.arrived(imm, len).is_err() {
             self.errors.protocol += 1;
         }
@@ -249,6 +257,8 @@ impl<'a> PhaseRun<'a> {
             }
             conn.received += 1;
             self.delivered_messages += 1;
+            let at = self.posted_at[c * self.max_messages + tok as usize % self.max_messages];
+            self.latency.add(now.saturating_sub(at));
             if !self.phase.ring || tok >= last_step_from {
                 conn.freed += 1;
                 self.wake.push(c as u32);

@@ -116,7 +116,7 @@ pub fn run_phase(
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {
             let c = c as usize;
-            run.try_post(c);
+            run.try_post(c, now);
             while let Some(t) = run.transmit(c, now) {
                 let f = c * qps + t.qp;
                 let s = &mut st[f];
@@ -224,7 +224,7 @@ pub fn run_phase(
         } else {
             let Some((_, q, seg)) = core.pop() else { break };
             if q < 2 {
-                run.on_arrival(seg.conn as usize, seg.imm, seg.len);
+                run.on_arrival(seg.conn as usize, seg.imm, seg.len, now);
                 core.push(2 + q, now + lat * Ps::from(seg.hops), seg);
             } else {
                 run.on_ack(seg.conn as usize, seg.qp as usize, now);

@@ -4,7 +4,7 @@
 //! Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
 //! `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
 //! traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
-//! (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths), `theory` (balls-in-bins), `run` (rails in
+//! (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths), `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in
 //! parallel, results), `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in
 //! docs/simulation.md.
 
@@ -15,6 +15,7 @@ pub mod events;
 pub mod fluid;
 pub mod fmode;
 pub mod hashing;
+pub mod latency;
 pub mod report;
 pub mod rng;
 pub mod run;

@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::bmode::PhaseOutcome;
 use super::conn::{Errors, PhaseRun};
 use super::hashing::SourcePort;
+use super::latency::{LatencyHist, LatencySummary};
 use super::run::SimConfig;
 use super::theory::binomial_pmf;
 use super::topology::{LinkKind, Rail};
@@ -40,6 +41,10 @@ pub struct RailResult {
     pub max_queue: usize,
     /// QPs replaced by the re-hash rule (dqplb-rehash).
     pub rehashes: u64,
+    /// Message latency, post at the sender to release at the receiver (simulated steps).
+    pub message_latency: LatencySummary,
+    #[serde(skip)]
+    pub latency: LatencyHist,
     /// Time over ideal of the best split over the hashed QP paths: lower and upper estimate
     /// (worst phase; the ring's steps all use the same paths).
     pub bound_lower: f64,
@@ -66,6 +71,8 @@ impl RailResult {
             qp_imbalance: 0.0,
             max_queue: 0,
             rehashes: 0,
+            message_latency: LatencySummary::default(),
+            latency: LatencyHist::default(),
             bound_lower: 0.0,
             bound_upper: 0.0,
         }
@@ -83,6 +90,8 @@ impl RailResult {
         self.missing += run.missing();
         self.messages += run.delivered_messages;
         self.rehashes += run.rehashes;
+        self.latency.merge(&run.latency);
+        self.message_latency = self.latency.summary();
         self.max_queue = self.max_queue.max(out.max_queue);
         if let Some(b) = out.bound {
             self.bound_lower = self.bound_lower.max(b.lower);
@@ -189,6 +198,8 @@ pub struct SimResult {
     pub mean_uplink_util: f64,
     pub qp_imbalance: f64,
     pub rehashes: u64,
+    /// Message latency over all rails.
+    pub message_latency: LatencySummary,
     /// Fabric bound (slowest rail) of any policy over the hashed QP paths, time over ideal.
     pub bound_lower: f64,
     pub bound_upper: f64,
@@ -277,6 +288,13 @@ impl SimResult {
             mean_uplink_util: rails.iter().map(|r| r.mean_uplink_util).sum::<f64>() / n,
             qp_imbalance: rails.iter().map(|r| r.qp_imbalance).sum::<f64>() / n,
             rehashes: rails.iter().map(|r| r.rehashes).sum(),
+            message_latency: {
+                let mut h = LatencyHist::default();
+                for r in &rails {
+                    h.merge(&r.latency);
+                }
+                h.summary()
+            },
             bound_lower: rails.iter().map(|r| r.bound_lower).fold(0.0, f64::max),
             bound_upper: rails.iter().map(|r| r.bound_upper).fold(0.0, f64::max),
             uplink_hist: hist,
@@ -290,11 +308,11 @@ impl SimResult {
     }
 
     /// CSV header matching [`SimResult::csv_row`].
-    pub const CSV_HEADER: &'static str = "mode,policy,qps,outstanding,segment_bytes,traffic,bytes,placement,hosts,rails,leaves,spines,oversub,source_port,hash_dest_qpn,failed_links,slow_links,seed,time_us,ideal_us,pct_of_ideal,busbw_gbps,max_uplink_util,qp_imbalance,bound_lower,bound_upper,events,solves,errors,missing";
+    pub const CSV_HEADER: &'static str = "mode,policy,qps,outstanding,segment_bytes,traffic,bytes,placement,hosts,rails,leaves,spines,oversub,source_port,hash_dest_qpn,failed_links,slow_links,seed,time_us,ideal_us,pct_of_ideal,busbw_gbps,max_uplink_util,qp_imbalance,bound_lower,bound_upper,msg_p50_us,msg_p99_us,events,solves,errors,missing";
 
     pub fn csv_row(&self) -> String {
         format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{:.4},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{:.4},{:.3},{:.3},{},{},{},{}",
             self.mode,
             self.policy,
             self.qps,
@@ -321,6 +339,8 @@ impl SimResult {
             self.qp_imbalance,
             self.bound_lower,
             self.bound_upper,
+            self.message_latency.p50_us,
+            self.message_latency.p99_us,
             self.events,
             self.solves,
             self.errors.total(),
