@@ -1,10 +1,10 @@
 //! The fluid bound of any policy that splits each connection over its q hashed QP paths: the
 //! min-max link load of the best fractional split (an LP), bracketed from both sides.
-//!
-//! Upper: a feasible split built greedily in `ROUNDS` slices (each slice on the path whose
-//! bottleneck stays lowest). Lower: LP duality: for link weights y >= 0 summing to 1,
-//! max_l load_l/cap_l >= sum_l y_l load_l/cap_l >= sum_c B_c min_k sum_{l in path_ck} y_l / cap_l,
-//! for every split; y is a soft-max of the greedy loads at a few temperatures, the best kept.
+
+// Upper: a feasible split built greedily in `ROUNDS` slices (each slice on the path whose
+// bottleneck stays lowest). Lower: LP duality: for link weights y >= 0 summing to 1,
+// max_l load_l/cap_l >= sum_l y_l load_l/cap_l >= sum_c B_c min_k sum_{l in path_ck} y_l / cap_l,
+// for every split; y is a soft-max of the greedy loads at a few temperatures, the best kept.
 
 use super::topology::{Path, Rail};
 

@@ -1,10 +1,10 @@
 //! The discrete-event core: one FIFO of pending events per queue (a link, a host's arrivals, the
 //! acknowledgements) and a heap over queues, so the heap holds one entry per busy queue, not per event.
-//!
-//! Each queue's pushes must come in non-decreasing time order (a link serves FIFO, and every
-//! producer pushes at `now + a constant`), so its head is its earliest event. A queue may also
-//! carry a `not_before` time (a link busy serializing): its head fires at `max(head, not_before)`.
-//! Ties break by queue id, so a run is a pure function of its inputs.
+
+// Each queue's pushes must come in non-decreasing time order (a link serves FIFO, and every
+// producer pushes at `now + a constant`), so its head is its earliest event. A queue may also
+// carry a `not_before` time (a link busy serializing): its head fires at `max(head, not_before)`.
+// Ties break by queue id, so a run is a pure function of its inputs.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

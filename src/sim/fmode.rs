@@ -1,8 +1,8 @@
 //! F mode: each data QP is a fluid flow on its hashed path (or spread over every spine when
 //! sprayed) at its max-min rate, re-solved when the set of QPs with bytes in flight changes.
-//!
-//! The engine stays in the loop: a QP drains its posted segments in FIFO order at its rate, each
-//! drained segment arrives one path latency later and is acknowledged a path latency after that.
+
+// The engine stays in the loop: a QP drains its posted segments in FIFO order at its rate, each
+// drained segment arrives one path latency later and is acknowledged a path latency after that.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

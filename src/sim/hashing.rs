@@ -1,10 +1,10 @@
 //! ECMP as switches do it: a CRC-32 over the RoCEv2 5-tuple (optionally the BTH destination QPN),
 //! with the UDP source port derived from the QP numbers the way Linux/mlx5 derive it.
-//!
-//! Source port (Linux `include/rdma/ib_verbs.h`, used by mlx5 when the address handle's flow
-//! label is 0, i.e. always for NCCL's RC QPs): `flow_label = fold(lqpn * rqpn)` with
-//! `v ^= v >> 20; v ^= v >> 40; v & 0xFFFFF` (`rdma_calc_flow_label`), then
-//! `sport = 0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14))` (`rdma_flow_label_to_udp_sport`).
+
+// Source port (Linux `include/rdma/ib_verbs.h`, used by mlx5 when the address handle's flow
+// label is 0, i.e. always for NCCL's RC QPs): `flow_label = fold(lqpn * rqpn)` with
+// `v ^= v >> 20; v ^= v >> 40; v & 0xFFFFF` (`rdma_calc_flow_label`), then
+// `sport = 0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14))` (`rdma_flow_label_to_udp_sport`).
 
 /// UDP destination port of RoCEv2.
 pub const ROCE_UDP_DPORT: u16 = 4791;

@@ -1,12 +1,12 @@
 //! `dqplb sim`: a fabric simulator that drives the real engine (`Sender`/`Receiver`) over a
 //! rail-optimized leaf-spine with switch-style ECMP, in fluid (F) or per-segment (B) granularity.
-//!
-//! Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
-//! `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
-//! traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
-//! (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths), `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in
-//! parallel, results), `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in
-//! docs/simulation.md.
+
+// Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
+// `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
+// traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
+// (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
+// `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
+// `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in docs/simulation.md.
 
 pub mod bmode;
 pub mod bound;

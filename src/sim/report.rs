@@ -52,7 +52,7 @@ pub struct RailResult {
 }
 
 impl RailResult {
-    pub fn new(rail: usize, _r: &Rail) -> RailResult {
+    pub fn new(rail: usize) -> RailResult {
         RailResult {
             rail,
             time_ps: 0.0,

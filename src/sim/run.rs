@@ -109,7 +109,7 @@ fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, S
     let mut qpn_next: Vec<u32> = (0..cfg.fabric.hosts)
         .map(|_| 0x100 + rng.below(0xF_0000) as u32)
         .collect();
-    let mut res = RailResult::new(r, &rail);
+    let mut res = RailResult::new(r);
     let shape: ConnShape = cfg.shape;
     for phase in phases {
         let mut run = PhaseRun::new(phase, &shape, &mut qpn_next)?;
