@@ -267,3 +267,37 @@ fn rehash_replaces_stragglers_and_delivers_exactly_once() {
         assert!(re.rehashes > 0, "{mode:?}: no straggler was re-hashed");
     }
 }
+
+#[test]
+fn a_background_job_slows_the_collective_and_is_cut_off_at_its_end() {
+    for mode in [Mode::Burst, Mode::Fluid] {
+        let at = |bg_messages: u32| {
+            let mut cfg = config(8, 8, 2, policy("dqplb"), 8, mode);
+            cfg.traffic.kind = TrafficKind::Ring;
+            cfg.traffic.placement = nccl_net_dqplb::sim::Placement::Fragmented;
+            cfg.traffic.step_bytes = 512 * 1024;
+            cfg.traffic.bytes = 64 << 20;
+            cfg.traffic.background_hosts = 32;
+            cfg.traffic.background_messages = bg_messages;
+            cfg.shape.segment_bytes = 128 * 1024;
+            cfg.shape.outstanding = 2;
+            let r = run(&cfg).unwrap();
+            assert_eq!(r.errors.total(), 0, "{mode:?}: {:?}", r.errors);
+            assert_eq!(r.missing, 0);
+            let chunk = (64u64 << 20).div_ceil(32).div_ceil(128) * 128;
+            let msgs = 2 * 31 * chunk.div_ceil(512 * 1024);
+            // Only the collective's messages count; the background is cut off when it ends.
+            assert_eq!(r.messages, msgs * 32 * 2, "{mode:?}");
+            assert_eq!(r.background_hosts, 32);
+            r
+        };
+        // The same 32-rank ring, same paths: the other 32 hosts idle, then busy.
+        let idle = at(0);
+        let busy = at(nccl_net_dqplb::sim::traffic::BACKGROUND_ENDLESS);
+        eprintln!(
+            "{mode:?}: 32-rank ring {:.2}% of ideal next to idle hosts, {:.2}% next to a 32-host permutation",
+            idle.pct_of_ideal, busy.pct_of_ideal
+        );
+        assert!(busy.time_over_ideal > idle.time_over_ideal);
+    }
+}

@@ -39,6 +39,9 @@ traffic:
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
   --placement P         contiguous (default) or fragmented (seeded random host order)
   --max-steps N         ring: simulate N of the 2(n-1) steps and scale the time (0 = all)
+  --background-hosts N  a second job: the last N hosts of the placement run a permutation of
+                        step-size messages while the collective runs on the others (endless;
+                        --background-messages N: N each, 0: idle hosts)
 run:
   --mode M              f (fluid max-min, default) or b (per segment)
   --seed S              (default 1)                 --threads T      rails in parallel (2)
@@ -159,6 +162,8 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
             }
         }
         "max-steps" => c.traffic.max_steps = num(&opt, v)?,
+        "background-hosts" => c.traffic.background_hosts = num(&opt, v)?,
+        "background-messages" => c.traffic.background_messages = num(&opt, v)?,
         "mode" => c.mode = Mode::parse(v)?,
         "seed" => c.seed = num(&opt, v)?,
         "threads" => c.threads = num(&opt, v)?,

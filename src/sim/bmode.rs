@@ -155,7 +155,9 @@ pub fn run_phase(
         }
         wake.clear();
         if run.done() {
+            // The collective is complete (a background job, if any, is cut off here).
             end_time = end_time.max(now);
+            break;
         }
         let Some((t, q, id)) = core.pop() else { break };
         now = t;

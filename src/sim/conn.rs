@@ -121,6 +121,8 @@ pub struct PhaseRun<'a> {
     pub wake: Vec<u32>,
     max_messages: usize,
     messages: u32,
+    /// Connections of the collective; those after them are the background job's.
+    fg: usize,
     pub delivered_messages: u64,
     /// The rail's QPN allocators (re-hashed QPs take new QPNs).
     qpn_next: &'a mut [u32],
@@ -153,7 +155,7 @@ impl<'a> PhaseRun<'a> {
         let window = params.window() as u32;
         let mut conns = Vec::with_capacity(phase.pairs.len());
         let step = shape.qps as u32 + 1;
-        for &(src, dst) in &phase.pairs {
+        for &(src, dst) in phase.pairs.iter().chain(&phase.bg_pairs) {
             let lqpn = qpn_next[src as usize] + 1;
             qpn_next[src as usize] = (qpn_next[src as usize] + step) & 0xFF_FFFF;
             let rqpn = qpn_next[dst as usize] + 1;
@@ -186,6 +188,7 @@ impl<'a> PhaseRun<'a> {
             wake: (0..n as u32).collect(),
             max_messages,
             messages: phase.messages(),
+            fg: phase.pairs.len(),
             delivered_messages: 0,
             qpn_next,
             replace: Vec::new(),
@@ -195,47 +198,69 @@ impl<'a> PhaseRun<'a> {
         })
     }
 
+    /// Every connection of the collective finished (the background job never does).
     pub fn done(&self) -> bool {
-        self.finished as usize == self.conns.len()
+        self.finished as usize == self.fg
     }
 
     fn up(&self, c: usize) -> usize {
-        (c + self.conns.len() - 1) % self.conns.len()
+        (c + self.fg - 1) % self.fg
     }
 
     fn down(&self, c: usize) -> usize {
-        (c + 1) % self.conns.len()
+        (c + 1) % self.fg
+    }
+
+    /// Messages connection `c` sends: the phase's, or without end for the background job.
+    fn messages_of(&self, c: usize) -> u32 {
+        if c < self.fg {
+            self.messages
+        } else {
+            self.phase.bg_messages
+        }
+    }
+
+    fn len_of(&self, c: usize, j: u32) -> u64 {
+        if c < self.fg {
+            self.phase.message_len(j)
+        } else {
+            self.phase.step_bytes
+        }
     }
 
     /// Posts every message connection `c` may post now (ring dependency, free slot, engine room).
     pub fn try_post(&mut self, c: usize, now: u64) {
         let per_step = self.phase.per_step;
+        let ring = self.phase.ring && c < self.fg;
+        let messages = self.messages_of(c);
         loop {
             let j = self.conns[c].posted;
-            if j >= self.messages {
+            if j >= messages {
                 return;
             }
-            if self.phase.ring
-                && j >= per_step
-                && self.conns[self.up(c)].received < j - per_step + 1
-            {
+            if ring && j >= per_step && self.conns[self.up(c)].received < j - per_step + 1 {
                 return;
             }
+            let (fg, phase) = (self.fg, self.phase);
             let conn = &mut self.conns[c];
-            if j >= conn.freed + self.phase.slots
+            if j >= conn.freed + phase.slots
                 || conn.sender.messages() >= self.max_messages
                 || conn.receiver.posted() >= self.max_messages
             {
                 return;
             }
-            let len = self.phase.message_len(j);
+            let len = if c < fg {
+                phase.message_len(j)
+            } else {
+                phase.step_bytes
+            };
             if conn.receiver.post(j, len).is_err() || conn.sender.post(j, len).is_err() {
                 self.errors.engine += 1;
                 return;
             }
             conn.posted += 1;
             self.posted_at[c * self.max_messages + j as usize % self.max_messages] = now;
-            if self.phase.ring && j >= per_step {
+            if ring && j >= per_step {
                 // Reducing into message j consumed message j - per_step of the upstream link.
                 let u = self.up(c);
                 self.conns[u].freed += 1;
@@ -249,24 +274,31 @@ impl<'a> PhaseRun<'a> {
         if self.conns[c].receiver.arrived(imm, len).is_err() {
             self.errors.protocol += 1;
         }
-        let last_step_from = self.messages.saturating_sub(self.phase.per_step);
+        let fg = c < self.fg;
+        let ring = self.phase.ring && fg;
+        let messages = self.messages_of(c);
+        let last_step_from = messages.saturating_sub(self.phase.per_step);
         while let Some((tok, size)) = self.conns[c].receiver.poll_done() {
+            let want = self.len_of(c, tok);
             let conn = &mut self.conns[c];
-            if tok != conn.received || size != self.phase.message_len(tok) {
+            if tok != conn.received || size != want {
                 self.errors.order += 1;
             }
             conn.received += 1;
-            self.delivered_messages += 1;
-            let at = self.posted_at[c * self.max_messages + tok as usize % self.max_messages];
-            self.latency.add(now.saturating_sub(at));
-            if !self.phase.ring || tok >= last_step_from {
+            if !ring || tok >= last_step_from {
                 conn.freed += 1;
                 self.wake.push(c as u32);
             }
-            if conn.received == self.messages && conn.sent_done == self.messages {
+            if !fg {
+                continue;
+            }
+            if conn.received == messages && conn.sent_done == messages {
                 self.finished += 1;
             }
-            if self.phase.ring {
+            self.delivered_messages += 1;
+            let at = self.posted_at[c * self.max_messages + tok as usize % self.max_messages];
+            self.latency.add(now.saturating_sub(at));
+            if ring {
                 self.wake.push(self.down(c) as u32);
             }
         }
@@ -274,6 +306,8 @@ impl<'a> PhaseRun<'a> {
 
     /// The sender of connection `c` got the completion of QP `qp`'s oldest segment.
     pub fn on_ack(&mut self, c: usize, qp: usize, now: u64) {
+        let messages = self.messages_of(c);
+        let fg = c < self.fg;
         let conn = &mut self.conns[c];
         if conn.sender.completed(qp, now).is_err() {
             self.errors.engine += 1;
@@ -283,7 +317,7 @@ impl<'a> PhaseRun<'a> {
                 self.errors.order += 1;
             }
             conn.sent_done += 1;
-            if conn.received == self.messages && conn.sent_done == self.messages {
+            if fg && conn.received == messages && conn.sent_done == messages {
                 self.finished += 1;
             }
         }
@@ -318,9 +352,10 @@ impl<'a> PhaseRun<'a> {
         self.conns[c].sender.poll_transmit(now)
     }
 
-    /// Messages that should have been released on each side but were not (0 after a clean run).
+    /// Messages of the collective that should have been released on each side but were not (0
+    /// after a clean run).
     pub fn missing(&self) -> u64 {
-        self.conns
+        self.conns[..self.fg]
             .iter()
             .map(|c| {
                 u64::from(self.messages - c.received.min(self.messages))

@@ -144,7 +144,9 @@ pub fn run_phase(
         }
         wake.clear();
         if run.done() {
+            // The collective is complete (a background job, if any, is cut off here).
             end_time = end_time.max(now);
+            break;
         }
         let next_core = core.peek_time();
         let next_heap = loop {

@@ -168,6 +168,8 @@ pub struct SimResult {
     pub step_bytes: u64,
     pub placement: &'static str,
     pub hosts: usize,
+    /// Hosts of the background job (the collective runs on the others).
+    pub background_hosts: usize,
     pub rails: usize,
     pub rails_simulated: usize,
     pub hosts_per_leaf: usize,
@@ -249,6 +251,7 @@ impl SimResult {
                 super::Placement::Fragmented => "fragmented",
             },
             hosts: f.hosts,
+            background_hosts: phases.first().map_or(0, |p| p.bg_pairs.len()),
             rails: f.rails,
             rails_simulated: rails.len(),
             hosts_per_leaf: f.hosts_per_leaf,

@@ -1,10 +1,12 @@
 //! Collective traffic as phases of connections: a pipelined ring all-reduce (NCCL's step size and
-//! slots), a permutation, a leaf shift, and all-to-all as a sequence of shift permutations.
+//! slots), a permutation, a leaf shift, all-to-all as shift permutations, and a background job.
 
 use super::rng::Rng;
 
 /// NCCL's default Simple-protocol step: a 4 MiB buffer over NCCL_STEPS = 8 slots.
 pub const NCCL_STEP_BYTES: u64 = 512 * 1024;
+/// Background messages per connection by default: more than any run reaches.
+pub const BACKGROUND_ENDLESS: u32 = 1 << 30;
 /// NCCL_STEPS: receive slots per connection, the ring's flow-control credit.
 pub const NCCL_SLOTS: u32 = 8;
 
@@ -66,6 +68,11 @@ pub struct TrafficSpec {
     pub placement: Placement,
     /// Ring only: simulate at most this many of the 2(n-1) steps and scale the time (0 = all).
     pub max_steps: u32,
+    /// A second job: the last this-many hosts of the placement order run a permutation among
+    /// themselves, `step_bytes` messages without end, until the collective finishes (0 = none).
+    pub background_hosts: usize,
+    /// Messages each background connection sends (0: the hosts stay idle).
+    pub background_messages: u32,
 }
 
 impl Default for TrafficSpec {
@@ -77,6 +84,8 @@ impl Default for TrafficSpec {
             slots: NCCL_SLOTS,
             placement: Placement::Contiguous,
             max_steps: 0,
+            background_hosts: 0,
+            background_messages: BACKGROUND_ENDLESS,
         }
     }
 }
@@ -98,6 +107,10 @@ pub struct Phase {
     pub slots: u32,
     /// Ring: connection i's receiver is connection (i + 1)'s sender.
     pub ring: bool,
+    /// The background job's connections (after `pairs` in the run): `step_bytes` messages,
+    /// `slots` in flight, no end.
+    pub bg_pairs: Vec<(u32, u32)>,
+    pub bg_messages: u32,
 }
 
 impl Phase {
@@ -138,9 +151,23 @@ pub fn phases(
     hosts_per_leaf: usize,
     rng: &mut Rng,
 ) -> Vec<Phase> {
-    let n = hosts as u32;
     let ord = order(hosts, spec.placement, rng);
+    let b = if spec.background_hosts >= 2 {
+        spec.background_hosts.min(hosts.saturating_sub(2))
+    } else {
+        0
+    };
+    let (fg, bg) = ord.split_at(hosts - b);
+    let n = fg.len() as u32;
+    let at = |i: u32| fg[(i % n) as usize];
     let step = spec.step_bytes.max(128);
+    let mut bg_pairs = Vec::new();
+    if bg.len() >= 2 {
+        let perm = derangement(bg.len(), rng);
+        bg_pairs = (0..bg.len())
+            .map(|i| (bg[i], bg[perm[i] as usize]))
+            .collect();
+    }
     let single = |pairs: Vec<(u32, u32)>, bytes: u64| {
         let chunk = round128(bytes);
         Phase {
@@ -152,13 +179,13 @@ pub fn phases(
             step_bytes: step,
             slots: spec.slots,
             ring: false,
+            bg_pairs: bg_pairs.clone(),
+            bg_messages: spec.background_messages,
         }
     };
     match spec.kind {
         TrafficKind::Ring => {
-            let pairs = (0..n)
-                .map(|i| (ord[i as usize], ord[((i + 1) % n) as usize]))
-                .collect();
+            let pairs = (0..n).map(|i| (at(i), at(i + 1))).collect();
             let chunk = round128(spec.bytes.div_ceil(u64::from(n)));
             let total = 2 * (n - 1);
             let steps = if spec.max_steps == 0 {
@@ -175,33 +202,37 @@ pub fn phases(
                 step_bytes: step,
                 slots: spec.slots,
                 ring: true,
+                bg_pairs,
+                bg_messages: spec.background_messages,
             }]
         }
         TrafficKind::Permutation => {
-            // A derangement: shuffle until no host maps to itself (expected e tries).
-            let mut perm: Vec<u32> = (0..n).collect();
-            loop {
-                rng.shuffle(&mut perm);
-                if perm.iter().enumerate().all(|(i, &p)| p != i as u32) {
-                    break;
-                }
-            }
-            let pairs = (0..n).map(|i| (i, perm[i as usize])).collect();
+            let perm = derangement(n as usize, rng);
+            let pairs = (0..n).map(|i| (at(i), at(perm[i as usize]))).collect();
             vec![single(pairs, spec.bytes)]
         }
         TrafficKind::LeafShift => {
             let k = (hosts_per_leaf as u32 % n).max(1);
-            let pairs = (0..n).map(|i| (i, (i + k) % n)).collect();
+            let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
             vec![single(pairs, spec.bytes)]
         }
         TrafficKind::AllToAll => (1..n)
             .map(|k| {
-                let pairs = (0..n)
-                    .map(|i| (ord[i as usize], ord[((i + k) % n) as usize]))
-                    .collect();
+                let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
                 single(pairs, spec.bytes.div_ceil(u64::from(n)))
             })
             .collect(),
+    }
+}
+
+/// A permutation of `0 .. n` without fixed points: shuffle until none (expected e tries).
+fn derangement(n: usize, rng: &mut Rng) -> Vec<u32> {
+    let mut perm: Vec<u32> = (0..n as u32).collect();
+    loop {
+        rng.shuffle(&mut perm);
+        if perm.iter().enumerate().all(|(i, &p)| p != i as u32) {
+            return perm;
+        }
     }
 }
 
