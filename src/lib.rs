@@ -6,4 +6,5 @@ pub mod dcqcn;
 pub mod engine;
 pub mod ffi;
 pub mod plugin;
+pub mod sim;
 pub mod transport;

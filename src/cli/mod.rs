@@ -5,6 +5,7 @@ pub mod check;
 pub mod paths;
 pub mod perf;
 pub mod plan;
+pub mod sim;
 pub mod stats;
 
 /// Top-level usage text.
@@ -20,6 +21,8 @@ commands:
           plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
   stats   the per-QP statistics files the plugin writes ([stats] file) as a table, --json or
           --prometheus (dqplb stats --help)
+  sim     fabric simulator: the real engine over a rail-optimized leaf-spine with ECMP, fluid or
+          per segment, per policy and QP count (dqplb sim --help; docs/simulation.md)
   paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
           scripts/paths-bench.sh, which builds the network namespace; needs root)
 
@@ -45,6 +48,7 @@ pub fn main(args: Vec<String>) -> i32 {
         "check" => check::run(rest),
         "perf" => perf::run(rest),
         "stats" => stats::run(rest),
+        "sim" => sim::run_cli(rest),
         "paths-bench" => paths::run(rest),
         other => {
             eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");

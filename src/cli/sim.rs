@@ -1,0 +1,377 @@
+//! `dqplb sim`: runs the fabric simulator (src/sim) for one or more policies and QP counts and
+//! prints a table, JSON or CSV; defaults from the site TOML's same-rail class and `[fabric.sim]`.
+
+use std::time::Instant;
+
+use nccl_net_dqplb::config::{parse_str, ConnClass};
+use nccl_net_dqplb::engine::PolicyKind;
+use nccl_net_dqplb::sim::{
+    run, ConnShape, FabricSpec, Mode, Placement, SimConfig, SimPolicy, SimResult, SourcePort,
+    TrafficKind, TrafficSpec, SIM_REHASH,
+};
+
+/// Usage text of `dqplb sim`.
+pub const USAGE: &str = "\
+usage: dqplb sim [options]
+
+fabric (rail-optimized leaf-spine, one fabric per rail):
+  --hosts N             hosts (default 64)          --rails R        NICs/rails per host (8)
+  --hosts-per-leaf H    hosts under a leaf (32)     --leaves L       sets H = ceil(N / L)
+  --spines S            spines per rail (32)        --oversub O      leaf down/up capacity (1)
+  --host-gbps G         NIC rate (400)              --hop-latency-ns T  per hop (1000)
+  --failed-links N      leaf-spine links down per rail (0)
+  --slow-links N        leaf-spine links at --slow-factor of their rate (0, factor 0.5)
+  --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
+  --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
+engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
+  --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray,
+                        dqplb-rehash (dqplb with the engine's straggler re-hash rule) (comma list)
+  --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
+  --rehash-window W     ... for W consecutive completions (16)
+  --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)
+  --qps LIST            data QPs per connection (comma list)
+  --outstanding D       segments in flight per QP
+  --segment B           segment bytes (multiple of 128; K/M/G suffixes)
+traffic:
+  --traffic T           ring (all-reduce, default), permutation, leaf-shift, all-to-all
+  --bytes B             ring: buffer per GPU; permutation/leaf-shift: per connection;
+                        all-to-all: send buffer per GPU (default 1G)
+  --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
+  --placement P         contiguous (default) or fragmented (seeded random host order)
+  --max-steps N         ring: simulate N of the 2(n-1) steps and scale the time (0 = all)
+  --background-hosts N  a second job: the last N hosts of the placement run a permutation of
+                        step-size messages while the collective runs on the others (endless;
+                        --background-messages N: N each, 0: idle hosts)
+run:
+  --mode M              f (fluid max-min, default) or b (per segment)
+  --seed S              (default 1)                 --threads T      rails in parallel (2)
+  --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
+  --rails-simulated N   simulate only N rails (they are identical up to hashing)
+  --config FILE         site TOML (as dqplb plan reads it) with an optional [fabric.sim] block
+  --format F            table (default), json or csv
+  -h, --help            show this help
+
+exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";
+
+struct Args {
+    cfg: SimConfig,
+    policies: Vec<SimPolicy>,
+    qps: Vec<usize>,
+    format: String,
+    help: bool,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("'{s}' is not a byte count"))
+}
+
+fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse::<T>()
+        .map_err(|_| format!("{opt}: '{v}' is not a valid number"))
+}
+
+fn source_port(v: &str) -> Result<SourcePort, String> {
+    if v == "qpn" {
+        return Ok(SourcePort::FromQpn);
+    }
+    let p = v.strip_prefix("fixed:").unwrap_or(v);
+    Ok(SourcePort::Fixed(num("--source-port", p)?))
+}
+
+fn defaults() -> SimConfig {
+    SimConfig {
+        fabric: FabricSpec::default(),
+        traffic: TrafficSpec::default(),
+        shape: ConnShape {
+            policy: SimPolicy::Engine(PolicyKind::Dqplb),
+            qps: 8,
+            // 8 QPs x 2 x 128 KiB = 2 MiB, below NCCL's 8 x 512 KiB in flight: the window binds,
+            // so DQPLB has full QPs to skip (docs/simulation.md, "Sizing").
+            outstanding: 2,
+            segment_bytes: 128 * 1024,
+            rehash: SIM_REHASH,
+        },
+        mode: Mode::Fluid,
+        seed: 1,
+        threads: 2,
+        epoch_ps: 5_000_000,
+        rails_simulated: 0,
+    }
+}
+
+/// Applies one `name = value` setting (CLI option without `--`, or a `[fabric.sim]` key).
+fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Result<(), String> {
+    let c = &mut a.cfg;
+    let opt = format!("--{name}");
+    match name {
+        "hosts" => c.fabric.hosts = num(&opt, v)?,
+        "rails" => c.fabric.rails = num(&opt, v)?,
+        "hosts-per-leaf" => c.fabric.hosts_per_leaf = num(&opt, v)?,
+        "leaves" => *leaves = Some(num(&opt, v)?),
+        "spines" => c.fabric.spines = num(&opt, v)?,
+        "oversub" => c.fabric.oversub = num(&opt, v)?,
+        "host-gbps" => c.fabric.host_gbps = num(&opt, v)?,
+        "hop-latency-ns" => c.fabric.hop_latency_ps = num::<u64>(&opt, v)? * 1000,
+        "failed-links" => c.fabric.failed_links = num(&opt, v)?,
+        "slow-links" => c.fabric.slow_links = num(&opt, v)?,
+        "slow-factor" => c.fabric.slow_factor = num(&opt, v)?,
+        "source-port" => c.fabric.hash.source_port = source_port(v)?,
+        "hash-dest-qpn" => c.fabric.hash.dest_qpn = matches!(v, "true" | "1" | "yes"),
+        "policy" => {
+            a.policies = v
+                .split(',')
+                .map(SimPolicy::parse)
+                .collect::<Result<_, _>>()?
+        }
+        "qps" => {
+            a.qps = v
+                .split(',')
+                .map(|x| num(&opt, x))
+                .collect::<Result<_, _>>()?
+        }
+        "outstanding" => c.shape.outstanding = num(&opt, v)?,
+        "rehash-ratio" => c.shape.rehash.ratio = num(&opt, v)?,
+        "rehash-window" => c.shape.rehash.window = num(&opt, v)?,
+        "rehash-cooldown-us" => c.shape.rehash.cooldown = num::<u64>(&opt, v)? * 1_000_000,
+        "rehash-budget" => c.shape.rehash.budget = num(&opt, v)?,
+        "segment" => {
+            c.shape.segment_bytes = u32::try_from(parse_bytes(v)?)
+                .map_err(|_| format!("--segment {v} does not fit 32 bits"))?
+        }
+        "traffic" => c.traffic.kind = TrafficKind::parse(v)?,
+        "bytes" => c.traffic.bytes = parse_bytes(v)?,
+        "step-bytes" => c.traffic.step_bytes = parse_bytes(v)?,
+        "slots" => c.traffic.slots = num(&opt, v)?,
+        "placement" => {
+            c.traffic.placement = match v {
+                "contiguous" => Placement::Contiguous,
+                "fragmented" => Placement::Fragmented,
+                o => return Err(format!("--placement '{o}' (contiguous or fragmented)")),
+            }
+        }
+        "max-steps" => c.traffic.max_steps = num(&opt, v)?,
+        "background-hosts" => c.traffic.background_hosts = num(&opt, v)?,
+        "background-messages" => c.traffic.background_messages = num(&opt, v)?,
+        "mode" => c.mode = Mode::parse(v)?,
+        "seed" => c.seed = num(&opt, v)?,
+        "threads" => c.threads = num(&opt, v)?,
+        "epoch-us" => c.epoch_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "rails-simulated" => c.rails_simulated = num(&opt, v)?,
+        "format" => {
+            if !matches!(v, "table" | "json" | "csv") {
+                return Err(format!("--format '{v}' (table, json or csv)"));
+            }
+            a.format = v.to_string();
+        }
+        other => return Err(format!("unknown option '--{other}'")),
+    }
+    Ok(())
+}
+
+/// Reads the site TOML: engine shape from the same-rail class plan, then `[fabric.sim]` keys.
+fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut table: toml::Table = text.parse().map_err(|e| format!("{path}: {e}"))?;
+    let sim = table
+        .get_mut("fabric")
+        .and_then(|f| f.as_table_mut())
+        .and_then(|f| f.remove("sim"));
+    let rest = toml::to_string(&table).map_err(|e| format!("{path}: {e}"))?;
+    let site = parse_str(&rest, path).map_err(|e| e.to_string())?;
+    let plan = site.plan(ConnClass::SameRail);
+    a.cfg.shape.qps = plan.qps as usize;
+    a.qps = vec![plan.qps as usize];
+    a.cfg.shape.outstanding = plan.outstanding;
+    a.cfg.shape.segment_bytes = u32::try_from(plan.segment_bytes).unwrap_or(u32::MAX / 128 * 128);
+    a.policies = vec![SimPolicy::parse(site.engine.policy.as_str())?];
+    if let Some(sim) = sim {
+        let t = sim
+            .as_table()
+            .ok_or_else(|| format!("{path}: [fabric.sim] must be a table"))?;
+        for (k, v) in t {
+            let s = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            apply(a, k, &s, leaves).map_err(|e| format!("{path}: [fabric.sim] {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        cfg: defaults(),
+        policies: vec![SimPolicy::Engine(PolicyKind::Dqplb)],
+        qps: vec![8],
+        format: "table".into(),
+        help: false,
+    };
+    let mut leaves = None;
+    // The config file first, so command-line options override it wherever they appear.
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--config" {
+            let p = it.next().ok_or("option --config needs a value")?;
+            apply_config(&mut a, p, &mut leaves)?;
+        } else if let Some(p) = arg.strip_prefix("--config=") {
+            apply_config(&mut a, p, &mut leaves)?;
+        }
+    }
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        match name {
+            "-h" | "--help" => a.help = true,
+            "--hash-dest-qpn" if inline.is_none() => a.cfg.fabric.hash.dest_qpn = true,
+            "--config" => {
+                if inline.is_none() {
+                    it.next();
+                }
+            }
+            n if n.starts_with("--") => {
+                let v = match inline {
+                    Some(v) => v,
+                    None => it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| format!("option {n} needs a value"))?,
+                };
+                apply(&mut a, &n[2..], &v, &mut leaves)?;
+            }
+            other => return Err(format!("unexpected argument '{other}'")),
+        }
+    }
+    if let Some(l) = leaves {
+        if l == 0 {
+            return Err("--leaves must be at least 1".into());
+        }
+        a.cfg.fabric.hosts_per_leaf = a.cfg.fabric.hosts.div_ceil(l);
+    }
+    Ok(a)
+}
+
+fn print_table(rows: &[(SimResult, f64)]) {
+    println!(
+        "{:<20} {:>4} {:>12} {:>12} {:>8} {:>13} {:>9} {:>8} {:>7} {:>12} {:>6} {:>8}",
+        "policy",
+        "qps",
+        "time_us",
+        "ideal_us",
+        "%ideal",
+        "split_bound%",
+        "busbw",
+        "maxup",
+        "qp_imb",
+        "events",
+        "errors",
+        "wall_s"
+    );
+    for (r, wall) in rows {
+        println!(
+            "{:<20} {:>4} {:>12.1} {:>12.1} {:>8.2} {:>13} {:>9.1} {:>8.3} {:>7.2} {:>12} {:>6} {:>8.2}",
+            r.policy,
+            r.qps,
+            r.time_us,
+            r.ideal_us,
+            r.pct_of_ideal,
+            format!("{:.1}-{:.1}", 100.0 / r.bound_upper.max(1e-9), 100.0 / r.bound_lower.max(1e-9)),
+            r.busbw_gbps,
+            r.max_uplink_util,
+            r.qp_imbalance,
+            r.events,
+            r.errors.total() + r.missing,
+            wall
+        );
+    }
+}
+
+/// Runs `dqplb sim`; returns the exit code.
+pub fn run_cli(args: &[String]) -> i32 {
+    let a = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dqplb sim: {e}\n\n{USAGE}");
+            return 2;
+        }
+    };
+    if a.help {
+        println!("{USAGE}");
+        return 0;
+    }
+    if a.format == "table" {
+        let c = &a.cfg;
+        println!(
+            "# dqplb sim: mode {} traffic {} bytes {} placement {:?}; {} hosts x {} rails, {} leaves x {} hosts, {} spines, oversub {}, {} Gb/s; source port {:?}, dest-qpn hash {}; outstanding {}, segment {}; seed {}",
+            c.mode.name(), c.traffic.kind.name(), c.traffic.bytes, c.traffic.placement, c.fabric.hosts, c.fabric.rails,
+            c.fabric.leaves(), c.fabric.hosts_per_leaf, c.fabric.spines, c.fabric.oversub, c.fabric.host_gbps,
+            c.fabric.hash.source_port, c.fabric.hash.dest_qpn, c.shape.outstanding, c.shape.segment_bytes, c.seed
+        );
+    }
+    let mut rows = Vec::new();
+    let mut seen = Vec::new();
+    for &p in &a.policies {
+        for &q in &a.qps {
+            let q = if p == SimPolicy::Engine(PolicyKind::SingleQp) {
+                1
+            } else {
+                q
+            };
+            if seen.contains(&(p, q)) {
+                continue;
+            }
+            seen.push((p, q));
+            let mut cfg = a.cfg.clone();
+            cfg.shape.policy = p;
+            cfg.shape.qps = q;
+            let t0 = Instant::now();
+            match run(&cfg) {
+                Ok(r) => rows.push((r, t0.elapsed().as_secs_f64())),
+                Err(e) => {
+                    eprintln!("dqplb sim: {} q={q}: {e}", p.name());
+                    return 2;
+                }
+            }
+        }
+    }
+    match a.format.as_str() {
+        "json" => {
+            let v: Vec<&SimResult> = rows.iter().map(|r| &r.0).collect();
+            match serde_json::to_string_pretty(&v) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("dqplb sim: {e}");
+                    return 2;
+                }
+            }
+            for (r, w) in &rows {
+                eprintln!("dqplb sim: {} q={} wall {w:.2} s", r.policy, r.qps);
+            }
+        }
+        "csv" => {
+            println!("{}", SimResult::CSV_HEADER);
+            for (r, w) in &rows {
+                println!("{}", r.csv_row());
+                eprintln!("dqplb sim: {} q={} wall {w:.2} s", r.policy, r.qps);
+            }
+        }
+        _ => print_table(&rows),
+    }
+    let bad = rows.iter().any(|(r, _)| r.errors.total() + r.missing > 0);
+    i32::from(bad)
+}

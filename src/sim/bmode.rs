@@ -1,0 +1,195 @@
+//! B mode: every engine segment crosses its path hop by hop, serialized on each link's FIFO with
+//! cut-through (the next hop starts one hop latency after this one started), acknowledged back.
+
+// Links are lossless with unbounded FIFOs (no ECN, PFC or DCQCN: that is P mode, not built).
+
+use super::bound::multipath_bound;
+use super::conn::{ConnShape, PhaseRun, SimPolicy};
+use super::events::Core;
+use super::rng::Rng;
+use super::topology::{Path, Ps, Rail};
+
+/// A segment on the wire.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seg {
+    conn: u32,
+    qp: u16,
+    hop: u8,
+    imm: u32,
+    len: u32,
+    /// When its last byte left the previous hop.
+    tail: Ps,
+    path: Path,
+}
+
+/// What one phase on one rail produced.
+#[derive(Debug, Clone, Default)]
+pub struct PhaseOutcome {
+    pub time_ps: Ps,
+    pub events: u64,
+    /// Fluid re-solves (F mode only).
+    pub solves: u64,
+    /// Bytes carried per link.
+    pub link_bytes: Vec<u64>,
+    /// Paths per leaf uplink (QPs hashed there; spray counts none).
+    pub uplink_paths: Vec<u32>,
+    /// Deepest FIFO seen on any link, in segments (B mode).
+    pub max_queue: usize,
+    /// The best split over the QP paths (time over ideal), for this phase's paths.
+    pub bound: Option<super::bound::Bracket>,
+}
+
+/// The fixed path of every (connection, QP), or None under spraying; counts paths per uplink.
+pub(crate) fn qp_paths(
+    rail: &Rail,
+    run: &PhaseRun,
+    shape: &ConnShape,
+    uplink_paths: &mut [u32],
+) -> Result<Vec<Path>, String> {
+    let mut paths = Vec::with_capacity(run.conns.len() * shape.qps);
+    let first_up = rail.leaf_up(0, 0) as usize;
+    for c in &run.conns {
+        for k in 0..shape.qps as u32 {
+            let p = rail
+                .ecmp_path(c.src as usize, c.dst as usize, c.lqpn + k, c.rqpn + k)
+                .ok_or_else(|| {
+                    format!(
+                        "rail {}: no live spine from host {} to {}",
+                        rail.index, c.src, c.dst
+                    )
+                })?;
+            if p.hops == 4 && shape.policy != SimPolicy::Spray {
+                uplink_paths[p.links[1] as usize - first_up] += 1;
+            }
+            paths.push(p);
+        }
+    }
+    Ok(paths)
+}
+
+/// Runs one phase in B mode; `rng` draws the spray choices.
+pub fn run_phase(
+    rail: &Rail,
+    run: &mut PhaseRun,
+    shape: &ConnShape,
+    rng: &mut Rng,
+) -> Result<PhaseOutcome, String> {
+    let nl = rail.links() as u32;
+    let hosts = rail.hosts as u32;
+    // Two acknowledgement queues (2-hop and 4-hop paths), each pushed at now + a constant.
+    let ack_q = nl + hosts;
+    let lat = rail.hop_latency_ps;
+    let mut out = PhaseOutcome {
+        link_bytes: vec![0; nl as usize],
+        uplink_paths: vec![0; rail.leaves * rail.spines],
+        ..PhaseOutcome::default()
+    };
+    let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
+    out.bound = Some(multipath_bound(
+        rail,
+        &paths,
+        shape.qps,
+        run.phase.chunk as f64,
+    ));
+    let spray = shape.policy == SimPolicy::Spray;
+    let capacity = run.conns.len() * shape.qps * shape.outstanding as usize;
+    let mut segs: Vec<Seg> = Vec::with_capacity(capacity);
+    let mut free: Vec<u32> = Vec::with_capacity(capacity);
+    let mut core: Core<u32> = Core::new(nl as usize + hosts as usize + 2);
+    core.reserve(ack_q, capacity.min(1 << 22));
+    core.reserve(ack_q + 1, capacity.min(1 << 22));
+    let mut wake: Vec<u32> = Vec::with_capacity(run.conns.len());
+    let mut now: Ps = 0;
+    let mut end_time: Ps = 0;
+    let qps = shape.qps;
+    loop {
+        // Re-hashed stragglers: new QPNs, new path, back into the engine.
+        while let Some((c, qp)) = run.replace.pop() {
+            let (c, qp) = (c as usize, qp as usize);
+            let (l, r) = run.new_qpns(c);
+            let conn = &run.conns[c];
+            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+                paths[c * qps + qp] = p;
+            }
+            run.replaced(c, qp);
+        }
+        // Post and transmit for every connection the last event touched.
+        std::mem::swap(&mut wake, &mut run.wake);
+        for &c in &wake {
+            let c = c as usize;
+            run.try_post(c, now);
+            while let Some(t) = run.transmit(c, now) {
+                let conn = &run.conns[c];
+                let path = if spray {
+                    let n = rail.spines_between(conn.src as usize, conn.dst as usize);
+                    let k = if n > 1 {
+                        rng.below(n as u64) as usize
+                    } else {
+                        0
+                    };
+                    rail.path_via(conn.src as usize, conn.dst as usize, k)
+                } else {
+                    paths[c * qps + t.qp]
+                };
+                let seg = Seg {
+                    conn: c as u32,
+                    qp: t.qp as u16,
+                    hop: 0,
+                    imm: t.imm,
+                    len: t.len,
+                    tail: now,
+                    path,
+                };
+                let id = match free.pop() {
+                    Some(i) => {
+                        segs[i as usize] = seg;
+                        i
+                    }
+                    None => {
+                        segs.push(seg);
+                        (segs.len() - 1) as u32
+                    }
+                };
+                core.push(path.links[0], now, id);
+            }
+        }
+        wake.clear();
+        if run.done() {
+            // The collective is complete (a background job, if any, is cut off here).
+            end_time = end_time.max(now);
+            break;
+        }
+        let Some((t, q, id)) = core.pop() else { break };
+        now = t;
+        if q < nl {
+            let s = &mut segs[id as usize];
+            let ser = (f64::from(s.len) * rail.ps_per_byte[q as usize]).ceil() as Ps;
+            let end = (now + ser).max(s.tail + lat);
+            core.set_not_before(q, end);
+            out.link_bytes[q as usize] += u64::from(s.len);
+            out.max_queue = out.max_queue.max(core.len(q) + 1);
+            s.tail = end;
+            s.hop += 1;
+            if s.hop < s.path.hops {
+                core.push(s.path.links[s.hop as usize], now + lat, id);
+            } else {
+                core.push(nl + run.conns[s.conn as usize].dst, end + lat, id);
+            }
+        } else if q < ack_q {
+            let s = segs[id as usize];
+            run.on_arrival(s.conn as usize, s.imm, s.len, now);
+            core.push(
+                ack_q + u32::from(s.path.hops > 2),
+                now + lat * Ps::from(s.path.hops),
+                id,
+            );
+        } else {
+            let s = segs[id as usize];
+            free.push(id);
+            run.on_ack(s.conn as usize, s.qp as usize, now);
+        }
+    }
+    out.time_ps = end_time;
+    out.events = core.events;
+    Ok(out)
+}

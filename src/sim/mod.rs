@@ -1,0 +1,31 @@
+//! `dqplb sim`: a fabric simulator that drives the real engine (`Sender`/`Receiver`) over a
+//! rail-optimized leaf-spine with switch-style ECMP, in fluid (F) or per-segment (B) granularity.
+
+// Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
+// `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
+// traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
+// (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
+// `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
+// `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in docs/simulation.md.
+
+pub mod bmode;
+pub mod bound;
+pub mod conn;
+pub mod events;
+pub mod fluid;
+pub mod fmode;
+pub mod hashing;
+pub mod latency;
+pub mod report;
+pub mod rng;
+pub mod run;
+pub mod theory;
+pub mod topology;
+pub mod traffic;
+
+pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
+pub use hashing::{HashFields, SourcePort};
+pub use report::{RailResult, SimResult};
+pub use run::{run, Mode, SimConfig};
+pub use topology::{FabricSpec, Ps};
+pub use traffic::{Placement, TrafficKind, TrafficSpec};

@@ -1,0 +1,353 @@
+//! What a simulation reports, per rail and for the fabric: time against the line-rate ideal,
+//! link utilisation, the uplink collision histogram against Binomial(K, 1/M), errors; JSON and CSV.
+
+use serde::Serialize;
+
+use super::bmode::PhaseOutcome;
+use super::conn::{Errors, PhaseRun};
+use super::hashing::SourcePort;
+use super::latency::{LatencyHist, LatencySummary};
+use super::run::SimConfig;
+use super::theory::binomial_pmf;
+use super::topology::{LinkKind, Rail};
+use super::traffic::Phase;
+
+/// One rail's outcome, summed over the phases (ring time scaled to all its steps).
+#[derive(Debug, Clone, Serialize)]
+pub struct RailResult {
+    pub rail: usize,
+    /// Collective time on this rail, picoseconds (scaled when only some ring steps ran).
+    pub time_ps: f64,
+    /// Line-rate time of the same bytes, picoseconds.
+    pub ideal_ps: f64,
+    /// Simulated (unscaled) time.
+    pub simulated_ps: u64,
+    pub events: u64,
+    pub solves: u64,
+    pub errors: Errors,
+    /// Messages not released on one side or the other at the end (0 in a clean run).
+    pub missing: u64,
+    pub messages: u64,
+    pub max_link_util: f64,
+    pub max_uplink_util: f64,
+    pub mean_uplink_util: f64,
+    /// `uplink_hist[i]`: leaf uplinks carrying i QP paths (summed over phases).
+    pub uplink_hist: Vec<u64>,
+    /// The same under uniform hashing: sum over leaves of M * Binomial(K_leaf, 1/M)(i).
+    pub uplink_hist_expected: Vec<f64>,
+    /// Mean over connections of (bytes on its busiest QP / mean bytes per QP).
+    pub qp_imbalance: f64,
+    /// Deepest link FIFO, segments (B mode).
+    pub max_queue: usize,
+    /// QPs replaced by the re-hash rule (dqplb-rehash).
+    pub rehashes: u64,
+    /// Message latency, post at the sender to release at the receiver (simulated steps).
+    pub message_latency: LatencySummary,
+    #[serde(skip)]
+    pub latency: LatencyHist,
+    /// Time over ideal of the best split over the hashed QP paths: lower and upper estimate
+    /// (worst phase; the ring's steps all use the same paths).
+    pub bound_lower: f64,
+    pub bound_upper: f64,
+}
+
+impl RailResult {
+    pub fn new(rail: usize) -> RailResult {
+        RailResult {
+            rail,
+            time_ps: 0.0,
+            ideal_ps: 0.0,
+            simulated_ps: 0,
+            events: 0,
+            solves: 0,
+            errors: Errors::default(),
+            missing: 0,
+            messages: 0,
+            max_link_util: 0.0,
+            max_uplink_util: 0.0,
+            mean_uplink_util: 0.0,
+            uplink_hist: Vec::new(),
+            uplink_hist_expected: Vec::new(),
+            qp_imbalance: 0.0,
+            max_queue: 0,
+            rehashes: 0,
+            message_latency: LatencySummary::default(),
+            latency: LatencyHist::default(),
+            bound_lower: 0.0,
+            bound_upper: 0.0,
+        }
+    }
+
+    pub fn absorb(&mut self, rail: &Rail, phase: &Phase, run: &PhaseRun, out: &PhaseOutcome) {
+        let scale = f64::from(phase.total_steps) / f64::from(phase.steps);
+        self.time_ps += out.time_ps as f64 * scale;
+        let host_ppb = rail.ps_per_byte[0];
+        self.ideal_ps += (phase.chunk * u64::from(phase.total_steps)) as f64 * host_ppb;
+        self.simulated_ps += out.time_ps;
+        self.events += out.events;
+        self.solves += out.solves;
+        self.errors.add(&run.errors);
+        self.missing += run.missing();
+        self.messages += run.delivered_messages;
+        self.rehashes += run.rehashes;
+        self.latency.merge(&run.latency);
+        self.message_latency = self.latency.summary();
+        self.max_queue = self.max_queue.max(out.max_queue);
+        if let Some(b) = out.bound {
+            self.bound_lower = self.bound_lower.max(b.lower);
+            self.bound_upper = self.bound_upper.max(b.upper);
+        }
+        let t = out.time_ps.max(1) as f64;
+        let (mut up_sum, mut up_n) = (0.0, 0usize);
+        for (l, &b) in out.link_bytes.iter().enumerate() {
+            let u = b as f64 * rail.ps_per_byte[l] / t;
+            self.max_link_util = self.max_link_util.max(u);
+            if rail.kind(l as u32) == LinkKind::LeafUp && rail.alive[l] {
+                self.max_uplink_util = self.max_uplink_util.max(u);
+                up_sum += u;
+                up_n += 1;
+            }
+        }
+        if up_n > 0 {
+            self.mean_uplink_util = up_sum / up_n as f64;
+        }
+        let m = rail.spines;
+        for leaf in 0..rail.leaves {
+            let counts = &out.uplink_paths[leaf * m..(leaf + 1) * m];
+            let k: u32 = counts.iter().sum();
+            for &c in counts {
+                grow(&mut self.uplink_hist, c as usize + 1);
+                self.uplink_hist[c as usize] += 1;
+            }
+            if k > 0 {
+                let pmf = binomial_pmf(k as usize, 1.0 / m as f64);
+                for (i, p) in pmf.iter().enumerate() {
+                    if *p > 1e-9 {
+                        while self.uplink_hist_expected.len() <= i {
+                            self.uplink_hist_expected.push(0.0);
+                        }
+                        self.uplink_hist_expected[i] += m as f64 * p;
+                    }
+                }
+            } else {
+                if self.uplink_hist_expected.is_empty() {
+                    self.uplink_hist_expected.push(0.0);
+                }
+                self.uplink_hist_expected[0] += m as f64;
+            }
+        }
+        let mut imb = 0.0;
+        for c in &run.conns {
+            let st = c.sender.qp_stats();
+            let total: u64 = st.iter().map(|s| s.bytes).sum();
+            let max = st.iter().map(|s| s.bytes).max().unwrap_or(0);
+            if total > 0 {
+                imb += max as f64 * st.len() as f64 / total as f64;
+            }
+        }
+        self.qp_imbalance = imb / run.conns.len().max(1) as f64;
+    }
+}
+
+fn grow(v: &mut Vec<u64>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0);
+    }
+}
+
+/// The whole fabric's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimResult {
+    pub mode: &'static str,
+    pub policy: &'static str,
+    pub qps: usize,
+    pub outstanding: u32,
+    pub segment_bytes: u32,
+    pub traffic: &'static str,
+    pub bytes: u64,
+    pub step_bytes: u64,
+    pub placement: &'static str,
+    pub hosts: usize,
+    /// Hosts of the background job (the collective runs on the others).
+    pub background_hosts: usize,
+    pub rails: usize,
+    pub rails_simulated: usize,
+    pub hosts_per_leaf: usize,
+    pub leaves: usize,
+    pub spines: usize,
+    pub oversub: f64,
+    pub host_gbps: f64,
+    pub source_port: String,
+    pub hash_dest_qpn: bool,
+    pub failed_links: usize,
+    pub slow_links: usize,
+    pub seed: u64,
+    pub steps_simulated: u32,
+    pub steps_total: u32,
+    /// Collective time: the slowest rail.
+    pub time_us: f64,
+    pub ideal_us: f64,
+    pub pct_of_ideal: f64,
+    pub time_over_ideal: f64,
+    /// Bytes each NIC sends over the time (for the ring: NCCL's bus bandwidth).
+    pub busbw_gbps: f64,
+    pub events: u64,
+    pub solves: u64,
+    pub errors: Errors,
+    pub missing: u64,
+    pub messages: u64,
+    pub max_uplink_util: f64,
+    pub mean_uplink_util: f64,
+    pub qp_imbalance: f64,
+    pub rehashes: u64,
+    /// Message latency over all rails.
+    pub message_latency: LatencySummary,
+    /// Fabric bound (slowest rail) of any policy over the hashed QP paths, time over ideal.
+    pub bound_lower: f64,
+    pub bound_upper: f64,
+    pub uplink_hist: Vec<u64>,
+    pub uplink_hist_expected: Vec<f64>,
+    pub per_rail: Vec<RailResult>,
+}
+
+impl SimResult {
+    pub fn new(cfg: &SimConfig, phases: &[Phase], rails: Vec<RailResult>) -> SimResult {
+        let worst = rails
+            .iter()
+            .max_by(|a, b| a.time_ps.total_cmp(&b.time_ps))
+            .cloned();
+        let time = worst.as_ref().map_or(0.0, |r| r.time_ps);
+        let ideal = worst.as_ref().map_or(0.0, |r| r.ideal_ps);
+        let mut errors = Errors::default();
+        let mut hist: Vec<u64> = Vec::new();
+        let mut hist_e: Vec<f64> = Vec::new();
+        for r in &rails {
+            errors.add(&r.errors);
+            grow(&mut hist, r.uplink_hist.len());
+            for (i, &h) in r.uplink_hist.iter().enumerate() {
+                hist[i] += h;
+            }
+            if hist_e.len() < r.uplink_hist_expected.len() {
+                hist_e.resize(r.uplink_hist_expected.len(), 0.0);
+            }
+            for (i, &h) in r.uplink_hist_expected.iter().enumerate() {
+                hist_e[i] += h;
+            }
+        }
+        let n = rails.len().max(1) as f64;
+        let bytes_per_nic: u64 = phases.iter().map(|p| p.bytes_per_conn_total()).sum();
+        let f = &cfg.fabric;
+        SimResult {
+            mode: cfg.mode.name(),
+            policy: cfg.shape.policy.name(),
+            qps: cfg.shape.qps,
+            outstanding: cfg.shape.outstanding,
+            segment_bytes: cfg.shape.segment_bytes,
+            traffic: cfg.traffic.kind.name(),
+            bytes: cfg.traffic.bytes,
+            step_bytes: cfg.traffic.step_bytes,
+            placement: match cfg.traffic.placement {
+                super::Placement::Contiguous => "contiguous",
+                super::Placement::Fragmented => "fragmented",
+            },
+            hosts: f.hosts,
+            background_hosts: phases.first().map_or(0, |p| p.bg_pairs.len()),
+            rails: f.rails,
+            rails_simulated: rails.len(),
+            hosts_per_leaf: f.hosts_per_leaf,
+            leaves: f.leaves(),
+            spines: f.spines,
+            oversub: f.oversub,
+            host_gbps: f.host_gbps,
+            source_port: match f.hash.source_port {
+                SourcePort::FromQpn => "qpn".into(),
+                SourcePort::Fixed(p) => format!("fixed:{p}"),
+            },
+            hash_dest_qpn: f.hash.dest_qpn,
+            failed_links: f.failed_links,
+            slow_links: f.slow_links,
+            seed: cfg.seed,
+            steps_simulated: phases.iter().map(|p| p.steps).sum(),
+            steps_total: phases.iter().map(|p| p.total_steps).sum(),
+            time_us: time / 1e6,
+            ideal_us: ideal / 1e6,
+            pct_of_ideal: if time > 0.0 {
+                100.0 * ideal / time
+            } else {
+                0.0
+            },
+            time_over_ideal: if ideal > 0.0 { time / ideal } else { 0.0 },
+            busbw_gbps: if time > 0.0 {
+                bytes_per_nic as f64 * 8.0 / (time / 1e3)
+            } else {
+                0.0
+            },
+            events: rails.iter().map(|r| r.events).sum(),
+            solves: rails.iter().map(|r| r.solves).sum(),
+            errors,
+            missing: rails.iter().map(|r| r.missing).sum(),
+            messages: rails.iter().map(|r| r.messages).sum(),
+            max_uplink_util: rails.iter().map(|r| r.max_uplink_util).fold(0.0, f64::max),
+            mean_uplink_util: rails.iter().map(|r| r.mean_uplink_util).sum::<f64>() / n,
+            qp_imbalance: rails.iter().map(|r| r.qp_imbalance).sum::<f64>() / n,
+            rehashes: rails.iter().map(|r| r.rehashes).sum(),
+            message_latency: {
+                let mut h = LatencyHist::default();
+                for r in &rails {
+                    h.merge(&r.latency);
+                }
+                h.summary()
+            },
+            bound_lower: rails.iter().map(|r| r.bound_lower).fold(0.0, f64::max),
+            bound_upper: rails.iter().map(|r| r.bound_upper).fold(0.0, f64::max),
+            uplink_hist: hist,
+            uplink_hist_expected: hist_e,
+            per_rail: rails,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// CSV header matching [`SimResult::csv_row`].
+    pub const CSV_HEADER: &'static str = "mode,policy,qps,outstanding,segment_bytes,traffic,bytes,placement,hosts,rails,leaves,spines,oversub,source_port,hash_dest_qpn,failed_links,slow_links,seed,time_us,ideal_us,pct_of_ideal,busbw_gbps,max_uplink_util,qp_imbalance,bound_lower,bound_upper,msg_p50_us,msg_p99_us,events,solves,errors,missing";
+
+    pub fn csv_row(&self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{:.4},{:.3},{:.3},{},{},{},{}",
+            self.mode,
+            self.policy,
+            self.qps,
+            self.outstanding,
+            self.segment_bytes,
+            self.traffic,
+            self.bytes,
+            self.placement,
+            self.hosts,
+            self.rails,
+            self.leaves,
+            self.spines,
+            self.oversub,
+            self.source_port,
+            self.hash_dest_qpn,
+            self.failed_links,
+            self.slow_links,
+            self.seed,
+            self.time_us,
+            self.ideal_us,
+            self.pct_of_ideal,
+            self.busbw_gbps,
+            self.max_uplink_util,
+            self.qp_imbalance,
+            self.bound_lower,
+            self.bound_upper,
+            self.message_latency.p50_us,
+            self.message_latency.p99_us,
+            self.events,
+            self.solves,
+            self.errors.total(),
+            self.missing
+        )
+    }
+}

@@ -1,0 +1,123 @@
+//! One simulation: every rail (independent under rail-optimized traffic) on its own seeded
+//! stream, rails spread over `threads` workers with `std::thread::scope`, results merged in order.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::conn::{ConnShape, PhaseRun};
+use super::report::{RailResult, SimResult};
+use super::rng::Rng;
+use super::topology::{FabricSpec, Ps, Rail};
+use super::traffic::TrafficSpec;
+use super::traffic::{self, Phase};
+use super::{bmode, fmode};
+
+/// Granularity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Fluid max-min per QP.
+    Fluid,
+    /// Per segment, serialized per hop.
+    Burst,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Result<Mode, String> {
+        match s {
+            "f" | "F" | "fluid" => Ok(Mode::Fluid),
+            "b" | "B" | "burst" | "segment" => Ok(Mode::Burst),
+            "p" | "P" | "packet" => {
+                Err("mode P (per packet, ECN/DCQCN/PFC) is not built yet".into())
+            }
+            other => Err(format!("unknown mode '{other}' (f or b)")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Fluid => "F",
+            Mode::Burst => "B",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub fabric: FabricSpec,
+    pub traffic: TrafficSpec,
+    pub shape: ConnShape,
+    pub mode: Mode,
+    pub seed: u64,
+    /// Worker threads for the rails (1 = in the caller's thread).
+    pub threads: usize,
+    /// F mode: longest wait before re-solving after flows went idle (0 = at every change).
+    pub epoch_ps: Ps,
+    /// Simulate only the first this-many rails (0 = all) and report them as the whole fabric.
+    pub rails_simulated: usize,
+}
+
+/// Runs the simulation described by `cfg`.
+pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
+    cfg.fabric.validate()?;
+    let phases = traffic::phases(
+        &cfg.traffic,
+        cfg.fabric.hosts,
+        cfg.fabric.hosts_per_leaf,
+        &mut Rng::new(cfg.seed).fork(u64::MAX),
+    );
+    let rails = if cfg.rails_simulated == 0 {
+        cfg.fabric.rails
+    } else {
+        cfg.rails_simulated.min(cfg.fabric.rails)
+    };
+    let results: Mutex<Vec<Option<Result<RailResult, String>>>> =
+        Mutex::new((0..rails).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let r = next.fetch_add(1, Ordering::Relaxed);
+        if r >= rails {
+            return;
+        }
+        let res = run_rail(cfg, &phases, r);
+        if let Ok(mut v) = results.lock() {
+            v[r] = Some(res);
+        }
+    };
+    let threads = cfg.threads.clamp(1, rails);
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    let per_rail = results
+        .into_inner()
+        .map_err(|_| "a rail worker panicked".to_string())?
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("rail not simulated".into())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SimResult::new(cfg, &phases, per_rail))
+}
+
+fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, String> {
+    let mut rng = Rng::new(cfg.seed).fork(r as u64 + 1);
+    let rail = Rail::new(&cfg.fabric, r, &mut rng);
+    // A fresh NIC's QPNs: consecutive from a per-NIC base.
+    let mut qpn_next: Vec<u32> = (0..cfg.fabric.hosts)
+        .map(|_| 0x100 + rng.below(0xF_0000) as u32)
+        .collect();
+    let mut res = RailResult::new(r);
+    let shape: ConnShape = cfg.shape;
+    for phase in phases {
+        let mut run = PhaseRun::new(phase, &shape, &mut qpn_next)?;
+        let out = match cfg.mode {
+            super::Mode::Burst => bmode::run_phase(&rail, &mut run, &shape, &mut rng)?,
+            super::Mode::Fluid => fmode::run_phase(&rail, &mut run, &shape, cfg.epoch_ps)?,
+        };
+        res.absorb(&rail, phase, &run, &out);
+    }
+    Ok(res)
+}

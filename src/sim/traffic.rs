@@ -1,0 +1,276 @@
+//! Collective traffic as phases of connections: a pipelined ring all-reduce (NCCL's step size and
+//! slots), a permutation, a leaf shift, all-to-all as shift permutations, and a background job.
+
+use super::rng::Rng;
+
+/// NCCL's default Simple-protocol step: a 4 MiB buffer over NCCL_STEPS = 8 slots.
+pub const NCCL_STEP_BYTES: u64 = 512 * 1024;
+/// Background messages per connection by default: more than any run reaches.
+pub const BACKGROUND_ENDLESS: u32 = 1 << 30;
+/// NCCL_STEPS: receive slots per connection, the ring's flow-control credit.
+pub const NCCL_SLOTS: u32 = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrafficKind {
+    /// Ring all-reduce over each rail's hosts: 2(n-1) steps of bytes/n per rank.
+    Ring,
+    /// Every host sends `bytes` to one random other host (a derangement).
+    Permutation,
+    /// Host i sends `bytes` to host i + hosts_per_leaf: every flow leaves its leaf.
+    LeafShift,
+    /// n-1 phases; in phase k host i sends bytes/n to host i + k (placement order).
+    AllToAll,
+}
+
+impl TrafficKind {
+    pub fn parse(s: &str) -> Result<TrafficKind, String> {
+        Ok(match s {
+            "ring" | "allreduce" | "all-reduce" => TrafficKind::Ring,
+            "permutation" => TrafficKind::Permutation,
+            "leaf-shift" | "shift" => TrafficKind::LeafShift,
+            "all-to-all" | "alltoall" => TrafficKind::AllToAll,
+            other => {
+                return Err(format!(
+                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all)"
+                ))
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TrafficKind::Ring => "ring",
+            TrafficKind::Permutation => "permutation",
+            TrafficKind::LeafShift => "leaf-shift",
+            TrafficKind::AllToAll => "all-to-all",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Ranks in host order: ring neighbours mostly share a leaf.
+    Contiguous,
+    /// Ranks on a seeded random order of hosts (a fragmented allocation).
+    Fragmented,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrafficSpec {
+    pub kind: TrafficKind,
+    /// Ring: the all-reduce buffer per GPU. Permutation / shift: per connection. All-to-all:
+    /// the send buffer per GPU (bytes / n per peer).
+    pub bytes: u64,
+    /// Message (NCCL step) size.
+    pub step_bytes: u64,
+    /// Messages a connection may have posted and not yet consumed by its receiver.
+    pub slots: u32,
+    pub placement: Placement,
+    /// Ring only: simulate at most this many of the 2(n-1) steps and scale the time (0 = all).
+    pub max_steps: u32,
+    /// A second job: the last this-many hosts of the placement order run a permutation among
+    /// themselves, `step_bytes` messages without end, until the collective finishes (0 = none).
+    pub background_hosts: usize,
+    /// Messages each background connection sends (0: the hosts stay idle).
+    pub background_messages: u32,
+}
+
+impl Default for TrafficSpec {
+    fn default() -> Self {
+        TrafficSpec {
+            kind: TrafficKind::Ring,
+            bytes: 1 << 30,
+            step_bytes: NCCL_STEP_BYTES,
+            slots: NCCL_SLOTS,
+            placement: Placement::Contiguous,
+            max_steps: 0,
+            background_hosts: 0,
+            background_messages: BACKGROUND_ENDLESS,
+        }
+    }
+}
+
+/// One phase: connections `(src, dst)` all sending `messages` messages cut from `chunk` bytes per
+/// step, with ring dependencies when `ring` is set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub pairs: Vec<(u32, u32)>,
+    /// Bytes a connection moves per step (ring) or in total.
+    pub chunk: u64,
+    /// Messages per step (ring) or in total.
+    pub per_step: u32,
+    /// Steps simulated (1 unless ring).
+    pub steps: u32,
+    /// Steps the real collective has: time is scaled by `total_steps / steps`.
+    pub total_steps: u32,
+    pub step_bytes: u64,
+    pub slots: u32,
+    /// Ring: connection i's receiver is connection (i + 1)'s sender.
+    pub ring: bool,
+    /// The background job's connections (after `pairs` in the run): `step_bytes` messages,
+    /// `slots` in flight, no end.
+    pub bg_pairs: Vec<(u32, u32)>,
+    pub bg_messages: u32,
+}
+
+impl Phase {
+    /// Messages each connection sends in this phase.
+    pub fn messages(&self) -> u32 {
+        self.per_step * self.steps
+    }
+
+    /// Length of message `j`: `step_bytes` pieces of each step's chunk, the last one shorter.
+    pub fn message_len(&self, j: u32) -> u64 {
+        let m = u64::from(j % self.per_step);
+        let start = m * self.step_bytes;
+        (self.chunk - start).min(self.step_bytes)
+    }
+
+    /// Bytes one connection moves in the whole collective (all steps, scaled).
+    pub fn bytes_per_conn_total(&self) -> u64 {
+        self.chunk * u64::from(self.total_steps)
+    }
+}
+
+fn order(hosts: usize, placement: Placement, rng: &mut Rng) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..hosts as u32).collect();
+    if placement == Placement::Fragmented {
+        rng.shuffle(&mut v);
+    }
+    v
+}
+
+fn round128(x: u64) -> u64 {
+    x.div_ceil(128).max(1) * 128
+}
+
+/// The phases of `spec` over `hosts` hosts (one rail; every rail runs the same traffic).
+pub fn phases(
+    spec: &TrafficSpec,
+    hosts: usize,
+    hosts_per_leaf: usize,
+    rng: &mut Rng,
+) -> Vec<Phase> {
+    let ord = order(hosts, spec.placement, rng);
+    let b = if spec.background_hosts >= 2 {
+        spec.background_hosts.min(hosts.saturating_sub(2))
+    } else {
+        0
+    };
+    let (fg, bg) = ord.split_at(hosts - b);
+    let n = fg.len() as u32;
+    let at = |i: u32| fg[(i % n) as usize];
+    let step = spec.step_bytes.max(128);
+    let mut bg_pairs = Vec::new();
+    if bg.len() >= 2 {
+        let perm = derangement(bg.len(), rng);
+        bg_pairs = (0..bg.len())
+            .map(|i| (bg[i], bg[perm[i] as usize]))
+            .collect();
+    }
+    let single = |pairs: Vec<(u32, u32)>, bytes: u64| {
+        let chunk = round128(bytes);
+        Phase {
+            pairs,
+            chunk,
+            per_step: chunk.div_ceil(step) as u32,
+            steps: 1,
+            total_steps: 1,
+            step_bytes: step,
+            slots: spec.slots,
+            ring: false,
+            bg_pairs: bg_pairs.clone(),
+            bg_messages: spec.background_messages,
+        }
+    };
+    match spec.kind {
+        TrafficKind::Ring => {
+            let pairs = (0..n).map(|i| (at(i), at(i + 1))).collect();
+            let chunk = round128(spec.bytes.div_ceil(u64::from(n)));
+            let total = 2 * (n - 1);
+            let steps = if spec.max_steps == 0 {
+                total
+            } else {
+                spec.max_steps.min(total)
+            };
+            vec![Phase {
+                pairs,
+                chunk,
+                per_step: chunk.div_ceil(step) as u32,
+                steps,
+                total_steps: total,
+                step_bytes: step,
+                slots: spec.slots,
+                ring: true,
+                bg_pairs,
+                bg_messages: spec.background_messages,
+            }]
+        }
+        TrafficKind::Permutation => {
+            let perm = derangement(n as usize, rng);
+            let pairs = (0..n).map(|i| (at(i), at(perm[i as usize]))).collect();
+            vec![single(pairs, spec.bytes)]
+        }
+        TrafficKind::LeafShift => {
+            let k = (hosts_per_leaf as u32 % n).max(1);
+            let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
+            vec![single(pairs, spec.bytes)]
+        }
+        TrafficKind::AllToAll => (1..n)
+            .map(|k| {
+                let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
+                single(pairs, spec.bytes.div_ceil(u64::from(n)))
+            })
+            .collect(),
+    }
+}
+
+/// A permutation of `0 .. n` without fixed points: shuffle until none (expected e tries).
+fn derangement(n: usize, rng: &mut Rng) -> Vec<u32> {
+    let mut perm: Vec<u32> = (0..n as u32).collect();
+    loop {
+        rng.shuffle(&mut perm);
+        if perm.iter().enumerate().all(|(i, &p)| p != i as u32) {
+            return perm;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_messages_tile_the_chunk() {
+        let spec = TrafficSpec {
+            bytes: 10 << 20,
+            ..TrafficSpec::default()
+        };
+        let ph = phases(&spec, 4, 2, &mut Rng::new(1));
+        let p = &ph[0];
+        assert_eq!((p.steps, p.total_steps), (6, 6));
+        let per: u64 = (0..p.per_step).map(|j| p.message_len(j)).sum();
+        assert_eq!(per, p.chunk);
+        assert_eq!(p.chunk, (10 << 20) / 4);
+        assert_eq!(p.pairs[3], (3, 0));
+    }
+
+    #[test]
+    fn permutation_is_a_derangement() {
+        let spec = TrafficSpec {
+            kind: TrafficKind::Permutation,
+            ..TrafficSpec::default()
+        };
+        let p = &phases(&spec, 64, 8, &mut Rng::new(3))[0];
+        let mut dsts: Vec<u32> = p
+            .pairs
+            .iter()
+            .map(|&(s, d)| {
+                assert_ne!(s, d);
+                d
+            })
+            .collect();
+        dsts.sort_unstable();
+        assert_eq!(dsts, (0..64).collect::<Vec<_>>());
+    }
+}
