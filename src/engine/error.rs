@@ -129,3 +129,16 @@ impl fmt::Display for ProtocolError {
 }
 
 impl std::error::Error for ProtocolError {}
+
+/// `Err(EngineError::BadParam { .. })`, for the parameter checks.
+pub(crate) fn bad_param<T>(
+    param: &'static str,
+    value: u64,
+    reason: &'static str,
+) -> Result<T, EngineError> {
+    Err(EngineError::BadParam {
+        param,
+        value,
+        reason,
+    })
+}

@@ -99,13 +99,7 @@ impl EngineParams {
 
     /// Checks every field; the error names the field, its value and the rule.
     pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |param, value: u64, reason| {
-            Err(EngineError::BadParam {
-                param,
-                value,
-                reason,
-            })
-        };
+        let bad = super::error::bad_param::<()>;
         if self.qps == 0 || self.qps > MAX_QPS {
             return bad("qps", self.qps as u64, "must be 1 ..= 128");
         }

@@ -23,13 +23,7 @@ pub struct RehashRule {
 
 impl RehashRule {
     pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |param, value: u64, reason| {
-            Err(EngineError::BadParam {
-                param,
-                value,
-                reason,
-            })
-        };
+        let bad = super::error::bad_param::<()>;
         if !(self.ratio > 1.0 && self.ratio.is_finite()) {
             return bad(
                 "rehash ratio",

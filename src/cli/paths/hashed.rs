@@ -276,13 +276,19 @@ fn settled_from(
     from
 }
 
-/// Mean of `ideal_at` over [from, to) in 1 ms steps.
+/// Time-weighted mean of `ideal_at` over [from, to): the ideal is constant except for one step
+/// at the death, so two evaluations and a split of the span.
 fn mean_ideal(sc: &HashedScenario, base: u16, from: f64, to: f64) -> f64 {
-    let n = (to - from).max(1.0) as usize;
-    (0..n)
-        .map(|i| sc.ideal_at(base, from + i as f64))
-        .sum::<f64>()
-        / n as f64
+    let before = sc.ideal_at(base, from);
+    let Some((at, _)) = sc.death else {
+        return before;
+    };
+    let at = at as f64;
+    if to <= from || at <= from || at >= to {
+        return before;
+    }
+    let after = sc.ideal_at(base, at);
+    (before * (at - from) + after * (to - at)) / (to - from)
 }
 
 /// Goodput (completed messages) between the samples at or after `from` and the last one.
@@ -573,6 +579,9 @@ mod tests {
         assert_eq!(sc.ideal_at(20000, 999.0), 800.0);
         assert_eq!(sc.ideal_at(20000, 1000.0), 700.0);
         assert!((mean_ideal(&sc, 20000, 500.0, 1500.0) - 750.0).abs() < 1e-9);
+        assert_eq!(mean_ideal(&sc, 20000, 0.0, 1000.0), 800.0);
+        assert_eq!(mean_ideal(&sc, 20000, 1000.0, 3000.0), 700.0);
+        assert!((mean_ideal(&sc, 20000, 750.0, 1750.0) - 725.0).abs() < 1e-9);
     }
 
     #[test]
