@@ -98,6 +98,25 @@ impl<T: Copy> Core<T> {
     pub fn len(&self, q: u32) -> usize {
         self.queues[q as usize].len()
     }
+
+    /// The head of queue `q` (its earliest pending event), if any.
+    #[inline]
+    pub fn front(&self, q: u32) -> Option<(Ps, T)> {
+        self.queues[q as usize].front().copied()
+    }
+
+    /// The latest pending item of queue `q` whose time is at or before `t` (binary search: the
+    /// queue is in time order). P mode uses it for a switch queue's backlog at time `t`.
+    #[inline]
+    pub fn last_due(&self, q: u32, t: Ps) -> Option<T> {
+        let queue = &self.queues[q as usize];
+        let i = queue.partition_point(|&(x, _)| x <= t);
+        if i == 0 {
+            None
+        } else {
+            Some(queue[i - 1].1)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +138,19 @@ mod tests {
         assert_eq!(c.pop().unwrap(), (5, 2, 51));
         assert_eq!(c.pop().unwrap(), (9, 0, 60));
         assert!(c.pop().is_none() && c.is_empty());
+    }
+
+    #[test]
+    fn front_and_last_due_see_only_what_has_arrived() {
+        let mut c: Core<u32> = Core::new(1);
+        assert_eq!((c.front(0), c.last_due(0, 100)), (None, None));
+        for (t, v) in [(10, 1), (20, 2), (20, 3), (30, 4)] {
+            c.push(0, t, v);
+        }
+        assert_eq!(c.front(0), Some((10, 1)));
+        assert_eq!(c.last_due(0, 9), None);
+        assert_eq!(c.last_due(0, 10), Some(1));
+        assert_eq!(c.last_due(0, 25), Some(3));
+        assert_eq!(c.last_due(0, 30), Some(4));
     }
 }

@@ -1,12 +1,14 @@
 //! `dqplb sim`: a fabric simulator that drives the real engine (`Sender`/`Receiver`) over a
-//! rail-optimized leaf-spine with switch-style ECMP, in fluid (F) or per-segment (B) granularity.
+//! rail-optimized leaf-spine with switch-style ECMP, per fluid (F), segment (B) or packet (P).
 
 // Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
 // `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in docs/simulation.md.
+// `report` (JSON/CSV); P mode: `pmode` (per packet), `nic` (DCQCN-paced QPs), `switchq` (ECN
+// queues), `timeseries`. Imports only `engine`, `dcqcn` (the reaction-point model), std and
+// serde; docs in docs/simulation.md.
 
 pub mod bmode;
 pub mod bound;
@@ -16,15 +18,20 @@ pub mod fluid;
 pub mod fmode;
 pub mod hashing;
 pub mod latency;
+pub mod nic;
+pub mod pmode;
 pub mod report;
 pub mod rng;
 pub mod run;
+pub mod switchq;
 pub mod theory;
+pub mod timeseries;
 pub mod topology;
 pub mod traffic;
 
 pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
 pub use hashing::{HashFields, SourcePort};
+pub use pmode::{PacketSpec, PacketSummary};
 pub use report::{RailResult, SimResult};
 pub use run::{run, Mode, SimConfig};
 pub use topology::{FabricSpec, Ps};

@@ -7,6 +7,7 @@ use super::bmode::PhaseOutcome;
 use super::conn::{Errors, PhaseRun};
 use super::hashing::SourcePort;
 use super::latency::{LatencyHist, LatencySummary};
+use super::pmode::PacketSummary;
 use super::run::SimConfig;
 use super::theory::binomial_pmf;
 use super::topology::{LinkKind, Rail};
@@ -49,6 +50,9 @@ pub struct RailResult {
     /// (worst phase; the ring's steps all use the same paths).
     pub bound_lower: f64,
     pub bound_upper: f64,
+    /// P mode: packets, ECN marks, CNPs, rate cuts, deepest queue (and the time series).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packet: Option<PacketSummary>,
 }
 
 impl RailResult {
@@ -75,6 +79,7 @@ impl RailResult {
             latency: LatencyHist::default(),
             bound_lower: 0.0,
             bound_upper: 0.0,
+            packet: None,
         }
     }
 
@@ -207,6 +212,9 @@ pub struct SimResult {
     pub bound_upper: f64,
     pub uplink_hist: Vec<u64>,
     pub uplink_hist_expected: Vec<f64>,
+    /// P mode, over all rails (time series in rail order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packet: Option<PacketSummary>,
     pub per_rail: Vec<RailResult>,
 }
 
@@ -302,6 +310,14 @@ impl SimResult {
             bound_upper: rails.iter().map(|r| r.bound_upper).fold(0.0, f64::max),
             uplink_hist: hist,
             uplink_hist_expected: hist_e,
+            packet: rails.iter().filter_map(|r| r.packet.as_ref()).fold(
+                None,
+                |acc: Option<PacketSummary>, p| {
+                    let mut a = acc.unwrap_or_default();
+                    a.add(p);
+                    Some(a)
+                },
+            ),
             per_rail: rails,
         }
     }
