@@ -208,6 +208,63 @@ fn without_ecn_the_queue_grows_to_the_windows() {
     assert!(pon.cnps > 0 && pon.rate_cuts > 0);
 }
 
+#[test]
+fn pfc_bounds_every_ingress_and_loses_no_time() {
+    // The ECN-off incast again, now with PFC (Xoff 1000 kB, Xon 500 kB). A switch pauses an
+    // ingress link's sender once the link's unforwarded bytes reach Xoff; the pause takes one
+    // hop to arrive, and the sender finishes the packet it is serializing: at most
+    // Xoff + C x hop + 2 packets per ingress, so at most N times that in the bottleneck queue.
+    // Lossless and with Xon above what the bottleneck drains while a resume takes effect
+    // (C x 2 hops = 100 kB), the bottleneck never idles: the same time as without PFC.
+    let n = 4usize;
+    let mut cfg = incast(n, 32 << 20);
+    cfg.shape.policy = SimPolicy::Engine(PolicyKind::Dqplb);
+    cfg.traffic.step_bytes = 1 << 20;
+    cfg.traffic.slots = 8;
+    cfg.shape.outstanding = 32;
+    cfg.packet.sample_ps = 0;
+    cfg.packet.ecn.enabled = false;
+    let free = run(&cfg).unwrap();
+    cfg.packet.pfc.enabled = true;
+    let paused = run(&cfg).unwrap();
+    clean(&paused, n as u64);
+    let p = paused.packet.clone().unwrap();
+    let headroom = (LINK_GBPS / 8000.0 * HOP_PS as f64) as u64 + 2 * 4096;
+    let per_ingress = cfg.packet.pfc.xoff + headroom;
+    eprintln!(
+        "PFC: {} pauses, deepest ingress {} B (bound {per_ingress}), queue {} B (without PFC {} B), time {:.2} us (without {:.2})",
+        p.pfc_pauses,
+        p.max_ingress_bytes,
+        p.max_queue_bytes,
+        free.packet.as_ref().unwrap().max_queue_bytes,
+        paused.time_us,
+        free.time_us
+    );
+    assert!(p.pfc_pauses > 0);
+    assert!(p.max_ingress_bytes >= cfg.packet.pfc.xoff);
+    assert!(p.max_ingress_bytes <= per_ingress);
+    assert!(p.max_queue_bytes <= n as u64 * per_ingress);
+    assert!(paused.time_us <= free.time_us * 1.001);
+
+    // Through spines too: leaf-up and spine-down egresses are paused and held in the core.
+    let mut cfg = permutation(Mode::Packet, "dqplb", 8);
+    cfg.fabric.hosts = 64;
+    cfg.fabric.spines = 8;
+    cfg.packet.ecn.enabled = false;
+    cfg.packet.pfc.enabled = true;
+    cfg.packet.pfc.xoff = 100_000;
+    cfg.packet.pfc.xon = 50_000;
+    let r = run(&cfg).unwrap();
+    clean(&r, 128);
+    let p = r.packet.clone().unwrap();
+    assert!(p.pfc_pauses > 0);
+    assert!(
+        p.max_ingress_bytes <= 100_000 + headroom,
+        "{}",
+        p.max_ingress_bytes
+    );
+}
+
 /// Eight hosts under one leaf, a random permutation: every leaf downlink carries one sender.
 fn permutation(mode: Mode, policy: &str, qps: usize) -> SimConfig {
     SimConfig {
@@ -379,14 +436,14 @@ fn timeseries_csv_from_the_command() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps")
+        Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses")
     );
     // Per sample: 4 connections x 2 QPs, and the one link that carries bytes by then (the
     // receiver's leaf downlink; acknowledgements and CNPs are not put on links).
     let mut per_t: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
-        assert_eq!(f.len(), 14, "{l}");
+        assert_eq!(f.len(), 15, "{l}");
         let e = per_t.entry(f[2].to_string()).or_default();
         if f[5] == "qp" {
             e.0 += 1;

@@ -46,7 +46,7 @@ traffic:
                         --background-messages N: N each, 0: idle hosts)
 run:
   --mode M              f (fluid max-min, default), b (per segment) or p (per packet)
-P mode (per packet; DCQCN per QP, no PFC):
+P mode (per packet; DCQCN per QP, optional PFC):
   --mtu B               payload bytes per packet (4096)
   --ecn on|off          ECN marking at the switch egress queues (on)
   --ecn-kmin-kb K       no mark below K kB (1 kB = 1000 B; 50)
@@ -54,6 +54,8 @@ P mode (per packet; DCQCN per QP, no PFC):
   --ecn-pmax P          marking probability at Kmax (0.01)
   --cnp-interval-us U   at most one CNP per QP per U us at the receiver NIC (4, mlx5)
   --dcqcn P             reaction-point profile: firmware (mlx5 defaults) or paper (DCQCN paper)
+  --pfc                 priority flow control: a switch pauses the sender of an ingress link
+                        holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
   --start-stagger-us U  connection c starts at c x U us (0)
   --timeseries FILE     per-QP and per-queue samples as CSV (first --policy/--qps run)
   --sample-us U         sampling period (10 with --timeseries)
@@ -197,6 +199,9 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "ecn-pmax" => c.packet.ecn.pmax = num(&opt, v)?,
         "dcqcn" => c.packet.rp = nccl_net_dqplb::sim::pmode::dcqcn_profile(v)?,
         "cnp-interval-us" => c.packet.cnp_interval_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "pfc" => c.packet.pfc.enabled = matches!(v, "true" | "1" | "yes" | "on"),
+        "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
+        "pfc-xon-kb" => c.packet.pfc.xon = (num::<f64>(&opt, v)? * 1e3) as u64,
         "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "sample-us" => c.packet.sample_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "timeseries" => a.timeseries = Some(v.to_string()),
@@ -271,6 +276,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         match name {
             "-h" | "--help" => a.help = true,
             "--hash-dest-qpn" if inline.is_none() => a.cfg.fabric.hash.dest_qpn = true,
+            "--pfc" if inline.is_none() => a.cfg.packet.pfc.enabled = true,
             "--config" => {
                 if inline.is_none() {
                     it.next();
@@ -351,12 +357,20 @@ fn print_packet_table(rows: &[(SimResult, f64)]) {
         return;
     }
     println!(
-        "\n{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14}",
-        "policy", "qps", "packets", "ecn_marks", "cnps", "rate_cuts", "ignored", "max_queue_B"
+        "\n{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
+        "policy",
+        "qps",
+        "packets",
+        "ecn_marks",
+        "cnps",
+        "rate_cuts",
+        "ignored",
+        "max_queue_B",
+        "pfc_pauses"
     );
     for (r, p) in p {
         println!(
-            "{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14}",
+            "{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
             r.policy,
             r.qps,
             p.packets,
@@ -364,7 +378,8 @@ fn print_packet_table(rows: &[(SimResult, f64)]) {
             p.cnps,
             p.rate_cuts,
             p.cnps_ignored,
-            p.max_queue_bytes
+            p.max_queue_bytes,
+            p.pfc_pauses
         );
     }
 }

@@ -19,6 +19,8 @@ pub struct Core<T: Copy> {
     heap: BinaryHeap<Reverse<(Ps, u32)>>,
     /// The queue popped last: re-armed at the next `pop`, after its owner updated `not_before`.
     rearm: Option<u32>,
+    /// The pushed time of the item popped last (for `hold`).
+    popped_at: Ps,
     pending: u64,
     pub events: u64,
 }
@@ -30,6 +32,7 @@ impl<T: Copy> Core<T> {
             not_before: vec![0; queues],
             heap: BinaryHeap::with_capacity(queues),
             rearm: None,
+            popped_at: 0,
             pending: 0,
             events: 0,
         }
@@ -72,7 +75,8 @@ impl<T: Copy> Core<T> {
             }
         }
         let Reverse((t, q)) = self.heap.pop()?;
-        let (_, item) = self.queues[q as usize].pop_front()?;
+        let (at, item) = self.queues[q as usize].pop_front()?;
+        self.popped_at = at;
         self.rearm = Some(q);
         self.pending -= 1;
         self.events += 1;
@@ -97,6 +101,25 @@ impl<T: Copy> Core<T> {
     /// Longest queue now (for reports).
     pub fn len(&self, q: u32) -> usize {
         self.queues[q as usize].len()
+    }
+
+    /// Puts the item `pop` just returned back at the head of its queue `q` and leaves the queue
+    /// unarmed: nothing of `q` fires until [`Core::release`] (P mode's PFC pause of a link).
+    pub fn hold(&mut self, q: u32, item: T) {
+        debug_assert_eq!(self.rearm, Some(q), "hold right after popping queue {q}");
+        self.queues[q as usize].push_front((self.popped_at, item));
+        self.rearm = None;
+        self.pending += 1;
+        self.events -= 1;
+    }
+
+    /// A held queue `q` may fire again, not before `t`.
+    pub fn release(&mut self, q: u32, t: Ps) {
+        let nb = &mut self.not_before[q as usize];
+        *nb = (*nb).max(t);
+        if let Some(&(h, _)) = self.queues[q as usize].front() {
+            self.heap.push(Reverse((h.max(*nb), q)));
+        }
     }
 
     /// The head of queue `q` (its earliest pending event), if any.
@@ -138,6 +161,29 @@ mod tests {
         assert_eq!(c.pop().unwrap(), (5, 2, 51));
         assert_eq!(c.pop().unwrap(), (9, 0, 60));
         assert!(c.pop().is_none() && c.is_empty());
+    }
+
+    #[test]
+    fn a_held_queue_fires_only_after_release_in_its_order() {
+        let mut c: Core<u32> = Core::new(2);
+        c.push(0, 10, 1);
+        c.push(0, 12, 2);
+        c.push(1, 11, 9);
+        c.set_not_before(0, 0);
+        let (t, q, v) = c.pop().unwrap();
+        assert_eq!((t, q, v), (10, 0, 1));
+        c.hold(0, v);
+        assert_eq!(c.front(0), Some((10, 1)));
+        assert_eq!(c.last_due(0, 12), Some(2));
+        assert_eq!(c.pop().unwrap(), (11, 1, 9));
+        assert!(c.pop().is_none(), "queue 0 is held");
+        c.push(0, 13, 3); // pushes to a held queue do not arm it either
+        assert!(c.pop().is_none());
+        c.release(0, 20);
+        assert_eq!(c.pop().unwrap(), (20, 0, 1));
+        assert_eq!(c.pop().unwrap(), (20, 0, 2));
+        assert_eq!(c.pop().unwrap(), (20, 0, 3));
+        assert!(c.is_empty() && c.events == 4);
     }
 
     #[test]

@@ -6,10 +6,14 @@
 // acknowledgements and two for the CNPs (2- and 4-hop paths: each is pushed at now + a constant
 // of its queue). The NIC transmitters and the staggered connection starts use a small timer heap
 // with at most one live entry per host (and one per connection start), not one per packet.
-// Hops are cut-through as in B mode. Links are lossless with unbounded buffers: no PFC, so a
-// queue without ECN grows until the engine's window stops its senders. CNPs and ACKs are not
-// queued on the reverse links (they are small and in a high-priority class); each takes its
-// path's hop latencies.
+// Hops are cut-through as in B mode. Buffers are lossless and unbounded: without PFC a queue
+// without ECN grows until the engine's window stops its senders. With PFC, every switch counts
+// per ingress link the bytes that link sent and the switch has not forwarded yet (the wire's
+// included); past Xoff it sends a pause to the link's sender, at Xon a resume, each arriving one
+// hop latency later (one more core queue). A paused switch egress holds its head packet in the
+// core (`Core::hold`/`release`), a paused NIC sends nothing. CNPs and ACKs are not queued on the
+// reverse links (they are small and in a high-priority class); each takes its path's hop
+// latencies.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -24,7 +28,7 @@ use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::nic::{Nics, Pick};
 use super::rng::Rng;
-use super::switchq::{backlog, EcnSpec, SwitchQueues};
+use super::switchq::{backlog, EcnSpec, PfcSpec, SwitchQueues};
 use super::timeseries::{TsKind, TsRow};
 use super::topology::{LinkKind, Path, Ps, Rail};
 
@@ -42,6 +46,7 @@ pub struct PacketSpec {
     pub sample_ps: Ps,
     /// Connection c starts posting at c x this (0 = all at once).
     pub stagger_ps: Ps,
+    pub pfc: PfcSpec,
 }
 
 impl Default for PacketSpec {
@@ -54,6 +59,7 @@ impl Default for PacketSpec {
             rp: RpParams::firmware_defaults(),
             sample_ps: 0,
             stagger_ps: 0,
+            pfc: PfcSpec::default(),
         }
     }
 }
@@ -63,7 +69,8 @@ impl PacketSpec {
         if self.mtu == 0 || self.mtu > 1 << 20 {
             return Err(format!("MTU {} must be 1 ..= 1048576", self.mtu));
         }
-        self.ecn.validate()
+        self.ecn.validate()?;
+        self.pfc.validate()
     }
 }
 
@@ -102,6 +109,9 @@ pub struct PacketSummary {
     pub cnps_ignored: u64,
     /// Deepest switch egress backlog seen, bytes.
     pub max_queue_bytes: u64,
+    /// PFC pauses sent (links stopped), and the most bytes any ingress held.
+    pub pfc_pauses: u64,
+    pub max_ingress_bytes: u64,
     #[serde(skip)]
     pub timeseries: Vec<TsRow>,
 }
@@ -114,6 +124,8 @@ impl PacketSummary {
         self.rate_cuts += o.rate_cuts;
         self.cnps_ignored += o.cnps_ignored;
         self.max_queue_bytes = self.max_queue_bytes.max(o.max_queue_bytes);
+        self.pfc_pauses += o.pfc_pauses;
+        self.max_ingress_bytes = self.max_ingress_bytes.max(o.max_ingress_bytes);
         self.timeseries.extend_from_slice(&o.timeseries);
     }
 }
@@ -175,6 +187,73 @@ impl<T: Copy> Slab<T> {
 
 const TIMER_NONE: Ps = Ps::MAX;
 
+/// PFC state per link (as the sender of an ingress port).
+struct Pfc {
+    spec: PfcSpec,
+    /// Bytes this link sent that the next switch has not forwarded yet.
+    ingress: Vec<u64>,
+    max_ingress: u64,
+    /// The downstream switch has sent a pause not yet followed by a resume.
+    sent: Vec<bool>,
+    /// The pause reached this link's sender: it sends nothing.
+    paused: Vec<bool>,
+    /// A paused switch egress whose head the core holds.
+    held: Vec<bool>,
+    /// Pauses received.
+    pauses: Vec<u64>,
+}
+
+impl Pfc {
+    fn new(spec: PfcSpec, links: usize) -> Pfc {
+        let n = if spec.enabled { links } else { 0 };
+        Pfc {
+            spec,
+            ingress: vec![0; n],
+            max_ingress: 0,
+            sent: vec![false; n],
+            paused: vec![false; n],
+            held: vec![false; n],
+            pauses: vec![0; n],
+        }
+    }
+
+    /// Link `l` sent `len` more bytes into a switch; true when a pause must go back to it.
+    #[inline]
+    fn add(&mut self, l: u32, len: u32) -> bool {
+        if !self.spec.enabled {
+            return false;
+        }
+        let i = &mut self.ingress[l as usize];
+        *i += u64::from(len);
+        self.max_ingress = self.max_ingress.max(*i);
+        if *i >= self.spec.xoff && !self.sent[l as usize] {
+            self.sent[l as usize] = true;
+            return true;
+        }
+        false
+    }
+
+    /// The switch forwarded `len` bytes that came in through `l`; true when a resume must go.
+    #[inline]
+    fn forwarded(&mut self, l: u32, len: u32) -> bool {
+        if !self.spec.enabled {
+            return false;
+        }
+        let i = &mut self.ingress[l as usize];
+        *i -= u64::from(len);
+        if *i <= self.spec.xon && self.sent[l as usize] {
+            self.sent[l as usize] = false;
+            return true;
+        }
+        false
+    }
+
+    #[inline]
+    fn is_paused(&self, l: u32) -> bool {
+        self.spec.enabled && self.paused[l as usize]
+    }
+}
+
 /// Runs one phase in P mode; `rng` draws ECN marks and spray choices.
 pub fn run_phase(
     rail: &Rail,
@@ -190,6 +269,7 @@ pub fn run_phase(
     let arr_q = nl;
     let ack_q = nl + hosts;
     let cnp_q = ack_q + 2;
+    let pfc_q = cnp_q + 2;
     let lat = rail.hop_latency_ps;
     let qps = shape.qps;
     let mut out = PhaseOutcome {
@@ -210,7 +290,8 @@ pub fn run_phase(
     let in_flight = (nconn * qps * depth).min(1 << 20);
     let mut segs: Slab<PSeg> = Slab::with_capacity(in_flight);
     let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 22));
-    let mut core: Core<u32> = Core::new(cnp_q as usize + 2);
+    let mut core: Core<u32> = Core::new(pfc_q as usize + 1);
+    let mut pfc = Pfc::new(spec.pfc, nl as usize);
     for q in ack_q..cnp_q + 2 {
         core.reserve(q, in_flight.min(1 << 16));
     }
@@ -296,6 +377,7 @@ pub fn run_phase(
                 &core,
                 &pkts.items,
                 &sq,
+                &pfc.pauses,
                 &out.link_bytes,
                 &mut series,
             );
@@ -318,6 +400,9 @@ pub fn run_phase(
                 continue; // superseded by an earlier wake
             }
             nics.wake_at[h as usize] = TIMER_NONE;
+            if pfc.is_paused(rail.host_up(h as usize)) {
+                continue; // the resume wakes it
+            }
             if nics.free_at[h as usize] > now {
                 let f = nics.free_at[h as usize];
                 if nics.want_wake(h, f) {
@@ -362,6 +447,9 @@ pub fn run_phase(
                     nics.free_at[h as usize] = end;
                     let next = path.links[1];
                     let cum = sq.enqueue(next, len);
+                    if pfc.add(up, len) {
+                        core.push(pfc_q, now + lat, up << 1);
+                    }
                     let pid = pkts.insert(Pkt {
                         seg: sid,
                         qp: g,
@@ -383,8 +471,17 @@ pub fn run_phase(
         let Some((t, q, id)) = core.pop() else { break };
         now = t;
         if q < nl {
-            // A switch egress serves its head packet.
+            // A switch egress serves its head packet (unless PFC paused it).
+            if pfc.is_paused(q) {
+                core.hold(q, id);
+                pfc.held[q as usize] = true;
+                continue;
+            }
             let p = pkts.items[id as usize];
+            let from = p.path.links[p.hop as usize - 1];
+            if pfc.forwarded(from, p.len) {
+                core.push(pfc_q, now + lat, (from << 1) | 1);
+            }
             let last = core.last_due(q, now).map(|j| pkts.items[j as usize].cum);
             let b = backlog(p.cum, p.len, last);
             let qi = q as usize;
@@ -408,6 +505,9 @@ pub fn run_phase(
                 let next = p.path.links[hop as usize];
                 pm.cum = sq.enqueue(next, p.len);
                 core.push(next, now + lat, id);
+                if pfc.add(q, p.len) {
+                    core.push(pfc_q, now + lat, q << 1);
+                }
             } else {
                 core.push(
                     arr_q + run.conns[segs.items[p.seg as usize].conn as usize].dst,
@@ -443,6 +543,26 @@ pub fn run_phase(
             let s = segs.items[id as usize];
             segs.free.push(id);
             run.on_ack(s.conn as usize, s.qp as usize, now);
+        } else if q == pfc_q {
+            // A pause or resume frame reached the sender of link `l`.
+            let (l, resume) = (id >> 1, id & 1 == 1);
+            let li = l as usize;
+            if !resume {
+                pfc.paused[li] = true;
+                pfc.pauses[li] += 1;
+            } else {
+                pfc.paused[li] = false;
+                if rail.kind(l) == LinkKind::HostUp {
+                    let h = l; // host h's up link has id h
+                    let at = now.max(nics.free_at[h as usize]);
+                    if nics.want_wake(h, at) {
+                        timers.push(Reverse((at, h)));
+                    }
+                } else if pfc.held[li] {
+                    pfc.held[li] = false;
+                    core.release(l, now);
+                }
+            }
         } else {
             let g = id as usize;
             nics.qps[g].cnp(now);
@@ -464,6 +584,7 @@ pub fn run_phase(
             &core,
             &pkts.items,
             &sq,
+            &pfc.pauses,
             &out.link_bytes,
             &mut series,
         );
@@ -474,6 +595,8 @@ pub fn run_phase(
         packets: sq.packets.iter().sum::<u64>(),
         ecn_marks: sq.marks.iter().sum(),
         max_queue_bytes: sq.max_bytes.iter().copied().max().unwrap_or(0),
+        pfc_pauses: pfc.pauses.iter().sum(),
+        max_ingress_bytes: pfc.max_ingress,
         timeseries: series,
         ..PacketSummary::default()
     };
@@ -498,6 +621,7 @@ fn sample(
     core: &Core<u32>,
     pkts: &[Pkt],
     sq: &SwitchQueues,
+    pauses: &[u64],
     link_bytes: &[u64],
     rows: &mut Vec<TsRow>,
 ) {
@@ -514,6 +638,7 @@ fn sample(
         queue_bytes: 0,
         ecn_marks: 0,
         cnps: 0,
+        pfc_pauses: 0,
     };
     for (g, q) in nics.qps.iter_mut().enumerate() {
         // Applying the timers due by t now is what the next send would do first anyway.
@@ -532,7 +657,13 @@ fn sample(
     }
     for (l, &b) in link_bytes.iter().enumerate() {
         let kind = rail.kind(l as u32);
-        if kind == LinkKind::HostUp || sq.cum[l] == 0 {
+        // NIC up links have no queue: listed only under PFC (their pauses), once they sent.
+        let listed = if kind == LinkKind::HostUp {
+            !pauses.is_empty() && b > 0
+        } else {
+            sq.cum[l] > 0
+        };
+        if !listed {
             continue;
         }
         let q = l as u32;
@@ -550,6 +681,7 @@ fn sample(
             bytes: b,
             queue_bytes: depth,
             ecn_marks: sq.marks[l],
+            pfc_pauses: pauses.get(l).copied().unwrap_or(0),
             ..base
         });
     }

@@ -1,5 +1,5 @@
 //! P mode's time series: per data QP (DCQCN rate, segments outstanding, bytes sent, CE marks
-//! received, CNPs) and per switch egress link (backlog, bytes, marks), sampled every `sample_ps`.
+//! received, CNPs) and per link (backlog, bytes, marks, PFC pauses), sampled every `sample_ps`.
 
 use std::io::{self, Write};
 
@@ -49,18 +49,20 @@ pub struct TsRow {
     pub ecn_marks: u64,
     /// QP rows: CNPs received by the sender.
     pub cnps: u64,
+    /// Link rows: PFC pauses this link received (its sender stopped).
+    pub pfc_pauses: u64,
 }
 
 /// Header of [`write_csv`]'s output (after the caller's prefix columns).
 pub const CSV_HEADER: &str =
-    "t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps";
+    "t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses";
 
 /// Writes `rows` as CSV lines, each starting with `prefix` (e.g. "dqplb,8,"; may be empty).
 pub fn write_csv<W: Write>(w: &mut W, prefix: &str, rows: &[TsRow]) -> io::Result<()> {
     for r in rows {
         writeln!(
             w,
-            "{prefix}{:.3},{},{},{},{},{},{:.3},{},{},{},{},{}",
+            "{prefix}{:.3},{},{},{},{},{},{:.3},{},{},{},{},{},{}",
             r.t_ps as f64 / 1e6,
             r.rail,
             r.phase,
@@ -72,7 +74,8 @@ pub fn write_csv<W: Write>(w: &mut W, prefix: &str, rows: &[TsRow]) -> io::Resul
             r.bytes,
             r.queue_bytes,
             r.ecn_marks,
-            r.cnps
+            r.cnps,
+            r.pfc_pauses
         )?;
     }
     Ok(())
@@ -116,6 +119,7 @@ mod tests {
             queue_bytes: 0,
             ecn_marks: 0,
             cnps: 0,
+            pfc_pauses: 0,
         }
     }
 
@@ -134,7 +138,7 @@ mod tests {
         write_csv(&mut out, "dqplb,1,", &rows[1..2]).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "dqplb,1,10.000,0,0,qp,3,1,100.000,2,125000,0,0,0\n"
+            "dqplb,1,10.000,0,0,qp,3,1,100.000,2,125000,0,0,0,0\n"
         );
     }
 }
