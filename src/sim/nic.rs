@@ -4,7 +4,10 @@
 // The transmitter of host h is free at `free_at[h]`; when it is, it sends one MTU of the QP
 // (among h's QPs with data) whose pacer opens earliest (`next_ok`), ties in round-robin order
 // from the QP after the last one served. After a packet of L bytes at rate R, the QP's pacer
-// opens L / R after the packet started (a rate limiter per QP, as the NIC's is). The NIC wakes
+// opens L / R after the packet started (a rate limiter per QP, as the NIC's is), re-evaluated
+// at each of the transmitter's decisions, so a rate raised by DCQCN's timers applies from the
+// next decision (the NIC does not wake for a timer alone: an idle NIC whose only QPs are paced
+// applies a raise at the old opening, late by at most one gap at the old rate). The NIC wakes
 // through a timer heap that holds at most one live entry per host (`wake_at` drops the stale).
 
 use std::collections::VecDeque;
@@ -51,6 +54,17 @@ impl QpTx {
         self.last_len = len;
         self.next_ok = now + self.gap_ps(len);
         self.bytes += u64::from(len);
+    }
+
+    /// Applies the reaction point's timers due by `now` (they only raise the rate) and moves the
+    /// pacer's next opening to the current rate: a QP held by a long gap at a low rate does not
+    /// wait out the old gap after a recovery step.
+    #[inline]
+    pub fn refresh(&mut self, now: Ps) {
+        self.rp.advance_to(now / 1000);
+        if self.last_len > 0 {
+            self.next_ok = self.last_start + self.gap_ps(self.last_len);
+        }
     }
 
     /// A CNP reached the sender at `now`: the reaction point cuts (or ignores it), and the
@@ -106,20 +120,23 @@ impl Nics {
             list[fill[h as usize] as usize] = g as u32;
             fill[h as usize] += 1;
         }
-        let proto = QpTx {
-            segs: VecDeque::with_capacity(depth),
-            off: 0,
-            next_ok: 0,
-            last_start: 0,
-            last_len: 0,
-            rp: ReactionPoint::new(rp.clone(), line_mbps),
-            bytes: 0,
-            cnps: 0,
-            marked: 0,
-            np_last_cnp: None,
-        };
+        let qps = owner
+            .iter()
+            .map(|_| QpTx {
+                segs: VecDeque::with_capacity(depth),
+                off: 0,
+                next_ok: 0,
+                last_start: 0,
+                last_len: 0,
+                rp: ReactionPoint::new(rp.clone(), line_mbps),
+                bytes: 0,
+                cnps: 0,
+                marked: 0,
+                np_last_cnp: None,
+            })
+            .collect();
         Nics {
-            qps: vec![proto; owner.len()],
+            qps,
             start,
             list,
             rr: vec![0; hosts],
@@ -141,7 +158,8 @@ impl Nics {
         }
     }
 
-    /// The QP host h's transmitter serves at `now` (free by then), or when to look again.
+    /// The QP host h's transmitter serves at `now` (free by then), or when to look again; a
+    /// paced QP's opening is first brought to its current rate (`QpTx::refresh`).
     pub fn pick(&mut self, h: u32, now: Ps) -> Pick {
         let (a, b) = (
             self.start[h as usize] as usize,
@@ -155,9 +173,12 @@ impl Nics {
         let mut best: Option<(Ps, usize)> = None;
         for i in 0..n {
             let pos = (first + i) % n;
-            let q = &self.qps[self.list[a + pos] as usize];
+            let q = &mut self.qps[self.list[a + pos] as usize];
             if q.segs.is_empty() {
                 continue;
+            }
+            if q.next_ok > now {
+                q.refresh(now);
             }
             if best.is_none_or(|(t, _)| q.next_ok < t) {
                 best = Some((q.next_ok, pos));
