@@ -289,7 +289,7 @@ pub fn run_phase(
     let seg_pkts = shape.segment_bytes.div_ceil(mtu).max(1) as usize;
     let in_flight = (nconn * qps * depth).min(1 << 20);
     let mut segs: Slab<PSeg> = Slab::with_capacity(in_flight);
-    let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 22));
+    let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 20));
     let mut core: Core<u32> = Core::new(pfc_q as usize + 1);
     let mut pfc = Pfc::new(spec.pfc, nl as usize);
     for q in ack_q..cnp_q + 2 {
@@ -684,5 +684,41 @@ fn sample(
             pfc_pauses: pauses.get(l).copied().unwrap_or(0),
             ..base
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_and_spec_checks() {
+        let fw = dcqcn_profile("firmware").unwrap();
+        assert_eq!(fw, RpParams::firmware_defaults());
+        let paper = dcqcn_profile("paper").unwrap();
+        // g = 1/256 under the model's reading, both timers 55 us, 10 MB, 40 Mb/s, F = 5.
+        assert_eq!(paper.g_fixed(), 4);
+        assert_eq!((paper.dce_tcp_rtt_us, paper.time_reset_us), (55, 55));
+        assert_eq!(paper.byte_reset_64b * 64, 10_000_000);
+        assert_eq!((paper.ai_rate_mbps, paper.threshold), (40, 5));
+        assert_eq!(paper.hai_rate_mbps, fw.hai_rate_mbps);
+        assert!(dcqcn_profile("fast")
+            .unwrap_err()
+            .contains("firmware or paper"));
+        let ok = PacketSpec::default();
+        assert!(ok.validate().is_ok());
+        assert!(PacketSpec {
+            mtu: 0,
+            ..ok.clone()
+        }
+        .validate()
+        .is_err());
+        let mut pfc = ok.clone();
+        pfc.pfc = PfcSpec {
+            enabled: true,
+            xoff: 100,
+            xon: 200,
+        };
+        assert!(pfc.validate().unwrap_err().contains("Xon"));
     }
 }
