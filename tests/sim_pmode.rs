@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use nccl_net_dqplb::engine::PolicyKind;
-use nccl_net_dqplb::sim::pmode::dcqcn_profile;
+use nccl_net_dqplb::sim::packet::dcqcn_profile;
 use nccl_net_dqplb::sim::timeseries::{qp_gbps, TsKind};
 use nccl_net_dqplb::sim::{
     run, ConnShape, FabricSpec, Mode, PacketSpec, SimConfig, SimPolicy, SimResult, TrafficKind,

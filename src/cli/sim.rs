@@ -197,7 +197,7 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "ecn-kmin-kb" => c.packet.ecn.kmin = (num::<f64>(&opt, v)? * 1e3) as u64,
         "ecn-kmax-kb" => c.packet.ecn.kmax = (num::<f64>(&opt, v)? * 1e3) as u64,
         "ecn-pmax" => c.packet.ecn.pmax = num(&opt, v)?,
-        "dcqcn" => c.packet.rp = nccl_net_dqplb::sim::pmode::dcqcn_profile(v)?,
+        "dcqcn" => c.packet.rp = nccl_net_dqplb::sim::packet::dcqcn_profile(v)?,
         "cnp-interval-us" => c.packet.cnp_interval_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "pfc" => c.packet.pfc.enabled = matches!(v, "true" | "1" | "yes" | "on"),
         "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,

@@ -6,8 +6,8 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV); P mode: `pmode` (per packet), `nic` (DCQCN-paced QPs), `switchq` (ECN
-// queues), `timeseries`. Imports only `engine`, `dcqcn` (the reaction-point model), std and
+// `report` (JSON/CSV); P mode: `pmode` (per packet), `packet` (its parameters and counts),
+// `nic` (DCQCN-paced QPs), `switchq` (ECN queues), `pfc`, `timeseries`. Imports only `engine`, `dcqcn` (the reaction-point model), std and
 // serde; docs in docs/simulation.md.
 
 pub mod bmode;
@@ -19,6 +19,8 @@ pub mod fmode;
 pub mod hashing;
 pub mod latency;
 pub mod nic;
+pub mod packet;
+pub mod pfc;
 pub mod pmode;
 pub mod report;
 pub mod rng;
@@ -31,7 +33,7 @@ pub mod traffic;
 
 pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
 pub use hashing::{HashFields, SourcePort};
-pub use pmode::{PacketSpec, PacketSummary};
+pub use packet::{PacketSpec, PacketSummary};
 pub use report::{RailResult, SimResult};
 pub use run::{run, Mode, SimConfig};
 pub use topology::{FabricSpec, Ps};

@@ -7,7 +7,7 @@ use super::bmode::PhaseOutcome;
 use super::conn::{Errors, PhaseRun};
 use super::hashing::SourcePort;
 use super::latency::{LatencyHist, LatencySummary};
-use super::pmode::PacketSummary;
+use super::packet::PacketSummary;
 use super::run::SimConfig;
 use super::theory::binomial_pmf;
 use super::topology::{LinkKind, Rail};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::conn::{ConnShape, PhaseRun};
-use super::pmode::PacketSpec;
+use super::packet::PacketSpec;
 use super::report::{RailResult, SimResult};
 use super::rng::Rng;
 use super::topology::{FabricSpec, Ps, Rail};

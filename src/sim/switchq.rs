@@ -72,38 +72,6 @@ impl EcnSpec {
     }
 }
 
-/// Priority flow control: a switch pauses the link feeding one of its ingress ports when the
-/// bytes that came in through it and are not yet forwarded pass `xoff`, resumes it at `xon`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PfcSpec {
-    pub enabled: bool,
-    pub xoff: u64,
-    pub xon: u64,
-}
-
-impl Default for PfcSpec {
-    /// Off; when on, 1000 kB / 500 kB: chosen, not a vendor default (docs/simulation.md).
-    fn default() -> Self {
-        PfcSpec {
-            enabled: false,
-            xoff: 1_000_000,
-            xon: 500_000,
-        }
-    }
-}
-
-impl PfcSpec {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.enabled && (self.xon > self.xoff || self.xoff == 0) {
-            return Err(format!(
-                "PFC Xon {} B must be at most Xoff {} B, and Xoff above 0",
-                self.xon, self.xoff
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// Per-link counters of the switch queues.
 #[derive(Debug, Clone, Default)]
 pub struct SwitchQueues {
