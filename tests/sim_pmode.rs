@@ -120,8 +120,8 @@ fn dcqcn_n_to_1_converges_to_a_fair_share() {
     // in the senders, so the expectation is exactly C / N); (2) every run is roughly fair over
     // 40 .. 70 ms: Jain's index (sum x)^2 / (N sum x^2) at least 0.9, every QP within 30% of
     // C / N (DCQCN keeps some runs off: at N = 2 seed 1 the two QPs stay at about 250 / 150
-    // Gb/s, both are marked in nearly every CNP interval, so both are cut alike and only the
-    // small additive steps narrow the gap, see docs/simulation.md);
+    // Gb/s; the faster gets more CNPs, but fast recovery brings each back towards its own
+    // target, see docs/simulation.md);
     // (3) it converges: the worst QP's deviation, averaged over the seeds, is smaller over
     // 40 .. 70 ms than over 5 .. 15 ms; (4) the link stays full: the sum above 95% of C.
     let early = (5_000_000_000u64, 15_000_000_000u64);
