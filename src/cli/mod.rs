@@ -6,6 +6,7 @@ pub mod paths;
 pub mod perf;
 pub mod plan;
 pub mod sim;
+pub mod sim_svg;
 pub mod stats;
 
 /// Top-level usage text.

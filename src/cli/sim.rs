@@ -49,6 +49,8 @@ run:
   --rails-simulated N   simulate only N rails (they are identical up to hashing)
   --config FILE         site TOML (as dqplb plan reads it) with an optional [fabric.sim] block
   --format F            table (default), json or csv
+  --svg DIR             also write DIR/ideal.svg (% of ideal per policy and q), and per run
+                        DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv
   -h, --help            show this help
 
 exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";
@@ -59,6 +61,8 @@ struct Args {
     qps: Vec<usize>,
     format: String,
     help: bool,
+    /// Directory for the SVG charts and the per-uplink CSV.
+    svg: Option<String>,
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -169,6 +173,7 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "threads" => c.threads = num(&opt, v)?,
         "epoch-us" => c.epoch_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "rails-simulated" => c.rails_simulated = num(&opt, v)?,
+        "svg" => a.svg = Some(v.to_string()),
         "format" => {
             if !matches!(v, "table" | "json" | "csv") {
                 return Err(format!("--format '{v}' (table, json or csv)"));
@@ -218,6 +223,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         qps: vec![8],
         format: "table".into(),
         help: false,
+        svg: None,
     };
     let mut leaves = None;
     // The config file first, so command-line options override it wherever they appear.
@@ -371,6 +377,16 @@ pub fn run_cli(args: &[String]) -> i32 {
             }
         }
         _ => print_table(&rows),
+    }
+    if let Some(dir) = &a.svg {
+        let runs: Vec<&SimResult> = rows.iter().map(|r| &r.0).collect();
+        match super::sim_svg::write_all(std::path::Path::new(dir), &runs) {
+            Ok(files) => eprintln!("dqplb sim: wrote {} files to {dir}", files.len()),
+            Err(e) => {
+                eprintln!("dqplb sim: --svg {dir}: {e}");
+                return 2;
+            }
+        }
     }
     let bad = rows.iter().any(|(r, _)| r.errors.total() + r.missing > 0);
     i32::from(bad)
