@@ -7,6 +7,7 @@ pub mod perf;
 pub mod plan;
 pub mod sim;
 pub mod sim_svg;
+pub mod sim_sweep;
 pub mod stats;
 
 /// Top-level usage text.

@@ -13,6 +13,7 @@ use nccl_net_dqplb::sim::{
 /// Usage text of `dqplb sim`.
 pub const USAGE: &str = "\
 usage: dqplb sim [options]
+       dqplb sim sweep [grid] [options]   (qps x outstanding x segment; dqplb sim sweep --help)
 
 fabric (rail-optimized leaf-spine, one fabric per rail):
   --hosts N             hosts (default 64)          --rails R        NICs/rails per host (8)
@@ -55,17 +56,17 @@ run:
 
 exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";
 
-struct Args {
-    cfg: SimConfig,
-    policies: Vec<SimPolicy>,
-    qps: Vec<usize>,
-    format: String,
-    help: bool,
+pub(super) struct Args {
+    pub(super) cfg: SimConfig,
+    pub(super) policies: Vec<SimPolicy>,
+    pub(super) qps: Vec<usize>,
+    pub(super) format: String,
+    pub(super) help: bool,
     /// Directory for the SVG charts and the per-uplink CSV.
-    svg: Option<String>,
+    pub(super) svg: Option<String>,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
@@ -80,7 +81,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is not a byte count"))
 }
 
-fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
+pub(super) fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
     v.trim()
         .parse::<T>()
         .map_err(|_| format!("{opt}: '{v}' is not a valid number"))
@@ -216,7 +217,7 @@ fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<
     Ok(())
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
+pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut a = Args {
         cfg: defaults(),
         policies: vec![SimPolicy::Engine(PolicyKind::Dqplb)],
@@ -309,6 +310,9 @@ fn print_table(rows: &[(SimResult, f64)]) {
 
 /// Runs `dqplb sim`; returns the exit code.
 pub fn run_cli(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some("sweep") {
+        return super::sim_sweep::run_cli(&args[1..]);
+    }
     let a = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {

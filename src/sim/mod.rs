@@ -6,7 +6,7 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV), `svg` (the charts).
+// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet).
 // Imports only `engine` (and std, serde); docs in docs/simulation.md.
 
 pub mod bmode;
@@ -21,6 +21,7 @@ pub mod report;
 pub mod rng;
 pub mod run;
 pub mod svg;
+pub mod sweep;
 pub mod theory;
 pub mod topology;
 pub mod traffic;
