@@ -338,3 +338,19 @@ fn the_reader_rejects_what_it_should() {
     }
     assert_eq!(parse_svg("<svg><g><rect x=\"1.5\"/></g></svg>").len(), 3);
 }
+
+#[test]
+fn the_example_charts_in_docs_are_well_formed() {
+    let img = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/img");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&img).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("sim-") && name.ends_with(".svg") {
+            let els = parse_svg(&std::fs::read_to_string(&p).unwrap());
+            assert!(els.len() > 10, "{name}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4, "docs/img/sim-*.svg");
+}

@@ -270,6 +270,8 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
     assert_eq!(lines.len(), 3);
     assert!(lines[1].starts_with("2,1,131072,") && lines[2].starts_with("4,1,131072,"));
     assert!(text(&out.stderr).contains("[class.same-rail]"));
+    // Same seed, same bytes.
+    assert_eq!(dqplb(&args).stdout, out.stdout);
     for (extra, needle) in [
         (vec!["--segment", "1000"], "--segment"),
         (vec!["--segment", "2K"], "4K"),
