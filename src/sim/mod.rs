@@ -6,7 +6,8 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV). Imports only `engine` (and std, serde); docs in docs/simulation.md.
+// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet).
+// Imports only `engine` (and std, serde); docs in docs/simulation.md.
 
 pub mod bmode;
 pub mod bound;
@@ -19,6 +20,8 @@ pub mod latency;
 pub mod report;
 pub mod rng;
 pub mod run;
+pub mod svg;
+pub mod sweep;
 pub mod theory;
 pub mod topology;
 pub mod traffic;
