@@ -6,6 +6,8 @@ pub mod paths;
 pub mod perf;
 pub mod plan;
 pub mod sim;
+pub mod sim_svg;
+pub mod sim_sweep;
 pub mod stats;
 
 /// Top-level usage text.

@@ -14,6 +14,7 @@ use nccl_net_dqplb::sim::{
 /// Usage text of `dqplb sim`.
 pub const USAGE: &str = "\
 usage: dqplb sim [options]
+       dqplb sim sweep [grid] [options]   (qps x outstanding x segment; dqplb sim sweep --help)
 
 fabric (rail-optimized leaf-spine, one fabric per rail):
   --hosts N             hosts (default 64)          --rails R        NICs/rails per host (8)
@@ -64,20 +65,25 @@ P mode (per packet; DCQCN per QP, optional PFC):
   --rails-simulated N   simulate only N rails (they are identical up to hashing)
   --config FILE         site TOML (as dqplb plan reads it) with an optional [fabric.sim] block
   --format F            table (default), json or csv
+  --svg DIR             also write DIR/ideal.svg (% of ideal per policy and q), and per run
+                        DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv
   -h, --help            show this help
 
 exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";
 
-struct Args {
-    cfg: SimConfig,
-    policies: Vec<SimPolicy>,
-    qps: Vec<usize>,
-    format: String,
-    help: bool,
-    timeseries: Option<String>,
+pub(super) struct Args {
+    pub(super) cfg: SimConfig,
+    pub(super) policies: Vec<SimPolicy>,
+    pub(super) qps: Vec<usize>,
+    pub(super) format: String,
+    pub(super) help: bool,
+    /// Directory for the SVG charts and the per-uplink CSV.
+    pub(super) svg: Option<String>,
+    /// P mode: the time-series CSV file.
+    pub(super) timeseries: Option<String>,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
@@ -92,7 +98,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is not a byte count"))
 }
 
-fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
+pub(super) fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
     v.trim()
         .parse::<T>()
         .map_err(|_| format!("{opt}: '{v}' is not a valid number"))
@@ -205,6 +211,7 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "sample-us" => c.packet.sample_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "timeseries" => a.timeseries = Some(v.to_string()),
+        "svg" => a.svg = Some(v.to_string()),
         "format" => {
             if !matches!(v, "table" | "json" | "csv") {
                 return Err(format!("--format '{v}' (table, json or csv)"));
@@ -247,7 +254,7 @@ fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<
     Ok(())
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
+pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
     let mut a = Args {
         cfg: defaults(),
         policies: vec![SimPolicy::Engine(PolicyKind::Dqplb)],
@@ -255,6 +262,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         format: "table".into(),
         help: false,
         timeseries: None,
+        svg: None,
     };
     let mut leaves = None;
     // The config file first, so command-line options override it wherever they appear.
@@ -397,6 +405,9 @@ fn write_timeseries(path: &str, r: &SimResult) -> std::io::Result<()> {
 
 /// Runs `dqplb sim`; returns the exit code.
 pub fn run_cli(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some("sweep") {
+        return super::sim_sweep::run_cli(&args[1..]);
+    }
     let a = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
@@ -473,6 +484,16 @@ pub fn run_cli(args: &[String]) -> i32 {
         if let Err(e) = write_timeseries(path, r) {
             eprintln!("dqplb sim: {path}: {e}");
             return 2;
+        }
+    }
+    if let Some(dir) = &a.svg {
+        let runs: Vec<&SimResult> = rows.iter().map(|r| &r.0).collect();
+        match super::sim_svg::write_all(std::path::Path::new(dir), &runs) {
+            Ok(files) => eprintln!("dqplb sim: wrote {} files to {dir}", files.len()),
+            Err(e) => {
+                eprintln!("dqplb sim: --svg {dir}: {e}");
+                return 2;
+            }
         }
     }
     let bad = rows.iter().any(|(r, _)| r.errors.total() + r.missing > 0);

@@ -53,6 +53,13 @@ pub struct RailResult {
     /// P mode: packets, ECN marks, CNPs, rate cuts, deepest queue (and the time series).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketSummary>,
+    /// Per leaf uplink, index `leaf * spines + spine`: busy fraction over the rail's simulated
+    /// time (bytes carried x picoseconds per byte / simulated picoseconds, all phases).
+    pub uplink_util: Vec<f64>,
+    /// Uplinks that are down (same index as `uplink_util`, where they read 0).
+    pub uplink_failed: Vec<u32>,
+    #[serde(skip)]
+    uplink_busy_ps: Vec<f64>,
 }
 
 impl RailResult {
@@ -80,6 +87,9 @@ impl RailResult {
             bound_lower: 0.0,
             bound_upper: 0.0,
             packet: None,
+            uplink_util: Vec::new(),
+            uplink_failed: Vec::new(),
+            uplink_busy_ps: Vec::new(),
         }
     }
 
@@ -104,15 +114,30 @@ impl RailResult {
         }
         let t = out.time_ps.max(1) as f64;
         let (mut up_sum, mut up_n) = (0.0, 0usize);
+        let first_up = rail.leaf_up(0, 0) as usize;
+        let uplinks = rail.leaves * rail.spines;
+        if self.uplink_busy_ps.len() != uplinks {
+            self.uplink_busy_ps = vec![0.0; uplinks];
+            self.uplink_failed = (0..uplinks)
+                .filter(|&i| !rail.alive[first_up + i])
+                .map(|i| i as u32)
+                .collect();
+        }
         for (l, &b) in out.link_bytes.iter().enumerate() {
-            let u = b as f64 * rail.ps_per_byte[l] / t;
+            let busy = b as f64 * rail.ps_per_byte[l];
+            let u = busy / t;
             self.max_link_util = self.max_link_util.max(u);
-            if rail.kind(l as u32) == LinkKind::LeafUp && rail.alive[l] {
-                self.max_uplink_util = self.max_uplink_util.max(u);
-                up_sum += u;
-                up_n += 1;
+            if rail.kind(l as u32) == LinkKind::LeafUp {
+                self.uplink_busy_ps[l - first_up] += busy;
+                if rail.alive[l] {
+                    self.max_uplink_util = self.max_uplink_util.max(u);
+                    up_sum += u;
+                    up_n += 1;
+                }
             }
         }
+        let sim_t = self.simulated_ps.max(1) as f64;
+        self.uplink_util = self.uplink_busy_ps.iter().map(|b| b / sim_t).collect();
         if up_n > 0 {
             self.mean_uplink_util = up_sum / up_n as f64;
         }
@@ -320,6 +345,30 @@ impl SimResult {
             ),
             per_rail: rails,
         }
+    }
+
+    /// Header of [`SimResult::uplink_csv`].
+    pub const UPLINK_CSV_HEADER: &'static str = "policy,qps,rail,leaf,spine,util,failed";
+
+    /// The per-uplink utilisation dump: one row per leaf->spine link of every simulated rail.
+    pub fn uplink_csv(&self) -> String {
+        let mut s = String::new();
+        for r in &self.per_rail {
+            for (i, u) in r.uplink_util.iter().enumerate() {
+                let failed = r.uplink_failed.contains(&(i as u32));
+                s.push_str(&format!(
+                    "{},{},{},{},{},{:.6},{}\n",
+                    self.policy,
+                    self.qps,
+                    r.rail,
+                    i / self.spines.max(1),
+                    i % self.spines.max(1),
+                    u,
+                    failed
+                ));
+            }
+        }
+        s
     }
 
     pub fn to_json(&self) -> String {

@@ -1,0 +1,31 @@
+//! `dqplb sim --svg DIR`: writes the charts of src/sim/svg.rs for the runs of one invocation,
+//! and the per-uplink utilisation of every run as DIR/uplinks.csv.
+
+use std::path::{Path, PathBuf};
+
+use nccl_net_dqplb::sim::svg::{collisions, heatmap, ideal_bars};
+use nccl_net_dqplb::sim::SimResult;
+
+/// Writes DIR/ideal.svg, per run DIR/collisions-P-qQ.svg and DIR/heatmap-P-qQ.svg, and
+/// DIR/uplinks.csv; returns the files written.
+pub fn write_all(dir: &Path, runs: &[&SimResult]) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let mut files = Vec::new();
+    let mut put = |name: String, body: String| -> Result<(), String> {
+        let p = dir.join(name);
+        std::fs::write(&p, body).map_err(|e| format!("{}: {e}", p.display()))?;
+        files.push(p);
+        Ok(())
+    };
+    put("ideal.svg".into(), ideal_bars(runs))?;
+    let mut csv = String::from(SimResult::UPLINK_CSV_HEADER);
+    csv.push('\n');
+    for r in runs {
+        let tag = format!("{}-q{}", r.policy, r.qps);
+        put(format!("collisions-{tag}.svg"), collisions(r))?;
+        put(format!("heatmap-{tag}.svg"), heatmap(r))?;
+        csv.push_str(&r.uplink_csv());
+    }
+    put("uplinks.csv".into(), csv)?;
+    Ok(files)
+}

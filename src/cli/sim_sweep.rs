@@ -1,0 +1,430 @@
+//! `dqplb sim sweep`: runs the simulator over a qps x outstanding x segment grid, applies the
+//! criteria of src/sim/sweep.rs and prints the findings and a ready `[class.same-rail]` table.
+
+use std::time::Instant;
+
+use nccl_net_dqplb::sim::rng::Rng;
+use nccl_net_dqplb::sim::sweep::{analyse, same_rail_snippet, Criteria, Findings, SweepPoint};
+use nccl_net_dqplb::sim::traffic::phases;
+use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
+
+use super::sim::{num, parse_args, parse_bytes};
+
+/// Usage text of `dqplb sim sweep`.
+pub const USAGE: &str = "\
+usage: dqplb sim sweep [grid] [criteria] [dqplb sim options]
+
+Runs one simulation per point of the grid (one policy, default dqplb; --mode b by default) and
+prints: the smallest q within --bound-pct of the fluid bound (the best split over the hashed QP
+paths, lowest over the grid), the smallest outstanding depth that loses no throughput at that q,
+the largest segment without head-of-line cost, and a [class.same-rail] table for the site TOML.
+
+grid (comma lists):
+  --qps LIST            data QPs per connection (1,2,4,8,16)
+  --outstanding LIST    segments in flight per QP (1,2,4,8)
+  --segment LIST        segment bytes, K/M suffixes (128K,512K,1M)
+criteria (percent):
+  --bound-pct P         q: best time over ideal <= (1 + P/100) x the fluid bound (5)
+  --loss-pct P          depth: time <= (1 + P/100) x the best depth's at the same q, segment (1)
+  --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
+  --format F            table (default), json, or csv (the points; findings on stderr)
+every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
+a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
+--placement fragmented --bytes 128M --mode b (seconds for the default grid in release).
+No DCQCN profile axis yet: with --mode p every point runs under one --dcqcn profile.
+
+exit status: 0 success, 1 a run found engine/protocol errors, 2 bad input";
+
+/// The small fabric the sweep runs on unless the command line or --config says otherwise.
+const DEFAULTS: [&str; 18] = [
+    "--hosts",
+    "64",
+    "--rails",
+    "2",
+    "--hosts-per-leaf",
+    "8",
+    "--spines",
+    "8",
+    "--traffic",
+    "ring",
+    "--placement",
+    "fragmented",
+    "--bytes",
+    "128M",
+    "--mode",
+    "b",
+    "--policy",
+    "dqplb",
+];
+
+struct Sweep {
+    base: SimConfig,
+    format: String,
+    qps: Vec<usize>,
+    outstanding: Vec<u32>,
+    segments: Vec<u32>,
+    criteria: Criteria,
+}
+
+fn list<T>(opt: &str, v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    let out: Vec<T> = v
+        .split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(f)
+        .collect::<Result<_, _>>()?;
+    if out.is_empty() {
+        return Err(format!("{opt} needs at least one value"));
+    }
+    Ok(out)
+}
+
+/// A segment the site config also takes (segment-bytes: a multiple of 128 in 4 KiB ..= 64 MiB),
+/// so the printed snippet is always valid.
+fn segment(v: &str) -> Result<u32, String> {
+    let b = parse_bytes(v)?;
+    if !(4096..=64 << 20).contains(&b) || !b.is_multiple_of(128) {
+        return Err(format!(
+            "--segment {v}: a multiple of 128 in 4K ..= 64M (the site config's range)"
+        ));
+    }
+    Ok(b as u32)
+}
+
+fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
+    let mut grid = Sweep {
+        base: parse_args(&[])?.cfg,
+        format: "table".into(),
+        qps: vec![1, 2, 4, 8, 16],
+        outstanding: vec![1, 2, 4, 8],
+        segments: vec![128 << 10, 512 << 10, 1 << 20],
+        criteria: Criteria::default(),
+    };
+    let mut rest: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "-h" || arg == "--help" {
+            return Ok(None);
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let ours = matches!(
+            name.as_str(),
+            "--qps" | "--outstanding" | "--segment" | "--bound-pct" | "--loss-pct" | "--hol-pct"
+        );
+        if name == "--svg" {
+            return Err("--svg is for dqplb sim, not the sweep".into());
+        }
+        if !ours {
+            rest.push(arg.clone());
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("option {name} needs a value"))?,
+        };
+        match name.as_str() {
+            "--qps" => grid.qps = list(&name, &v, |x| num(&name, x))?,
+            "--outstanding" => grid.outstanding = list(&name, &v, |x| num(&name, x))?,
+            "--segment" => grid.segments = list(&name, &v, segment)?,
+            "--bound-pct" => grid.criteria.bound_pct = num(&name, &v)?,
+            "--loss-pct" => grid.criteria.loss_pct = num(&name, &v)?,
+            _ => grid.criteria.hol_pct = num(&name, &v)?,
+        }
+    }
+    let has_config = rest
+        .iter()
+        .any(|a| a == "--config" || a.starts_with("--config="));
+    let mut full: Vec<String> = if has_config {
+        Vec::new()
+    } else {
+        DEFAULTS.iter().map(|s| s.to_string()).collect()
+    };
+    full.extend(rest);
+    let a = parse_args(&full)?;
+    if a.policies.len() != 1 {
+        return Err("the sweep runs one policy (--policy P)".into());
+    }
+    grid.base = a.cfg;
+    grid.base.shape.policy = a.policies[0];
+    grid.format = a.format;
+    for v in [
+        grid.criteria.bound_pct,
+        grid.criteria.loss_pct,
+        grid.criteria.hol_pct,
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("a criterion of {v}% (must be >= 0)"));
+        }
+    }
+    ring_fits_its_slots(&grid.base)?;
+    grid.qps.sort_unstable();
+    grid.qps.dedup();
+    grid.outstanding.sort_unstable();
+    grid.outstanding.dedup();
+    grid.segments.sort_unstable();
+    grid.segments.dedup();
+    Ok(Some(grid))
+}
+
+/// The ring model posts a rank's step k + 1 only after its downstream consumed step k, so a step of
+/// `slots` messages or more fills every slot of every rank at once and deadlocks (NCCL loops over
+/// the buffer in chunks of a few slots instead): refused here rather than reported as 60 failed runs.
+fn ring_fits_its_slots(c: &SimConfig) -> Result<(), String> {
+    let f = &c.fabric;
+    for p in phases(&c.traffic, f.hosts, f.hosts_per_leaf, &mut Rng::new(c.seed)) {
+        if p.ring && p.per_step >= p.slots {
+            return Err(format!(
+                "a ring step of {} B is {} messages of {} B, not fewer than the {} slots: the ring \
+                 model deadlocks there (lower --bytes or raise --step-bytes or --slots)",
+                p.chunk, p.per_step, p.step_bytes, p.slots
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn human(b: u32) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else {
+        b.to_string()
+    }
+}
+
+fn point(r: &SimResult) -> SweepPoint {
+    SweepPoint {
+        qps: r.qps,
+        outstanding: r.outstanding,
+        segment_bytes: r.segment_bytes,
+        time_over_ideal: r.time_over_ideal,
+        pct_of_ideal: r.pct_of_ideal,
+        bound_upper: r.bound_upper,
+        bound_lower: r.bound_lower,
+        p50_us: r.message_latency.p50_us,
+        p99_us: r.message_latency.p99_us,
+        faults: r.errors.total() + r.missing,
+        events: r.events,
+    }
+}
+
+fn describe(c: &SimConfig) -> String {
+    format!(
+        "mode {} policy {} traffic {} bytes {} placement {:?}; {} hosts x {} rails, {} leaves x {} hosts, {} spines, oversub {}, {} Gb/s, hop {} ns; seed {}",
+        c.mode.name(),
+        c.shape.policy.name(),
+        c.traffic.kind.name(),
+        c.traffic.bytes,
+        c.traffic.placement,
+        c.fabric.hosts,
+        c.fabric.rails,
+        c.fabric.leaves(),
+        c.fabric.hosts_per_leaf,
+        c.fabric.spines,
+        c.fabric.oversub,
+        c.fabric.host_gbps,
+        c.fabric.hop_latency_ps / 1000,
+        c.seed
+    )
+}
+
+/// The findings in words, one line each.
+fn findings_text(f: &Findings) -> String {
+    let c = &f.criteria;
+    let mut s = format!(
+        "fluid bound (best split over the hashed QP paths, lowest of the grid): {:.4} x ideal = {:.2}% of ideal\n",
+        f.bound_over_ideal, f.bound_pct_of_ideal
+    );
+    for p in &f.per_q {
+        s.push_str(&format!(
+            "  q={:<3} best {:.2}% of ideal (outstanding {}, segment {}), its own bound {:.2}%{}\n",
+            p.qps,
+            100.0 / p.best_time_over_ideal,
+            p.best_outstanding,
+            human(p.best_segment_bytes),
+            100.0 / p.bound_upper,
+            if p.within_bound {
+                format!(", within {}%", c.bound_pct)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if f.q_met {
+        s.push_str(&format!(
+            "smallest q within {}% of the fluid bound: {}\n",
+            c.bound_pct, f.qps
+        ));
+    } else {
+        s.push_str(&format!(
+            "smallest q within {}% of the fluid bound: none in the grid; the fastest q, {}, stands in\n",
+            c.bound_pct, f.qps
+        ));
+    }
+    s.push_str(&format!(
+        "smallest outstanding with no loss at q={} (time within {}% of the best depth's), per segment:",
+        f.qps, c.loss_pct
+    ));
+    for p in &f.per_segment {
+        match p.outstanding {
+            Some(d) => s.push_str(&format!(" {}: {d}", human(p.segment_bytes))),
+            None => s.push_str(&format!(" {}: none ran clean", human(p.segment_bytes))),
+        }
+    }
+    s.push('\n');
+    let p0 = f
+        .per_segment
+        .iter()
+        .find(|p| p.outstanding.is_some())
+        .map_or(0.0, |p| p.p99_us);
+    s.push_str(&format!(
+        "largest segment without head-of-line cost (message p99 within {}% of {:.1} us): {} (p99 {:.1} us, outstanding {}, {:.2}% of ideal)\n",
+        c.hol_pct,
+        p0,
+        human(f.segment_bytes),
+        f.per_segment
+            .iter()
+            .find(|p| p.segment_bytes == f.segment_bytes)
+            .map_or(0.0, |p| p.p99_us),
+        f.outstanding,
+        100.0 / f.time_over_ideal.max(1e-12)
+    ));
+    s
+}
+
+/// Runs `dqplb sim sweep`; returns the exit code.
+pub fn run_cli(args: &[String]) -> i32 {
+    let g = match parse(args) {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            println!("{USAGE}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("dqplb sim sweep: {e}\n\n{USAGE}");
+            return 2;
+        }
+    };
+    let t0 = Instant::now();
+    let mut points = Vec::new();
+    let mut walls = Vec::new();
+    for &q in &g.qps {
+        for &d in &g.outstanding {
+            for &s in &g.segments {
+                let mut cfg = g.base.clone();
+                cfg.shape.qps = q;
+                cfg.shape.outstanding = d;
+                cfg.shape.segment_bytes = s;
+                let t = Instant::now();
+                match run(&cfg) {
+                    Ok(r) => points.push(point(&r)),
+                    Err(e) => {
+                        eprintln!("dqplb sim sweep: q={q} outstanding={d} segment={s}: {e}");
+                        return 2;
+                    }
+                }
+                walls.push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let f = match analyse(&points, &g.criteria) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("dqplb sim sweep: {e}");
+            return 1;
+        }
+    };
+    // The simulated round trip of a leaf-spine-leaf path: 4 hops out, 4 back for the ACK.
+    let rtt_us = (8.0 * g.base.fabric.hop_latency_ps as f64 / 1e6).max(0.001);
+    let snippet = same_rail_snippet(
+        &f,
+        g.base.fabric.host_gbps,
+        rtt_us,
+        g.base.shape.policy.name(),
+    );
+    let footer = format!(
+        "{} runs in {wall:.2} s wall ({})",
+        points.len(),
+        describe(&g.base)
+    );
+    match g.format.as_str() {
+        "json" => {
+            let v = serde_json::json!({
+                "config": describe(&g.base),
+                "points": points,
+                "findings": f,
+                "snippet": snippet,
+            });
+            match serde_json::to_string_pretty(&v) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("dqplb sim sweep: {e}");
+                    return 2;
+                }
+            }
+            eprintln!("dqplb sim sweep: {footer}");
+        }
+        "csv" => {
+            println!("qps,outstanding,segment_bytes,time_over_ideal,pct_of_ideal,bound_upper,bound_lower,msg_p50_us,msg_p99_us,faults,events");
+            for p in &points {
+                println!(
+                    "{},{},{},{:.6},{:.3},{:.6},{:.6},{:.3},{:.3},{},{}",
+                    p.qps,
+                    p.outstanding,
+                    p.segment_bytes,
+                    p.time_over_ideal,
+                    p.pct_of_ideal,
+                    p.bound_upper,
+                    p.bound_lower,
+                    p.p50_us,
+                    p.p99_us,
+                    p.faults,
+                    p.events
+                );
+            }
+            eprint!("{}\n{snippet}", findings_text(&f));
+            eprintln!("dqplb sim sweep: {footer}");
+        }
+        _ => {
+            println!("# dqplb sim sweep: {}", describe(&g.base));
+            println!(
+                "{:>4} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>7}",
+                "qps",
+                "outst",
+                "segment",
+                "%ideal",
+                "bound%",
+                "p50_us",
+                "p99_us",
+                "faults",
+                "wall_s"
+            );
+            for (p, w) in points.iter().zip(&walls) {
+                println!(
+                    "{:>4} {:>6} {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6} {:>7.2}",
+                    p.qps,
+                    p.outstanding,
+                    human(p.segment_bytes),
+                    p.pct_of_ideal,
+                    100.0 / p.bound_upper.max(1e-12),
+                    p.p50_us,
+                    p.p99_us,
+                    p.faults,
+                    w
+                );
+            }
+            println!();
+            print!("{}", findings_text(&f));
+            println!("\nready for the site TOML (plugin-conf/):\n\n{snippet}");
+            println!("# {footer}");
+        }
+    }
+    i32::from(points.iter().any(|p| !p.clean()))
+}
