@@ -504,3 +504,48 @@ fn timeseries_csv_from_the_command() {
     assert_eq!(per_t.values().last().unwrap().1, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn p_mode_from_a_fabric_sim_block_and_the_json_counts() {
+    // The [fabric.sim] keys are the options' names: P mode, no ECN, PFC with its thresholds,
+    // the paper profile; the engine shape is the site's same-rail class (a window of megabytes
+    // per connection). 4-to-1 under one leaf: without ECN nothing is marked, so no CNP; four
+    // line-rate senders into one downlink fill it past Xoff = 200 kB, so PFC must pause; the
+    // JSON carries the counts.
+    let dir = std::env::temp_dir().join(format!("dqplb-pmode-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
+    )
+    .unwrap();
+    let conf = dir.join("site.toml");
+    let sim = "\n[fabric.sim]\nmode = \"p\"\nhosts = 5\nrails = 1\nhosts-per-leaf = 8\nspines = 1\ntraffic = \"incast\"\nbytes = \"8M\"\necn = \"off\"\npfc = true\npfc-xoff-kb = 200\npfc-xon-kb = 100\ndcqcn = \"paper\"\n";
+    std::fs::write(&conf, format!("{base}{sim}")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
+        .args([
+            "sim",
+            "--config",
+            conf.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let r = &v[0];
+    assert_eq!(r["mode"], "P");
+    assert_eq!(r["traffic"], "incast");
+    assert_eq!(r["missing"], 0);
+    let p = &r["packet"];
+    assert_eq!(p["ecn_marks"], 0);
+    assert_eq!(p["cnps"], 0);
+    assert!(p["pfc_pauses"].as_u64().unwrap() > 0, "{p}");
+    // 4 senders x 8 MiB in 4 KiB packets; under one leaf each crosses one switch egress.
+    assert_eq!(p["packets"], 4 * (8 << 20) / 4096);
+    let _ = std::fs::remove_dir_all(&dir);
+}
