@@ -120,7 +120,15 @@ fn site_toml_with_a_fabric_sim_block() {
 fn bad_input_exits_2_naming_the_option() {
     for (args, needle) in [
         (vec!["sim", "--policy", "ecmp"], "unknown policy"),
-        (vec!["sim", "--mode", "p"], "not built"),
+        (vec!["sim", "--mode", "q"], "unknown mode 'q' (f, b or p)"),
+        (
+            vec!["sim", "--timeseries", "t.csv"],
+            "--timeseries needs --mode p",
+        ),
+        (
+            vec!["sim", "--mode", "p", "--ecn", "maybe"],
+            "--ecn 'maybe'",
+        ),
         (vec!["sim", "--hosts", "x"], "--hosts"),
         (vec!["sim", "--frobnicate", "1"], "--frobnicate"),
     ] {

@@ -46,6 +46,7 @@ fn config(
         threads: 2,
         epoch_ps: 0,
         rails_simulated: 0,
+        packet: nccl_net_dqplb::sim::PacketSpec::default(),
     }
 }
 

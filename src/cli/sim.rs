@@ -5,9 +5,10 @@ use std::time::Instant;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
 use nccl_net_dqplb::engine::PolicyKind;
+use nccl_net_dqplb::sim::timeseries;
 use nccl_net_dqplb::sim::{
-    run, ConnShape, FabricSpec, Mode, Placement, SimConfig, SimPolicy, SimResult, SourcePort,
-    TrafficKind, TrafficSpec, SIM_REHASH,
+    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
+    SourcePort, TrafficKind, TrafficSpec, SIM_REHASH,
 };
 
 /// Usage text of `dqplb sim`.
@@ -34,7 +35,8 @@ engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's sa
   --outstanding D       segments in flight per QP
   --segment B           segment bytes (multiple of 128; K/M/G suffixes)
 traffic:
-  --traffic T           ring (all-reduce, default), permutation, leaf-shift, all-to-all
+  --traffic T           ring (all-reduce, default), permutation, leaf-shift, all-to-all,
+                        incast (every host sends --bytes to the first one: N-to-1)
   --bytes B             ring: buffer per GPU; permutation/leaf-shift: per connection;
                         all-to-all: send buffer per GPU (default 1G)
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
@@ -44,7 +46,20 @@ traffic:
                         step-size messages while the collective runs on the others (endless;
                         --background-messages N: N each, 0: idle hosts)
 run:
-  --mode M              f (fluid max-min, default) or b (per segment)
+  --mode M              f (fluid max-min, default), b (per segment) or p (per packet)
+P mode (per packet; DCQCN per QP, optional PFC):
+  --mtu B               payload bytes per packet (4096)
+  --ecn on|off          ECN marking at the switch egress queues (on)
+  --ecn-kmin-kb K       no mark below K kB (1 kB = 1000 B; 50)
+  --ecn-kmax-kb K       probability Pmax at K kB, every packet above (2000)
+  --ecn-pmax P          marking probability at Kmax (0.01)
+  --cnp-interval-us U   at most one CNP per QP per U us at the receiver NIC (4, mlx5)
+  --dcqcn P             reaction-point profile: firmware (mlx5 defaults) or paper (DCQCN paper)
+  --pfc                 priority flow control: a switch pauses the sender of an ingress link
+                        holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
+  --start-stagger-us U  connection c starts at c x U us (0)
+  --timeseries FILE     per-QP and per-queue samples as CSV (first --policy/--qps run)
+  --sample-us U         sampling period (10 with --timeseries)
   --seed S              (default 1)                 --threads T      rails in parallel (2)
   --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
   --rails-simulated N   simulate only N rails (they are identical up to hashing)
@@ -64,6 +79,8 @@ pub(super) struct Args {
     pub(super) help: bool,
     /// Directory for the SVG charts and the per-uplink CSV.
     pub(super) svg: Option<String>,
+    /// P mode: the time-series CSV file.
+    pub(super) timeseries: Option<String>,
 }
 
 pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -113,6 +130,7 @@ fn defaults() -> SimConfig {
         threads: 2,
         epoch_ps: 5_000_000,
         rails_simulated: 0,
+        packet: PacketSpec::default(),
     }
 }
 
@@ -174,6 +192,25 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "threads" => c.threads = num(&opt, v)?,
         "epoch-us" => c.epoch_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "rails-simulated" => c.rails_simulated = num(&opt, v)?,
+        "mtu" => c.packet.mtu = u32::try_from(parse_bytes(v)?).map_err(|_| format!("--mtu {v}"))?,
+        "ecn" => {
+            c.packet.ecn.enabled = match v {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                o => return Err(format!("--ecn '{o}' (on or off)")),
+            }
+        }
+        "ecn-kmin-kb" => c.packet.ecn.kmin = (num::<f64>(&opt, v)? * 1e3) as u64,
+        "ecn-kmax-kb" => c.packet.ecn.kmax = (num::<f64>(&opt, v)? * 1e3) as u64,
+        "ecn-pmax" => c.packet.ecn.pmax = num(&opt, v)?,
+        "dcqcn" => c.packet.rp = nccl_net_dqplb::sim::packet::dcqcn_profile(v)?,
+        "cnp-interval-us" => c.packet.cnp_interval_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "pfc" => c.packet.pfc.enabled = matches!(v, "true" | "1" | "yes" | "on"),
+        "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
+        "pfc-xon-kb" => c.packet.pfc.xon = (num::<f64>(&opt, v)? * 1e3) as u64,
+        "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "sample-us" => c.packet.sample_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "timeseries" => a.timeseries = Some(v.to_string()),
         "svg" => a.svg = Some(v.to_string()),
         "format" => {
             if !matches!(v, "table" | "json" | "csv") {
@@ -224,6 +261,7 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
         qps: vec![8],
         format: "table".into(),
         help: false,
+        timeseries: None,
         svg: None,
     };
     let mut leaves = None;
@@ -246,6 +284,7 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
         match name {
             "-h" | "--help" => a.help = true,
             "--hash-dest-qpn" if inline.is_none() => a.cfg.fabric.hash.dest_qpn = true,
+            "--pfc" if inline.is_none() => a.cfg.packet.pfc.enabled = true,
             "--config" => {
                 if inline.is_none() {
                     it.next();
@@ -269,6 +308,14 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
             return Err("--leaves must be at least 1".into());
         }
         a.cfg.fabric.hosts_per_leaf = a.cfg.fabric.hosts.div_ceil(l);
+    }
+    if a.timeseries.is_some() {
+        if a.cfg.mode != Mode::Packet {
+            return Err("--timeseries needs --mode p".into());
+        }
+        if a.cfg.packet.sample_ps == 0 {
+            a.cfg.packet.sample_ps = 10_000_000;
+        }
     }
     Ok(a)
 }
@@ -306,6 +353,54 @@ fn print_table(rows: &[(SimResult, f64)]) {
             wall
         );
     }
+}
+
+/// P mode's counters under the main table (nothing for F and B runs).
+fn print_packet_table(rows: &[(SimResult, f64)]) {
+    let p: Vec<_> = rows
+        .iter()
+        .filter_map(|(r, _)| r.packet.as_ref().map(|p| (r, p)))
+        .collect();
+    if p.is_empty() {
+        return;
+    }
+    println!(
+        "\n{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
+        "policy",
+        "qps",
+        "packets",
+        "ecn_marks",
+        "cnps",
+        "rate_cuts",
+        "ignored",
+        "max_queue_B",
+        "pfc_pauses"
+    );
+    for (r, p) in p {
+        println!(
+            "{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
+            r.policy,
+            r.qps,
+            p.packets,
+            p.ecn_marks,
+            p.cnps,
+            p.rate_cuts,
+            p.cnps_ignored,
+            p.max_queue_bytes,
+            p.pfc_pauses
+        );
+    }
+}
+
+/// Writes the P-mode time series of `r` to `path` as CSV.
+fn write_timeseries(path: &str, r: &SimResult) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(w, "policy,qps,{}", timeseries::CSV_HEADER)?;
+    if let Some(p) = &r.packet {
+        timeseries::write_csv(&mut w, &format!("{},{},", r.policy, r.qps), &p.timeseries)?;
+    }
+    w.flush()
 }
 
 /// Runs `dqplb sim`; returns the exit code.
@@ -380,7 +475,16 @@ pub fn run_cli(args: &[String]) -> i32 {
                 eprintln!("dqplb sim: {} q={} wall {w:.2} s", r.policy, r.qps);
             }
         }
-        _ => print_table(&rows),
+        _ => {
+            print_table(&rows);
+            print_packet_table(&rows);
+        }
+    }
+    if let (Some(path), Some((r, _))) = (&a.timeseries, rows.first()) {
+        if let Err(e) = write_timeseries(path, r) {
+            eprintln!("dqplb sim: {path}: {e}");
+            return 2;
+        }
     }
     if let Some(dir) = &a.svg {
         let runs: Vec<&SimResult> = rows.iter().map(|r| &r.0).collect();

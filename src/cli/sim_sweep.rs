@@ -31,7 +31,7 @@ criteria (percent):
 every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
 a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
 --placement fragmented --bytes 128M --mode b (seconds for the default grid in release).
-A DCQCN profile axis needs P mode, which is not built: there is no --profile yet.
+No DCQCN profile axis yet: with --mode p every point runs under one --dcqcn profile.
 
 exit status: 0 success, 1 a run found engine/protocol errors, 2 bad input";
 

@@ -1,7 +1,7 @@
 //! B mode: every engine segment crosses its path hop by hop, serialized on each link's FIFO with
 //! cut-through (the next hop starts one hop latency after this one started), acknowledged back.
 
-// Links are lossless with unbounded FIFOs (no ECN, PFC or DCQCN: that is P mode, not built).
+// Links are lossless with unbounded FIFOs (no ECN, PFC or DCQCN; ECN and DCQCN: see pmode.rs).
 
 use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};

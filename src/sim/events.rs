@@ -19,6 +19,8 @@ pub struct Core<T: Copy> {
     heap: BinaryHeap<Reverse<(Ps, u32)>>,
     /// The queue popped last: re-armed at the next `pop`, after its owner updated `not_before`.
     rearm: Option<u32>,
+    /// The pushed time of the item popped last (for `hold`).
+    popped_at: Ps,
     pending: u64,
     pub events: u64,
 }
@@ -30,6 +32,7 @@ impl<T: Copy> Core<T> {
             not_before: vec![0; queues],
             heap: BinaryHeap::with_capacity(queues),
             rearm: None,
+            popped_at: 0,
             pending: 0,
             events: 0,
         }
@@ -72,7 +75,8 @@ impl<T: Copy> Core<T> {
             }
         }
         let Reverse((t, q)) = self.heap.pop()?;
-        let (_, item) = self.queues[q as usize].pop_front()?;
+        let (at, item) = self.queues[q as usize].pop_front()?;
+        self.popped_at = at;
         self.rearm = Some(q);
         self.pending -= 1;
         self.events += 1;
@@ -98,6 +102,44 @@ impl<T: Copy> Core<T> {
     pub fn len(&self, q: u32) -> usize {
         self.queues[q as usize].len()
     }
+
+    /// Puts the item `pop` just returned back at the head of its queue `q` and leaves the queue
+    /// unarmed: nothing of `q` fires until [`Core::release`] (P mode's PFC pause of a link).
+    pub fn hold(&mut self, q: u32, item: T) {
+        debug_assert_eq!(self.rearm, Some(q), "hold right after popping queue {q}");
+        self.queues[q as usize].push_front((self.popped_at, item));
+        self.rearm = None;
+        self.pending += 1;
+        self.events -= 1;
+    }
+
+    /// A held queue `q` may fire again, not before `t`.
+    pub fn release(&mut self, q: u32, t: Ps) {
+        let nb = &mut self.not_before[q as usize];
+        *nb = (*nb).max(t);
+        if let Some(&(h, _)) = self.queues[q as usize].front() {
+            self.heap.push(Reverse((h.max(*nb), q)));
+        }
+    }
+
+    /// The head of queue `q` (its earliest pending event), if any.
+    #[inline]
+    pub fn front(&self, q: u32) -> Option<(Ps, T)> {
+        self.queues[q as usize].front().copied()
+    }
+
+    /// The latest pending item of queue `q` whose time is at or before `t` (binary search: the
+    /// queue is in time order). P mode uses it for a switch queue's backlog at time `t`.
+    #[inline]
+    pub fn last_due(&self, q: u32, t: Ps) -> Option<T> {
+        let queue = &self.queues[q as usize];
+        let i = queue.partition_point(|&(x, _)| x <= t);
+        if i == 0 {
+            None
+        } else {
+            Some(queue[i - 1].1)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +161,42 @@ mod tests {
         assert_eq!(c.pop().unwrap(), (5, 2, 51));
         assert_eq!(c.pop().unwrap(), (9, 0, 60));
         assert!(c.pop().is_none() && c.is_empty());
+    }
+
+    #[test]
+    fn a_held_queue_fires_only_after_release_in_its_order() {
+        let mut c: Core<u32> = Core::new(2);
+        c.push(0, 10, 1);
+        c.push(0, 12, 2);
+        c.push(1, 11, 9);
+        c.set_not_before(0, 0);
+        let (t, q, v) = c.pop().unwrap();
+        assert_eq!((t, q, v), (10, 0, 1));
+        c.hold(0, v);
+        assert_eq!(c.front(0), Some((10, 1)));
+        assert_eq!(c.last_due(0, 12), Some(2));
+        assert_eq!(c.pop().unwrap(), (11, 1, 9));
+        assert!(c.pop().is_none(), "queue 0 is held");
+        c.push(0, 13, 3); // pushes to a held queue do not arm it either
+        assert!(c.pop().is_none());
+        c.release(0, 20);
+        assert_eq!(c.pop().unwrap(), (20, 0, 1));
+        assert_eq!(c.pop().unwrap(), (20, 0, 2));
+        assert_eq!(c.pop().unwrap(), (20, 0, 3));
+        assert!(c.is_empty() && c.events == 4);
+    }
+
+    #[test]
+    fn front_and_last_due_see_only_what_has_arrived() {
+        let mut c: Core<u32> = Core::new(1);
+        assert_eq!((c.front(0), c.last_due(0, 100)), (None, None));
+        for (t, v) in [(10, 1), (20, 2), (20, 3), (30, 4)] {
+            c.push(0, t, v);
+        }
+        assert_eq!(c.front(0), Some((10, 1)));
+        assert_eq!(c.last_due(0, 9), None);
+        assert_eq!(c.last_due(0, 10), Some(1));
+        assert_eq!(c.last_due(0, 25), Some(3));
+        assert_eq!(c.last_due(0, 30), Some(4));
     }
 }

@@ -1,13 +1,15 @@
 //! `dqplb sim`: a fabric simulator that drives the real engine (`Sender`/`Receiver`) over a
-//! rail-optimized leaf-spine with switch-style ECMP, in fluid (F) or per-segment (B) granularity.
+//! rail-optimized leaf-spine with switch-style ECMP, per fluid (F), segment (B) or packet (P).
 
 // Layout: `topology` (fabric, links, paths), `hashing` (5-tuple CRC, mlx5 source port),
 // `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet).
-// Imports only `engine` (and std, serde); docs in docs/simulation.md.
+// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet);
+// P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
+// `switchq` (ECN queues), `pfc`, `timeseries`. Imports only `engine`, `dcqcn` (the
+// reaction-point model), std and serde; docs in docs/simulation.md.
 
 pub mod bmode;
 pub mod bound;
@@ -17,17 +19,24 @@ pub mod fluid;
 pub mod fmode;
 pub mod hashing;
 pub mod latency;
+pub mod nic;
+pub mod packet;
+pub mod pfc;
+pub mod pmode;
 pub mod report;
 pub mod rng;
 pub mod run;
 pub mod svg;
 pub mod sweep;
+pub mod switchq;
 pub mod theory;
+pub mod timeseries;
 pub mod topology;
 pub mod traffic;
 
 pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
 pub use hashing::{HashFields, SourcePort};
+pub use packet::{PacketSpec, PacketSummary};
 pub use report::{RailResult, SimResult};
 pub use run::{run, Mode, SimConfig};
 pub use topology::{FabricSpec, Ps};

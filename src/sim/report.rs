@@ -7,6 +7,7 @@ use super::bmode::PhaseOutcome;
 use super::conn::{Errors, PhaseRun};
 use super::hashing::SourcePort;
 use super::latency::{LatencyHist, LatencySummary};
+use super::packet::PacketSummary;
 use super::run::SimConfig;
 use super::theory::binomial_pmf;
 use super::topology::{LinkKind, Rail};
@@ -49,6 +50,9 @@ pub struct RailResult {
     /// (worst phase; the ring's steps all use the same paths).
     pub bound_lower: f64,
     pub bound_upper: f64,
+    /// P mode: packets, ECN marks, CNPs, rate cuts, deepest queue (and the time series).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packet: Option<PacketSummary>,
     /// Per leaf uplink, index `leaf * spines + spine`: busy fraction over the rail's simulated
     /// time (bytes carried x picoseconds per byte / simulated picoseconds, all phases).
     pub uplink_util: Vec<f64>,
@@ -82,6 +86,7 @@ impl RailResult {
             latency: LatencyHist::default(),
             bound_lower: 0.0,
             bound_upper: 0.0,
+            packet: None,
             uplink_util: Vec::new(),
             uplink_failed: Vec::new(),
             uplink_busy_ps: Vec::new(),
@@ -232,6 +237,9 @@ pub struct SimResult {
     pub bound_upper: f64,
     pub uplink_hist: Vec<u64>,
     pub uplink_hist_expected: Vec<f64>,
+    /// P mode, over all rails (time series in rail order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packet: Option<PacketSummary>,
     pub per_rail: Vec<RailResult>,
 }
 
@@ -327,6 +335,14 @@ impl SimResult {
             bound_upper: rails.iter().map(|r| r.bound_upper).fold(0.0, f64::max),
             uplink_hist: hist,
             uplink_hist_expected: hist_e,
+            packet: rails.iter().filter_map(|r| r.packet.as_ref()).fold(
+                None,
+                |acc: Option<PacketSummary>, p| {
+                    let mut a = acc.unwrap_or_default();
+                    a.add(p);
+                    Some(a)
+                },
+            ),
             per_rail: rails,
         }
     }

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::conn::{ConnShape, PhaseRun};
+use super::packet::PacketSpec;
 use super::report::{RailResult, SimResult};
 use super::rng::Rng;
 use super::topology::{FabricSpec, Ps, Rail};
 use super::traffic::TrafficSpec;
 use super::traffic::{self, Phase};
-use super::{bmode, fmode};
+use super::{bmode, fmode, pmode};
 
 /// Granularity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub enum Mode {
     Fluid,
     /// Per segment, serialized per hop.
     Burst,
+    /// Per packet: switch queues, ECN, CNPs and DCQCN per QP.
+    Packet,
 }
 
 impl Mode {
@@ -26,10 +29,8 @@ impl Mode {
         match s {
             "f" | "F" | "fluid" => Ok(Mode::Fluid),
             "b" | "B" | "burst" | "segment" => Ok(Mode::Burst),
-            "p" | "P" | "packet" => {
-                Err("mode P (per packet, ECN/DCQCN/PFC) is not built yet".into())
-            }
-            other => Err(format!("unknown mode '{other}' (f or b)")),
+            "p" | "P" | "packet" => Ok(Mode::Packet),
+            other => Err(format!("unknown mode '{other}' (f, b or p)")),
         }
     }
 
@@ -37,6 +38,7 @@ impl Mode {
         match self {
             Mode::Fluid => "F",
             Mode::Burst => "B",
+            Mode::Packet => "P",
         }
     }
 }
@@ -54,6 +56,8 @@ pub struct SimConfig {
     pub epoch_ps: Ps,
     /// Simulate only the first this-many rails (0 = all) and report them as the whole fabric.
     pub rails_simulated: usize,
+    /// P mode: MTU, ECN, CNPs, DCQCN, time series.
+    pub packet: PacketSpec,
 }
 
 /// Runs the simulation described by `cfg`.
@@ -111,11 +115,17 @@ fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, S
         .collect();
     let mut res = RailResult::new(r);
     let shape: ConnShape = cfg.shape;
-    for phase in phases {
+    for (pi, phase) in phases.iter().enumerate() {
         let mut run = PhaseRun::new(phase, &shape, &mut qpn_next)?;
         let out = match cfg.mode {
             super::Mode::Burst => bmode::run_phase(&rail, &mut run, &shape, &mut rng)?,
             super::Mode::Fluid => fmode::run_phase(&rail, &mut run, &shape, cfg.epoch_ps)?,
+            super::Mode::Packet => {
+                let (out, p) =
+                    pmode::run_phase(&rail, &mut run, &shape, &cfg.packet, pi, &mut rng)?;
+                res.packet.get_or_insert_with(Default::default).add(&p);
+                out
+            }
         };
         res.absorb(&rail, phase, &run, &out);
     }

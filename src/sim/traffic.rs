@@ -20,6 +20,8 @@ pub enum TrafficKind {
     LeafShift,
     /// n-1 phases; in phase k host i sends bytes/n to host i + k (placement order).
     AllToAll,
+    /// N-to-1: every host sends `bytes` to the first host of the placement order.
+    Incast,
 }
 
 impl TrafficKind {
@@ -29,9 +31,10 @@ impl TrafficKind {
             "permutation" => TrafficKind::Permutation,
             "leaf-shift" | "shift" => TrafficKind::LeafShift,
             "all-to-all" | "alltoall" => TrafficKind::AllToAll,
+            "incast" => TrafficKind::Incast,
             other => {
                 return Err(format!(
-                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all)"
+                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all, incast)"
                 ))
             }
         })
@@ -43,6 +46,7 @@ impl TrafficKind {
             TrafficKind::Permutation => "permutation",
             TrafficKind::LeafShift => "leaf-shift",
             TrafficKind::AllToAll => "all-to-all",
+            TrafficKind::Incast => "incast",
         }
     }
 }
@@ -214,6 +218,10 @@ pub fn phases(
         TrafficKind::LeafShift => {
             let k = (hosts_per_leaf as u32 % n).max(1);
             let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
+            vec![single(pairs, spec.bytes)]
+        }
+        TrafficKind::Incast => {
+            let pairs = (1..n).map(|i| (at(i), at(0))).collect();
             vec![single(pairs, spec.bytes)]
         }
         TrafficKind::AllToAll => (1..n)
