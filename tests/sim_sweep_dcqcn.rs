@@ -42,7 +42,14 @@ const FABRIC: [&str; 14] = [
     "4M",
 ];
 
-const GRID: [&str; 6] = ["--qps", "1,2", "--outstanding", "2,4", "--segment", "64K,128K"];
+const GRID: [&str; 6] = [
+    "--qps",
+    "1,2",
+    "--outstanding",
+    "2,4",
+    "--segment",
+    "64K,128K",
+];
 
 fn sweep(extra: &[&str]) -> Value {
     let mut args = vec!["sim", "sweep"];
@@ -96,7 +103,11 @@ np_min_time_between_cnps = { value = 20, reason = "site" }
 fn block_values(block: &str) -> (Vec<(String, u64)>, u64) {
     let site = parse_str(block, "block").unwrap_or_else(|e| panic!("{e}\n{block}"));
     let p = resolve(&site.dcqcn, &site.dcqcn.profile).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.rules.len(), 17, "every modelled parameter, exact: {block}");
+    assert_eq!(
+        p.rules.len(),
+        17,
+        "every modelled parameter, exact: {block}"
+    );
     assert!(p
         .rules
         .iter()
@@ -174,7 +185,11 @@ fn the_chosen_profile_follows_the_rule_and_its_block_round_trips() {
     // The q / depth / segment analysis ran on the fastest clean profile per point: its chosen
     // time is that envelope's time at the chosen point.
     let fi = &v["findings"];
-    let at = (u(&fi["qps"]), u(&fi["outstanding"]), u(&fi["segment_bytes"]));
+    let at = (
+        u(&fi["qps"]),
+        u(&fi["outstanding"]),
+        u(&fi["segment_bytes"]),
+    );
     let here: Vec<&Value> = pts.iter().filter(|p| key(&p["point"]) == at).collect();
     assert_eq!(here.len(), 3);
     let clean: Vec<&&Value> = here
@@ -224,9 +239,7 @@ fn the_chosen_profile_follows_the_rule_and_its_block_round_trips() {
         }
     }
     let tied: Vec<usize> = (0..3)
-        .filter(|&i| {
-            u(&per[i]["faults"]) == 0 && f(&per[i]["time_over_ideal"]) <= 1.005 * t_min
-        })
+        .filter(|&i| u(&per[i]["faults"]) == 0 && f(&per[i]["time_over_ideal"]) <= 1.005 * t_min)
         .collect();
     for (i, r) in per.iter().enumerate() {
         assert_eq!(r["tied"].as_bool().unwrap(), tied.contains(&i));
@@ -238,7 +251,9 @@ fn the_chosen_profile_follows_the_rule_and_its_block_round_trips() {
     assert_eq!(u(&c["chosen"]), want as u64);
     assert_eq!(c["chosen_name"].as_str().unwrap(), names[want]);
     // DCQCN acted here: the incast is marked under both built-in profiles.
-    assert!(per.iter().all(|r| u(&r["ecn_marks"]) > 0 && u(&r["cnps"]) > 0));
+    assert!(per
+        .iter()
+        .all(|r| u(&r["ecn_marks"]) > 0 && u(&r["cnps"]) > 0));
 
     // The block parses with the site config parser and resolves to the chosen profile's values.
     let block = v["dcqcn_block"].as_str().unwrap();
@@ -294,7 +309,10 @@ fn profiles_files_and_bad_lists() {
     let b = &v["profiles"][0];
     assert_eq!(b["name"], "b");
     assert_eq!(
-        (u(&b["cc_params"]["rp_ai_rate"]), u(&b["cc_params"]["rp_hai_rate"])),
+        (
+            u(&b["cc_params"]["rp_ai_rate"]),
+            u(&b["cc_params"]["rp_hai_rate"])
+        ),
         (77, 99)
     );
     for (list, needle) in [
