@@ -8,7 +8,13 @@ use nccl_net_dqplb::sim::sweep::{analyse, same_rail_snippet, Criteria, Findings,
 use nccl_net_dqplb::sim::traffic::phases;
 use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
 
+use nccl_net_dqplb::sim::sweep_profile::{
+    cc_values, choose_profile, envelope, profile_block, ProfilePoint,
+};
+use nccl_net_dqplb::sim::Mode;
+
 use super::sim::{num, parse_args, parse_bytes};
+use super::sim_sweep_dcqcn::{self as dcq, SimProfile};
 
 /// Usage text of `dqplb sim sweep`.
 pub const USAGE: &str = "\
@@ -27,11 +33,19 @@ criteria (percent):
   --bound-pct P         q: best time over ideal <= (1 + P/100) x the fluid bound (5)
   --loss-pct P          depth: time <= (1 + P/100) x the best depth's at the same q, segment (1)
   --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
+DCQCN profile axis (--mode p only):
+  --dcqcn LIST          firmware, paper, FILE.toml[:PROFILE] (a site config's [dcqcn] profile
+                        or a [profiles.*] file, as dqplb check reads them); every grid point runs
+                        once per profile, and q, depth and segment are chosen on the fastest clean
+                        profile per point; then the profile at the chosen point: the fastest,
+                        any within --profile-tie-pct counting as tied, then fewest ECN marks, then
+                        lowest peak queue; printed as a [dcqcn] block for the site TOML
+  --profile-tie-pct P   profiles within P% of the fastest's time are tied (0.5)
   --format F            table (default), json, or csv (the points; findings on stderr)
 every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
 a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
 --placement fragmented --bytes 128M --mode b (seconds for the default grid in release).
-No DCQCN profile axis yet: with --mode p every point runs under one --dcqcn profile.
+Without --dcqcn, --mode p runs every point under the configured profile (dqplb sim --dcqcn).
 
 exit status: 0 success, 1 a run found engine/protocol errors, 2 bad input";
 
@@ -64,6 +78,9 @@ struct Sweep {
     outstanding: Vec<u32>,
     segments: Vec<u32>,
     criteria: Criteria,
+    /// The DCQCN axis (empty: none).
+    profiles: Vec<SimProfile>,
+    tie_pct: f64,
 }
 
 fn list<T>(opt: &str, v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -98,7 +115,10 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         outstanding: vec![1, 2, 4, 8],
         segments: vec![128 << 10, 512 << 10, 1 << 20],
         criteria: Criteria::default(),
+        profiles: Vec::new(),
+        tie_pct: 0.5,
     };
+    let mut dcqcn: Option<String> = None;
     let mut rest: Vec<String> = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -111,7 +131,14 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         };
         let ours = matches!(
             name.as_str(),
-            "--qps" | "--outstanding" | "--segment" | "--bound-pct" | "--loss-pct" | "--hol-pct"
+            "--qps"
+                | "--outstanding"
+                | "--segment"
+                | "--bound-pct"
+                | "--loss-pct"
+                | "--hol-pct"
+                | "--dcqcn"
+                | "--profile-tie-pct"
         );
         if name == "--svg" {
             return Err("--svg is for dqplb sim, not the sweep".into());
@@ -133,6 +160,8 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
             "--segment" => grid.segments = list(&name, &v, segment)?,
             "--bound-pct" => grid.criteria.bound_pct = num(&name, &v)?,
             "--loss-pct" => grid.criteria.loss_pct = num(&name, &v)?,
+            "--dcqcn" => dcqcn = Some(v),
+            "--profile-tie-pct" => grid.tie_pct = num(&name, &v)?,
             _ => grid.criteria.hol_pct = num(&name, &v)?,
         }
     }
@@ -152,10 +181,18 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
     grid.base = a.cfg;
     grid.base.shape.policy = a.policies[0];
     grid.format = a.format;
+    if let Some(list) = &dcqcn {
+        if grid.base.mode != Mode::Packet {
+            return Err(dcq::REFUSED_OUTSIDE_P.into());
+        }
+        let cnp_us = (grid.base.packet.cnp_interval_ps as f64 / 1e6).round() as u64;
+        grid.profiles = dcq::load(list, cnp_us.max(1))?;
+    }
     for v in [
         grid.criteria.bound_pct,
         grid.criteria.loss_pct,
         grid.criteria.hol_pct,
+        grid.tie_pct,
     ] {
         if !(v.is_finite() && v >= 0.0) {
             return Err(format!("a criterion of {v}% (must be >= 0)"));
@@ -314,27 +351,58 @@ pub fn run_cli(args: &[String]) -> i32 {
     let t0 = Instant::now();
     let mut points = Vec::new();
     let mut walls = Vec::new();
+    // The profile axis, innermost; one pass under the base config without it.
+    let axis: Vec<Option<&SimProfile>> = if g.profiles.is_empty() {
+        vec![None]
+    } else {
+        g.profiles.iter().map(Some).collect()
+    };
+    let mut ppoints: Vec<ProfilePoint> = Vec::new();
     for &q in &g.qps {
         for &d in &g.outstanding {
             for &s in &g.segments {
-                let mut cfg = g.base.clone();
-                cfg.shape.qps = q;
-                cfg.shape.outstanding = d;
-                cfg.shape.segment_bytes = s;
-                let t = Instant::now();
-                match run(&cfg) {
-                    Ok(r) => points.push(point(&r)),
-                    Err(e) => {
-                        eprintln!("dqplb sim sweep: q={q} outstanding={d} segment={s}: {e}");
-                        return 2;
+                for (pi, prof) in axis.iter().enumerate() {
+                    let mut cfg = g.base.clone();
+                    cfg.shape.qps = q;
+                    cfg.shape.outstanding = d;
+                    cfg.shape.segment_bytes = s;
+                    if let Some(p) = prof {
+                        cfg.packet.rp = p.rp.clone();
+                        if p.source != "built-in" {
+                            cfg.packet.cnp_interval_ps = p.cnp_us * 1_000_000;
+                        }
                     }
+                    let t = Instant::now();
+                    match run(&cfg) {
+                        Ok(r) => {
+                            let pk = r.packet.clone().unwrap_or_default();
+                            ppoints.push(ProfilePoint {
+                                profile: pi,
+                                point: point(&r),
+                                ecn_marks: pk.ecn_marks,
+                                cnps: pk.cnps,
+                                rate_cuts: pk.rate_cuts,
+                                max_queue_bytes: pk.max_queue_bytes,
+                            });
+                            points.push(point(&r));
+                        }
+                        Err(e) => {
+                            eprintln!("dqplb sim sweep: q={q} outstanding={d} segment={s}: {e}");
+                            return 2;
+                        }
+                    }
+                    walls.push(t.elapsed().as_secs_f64());
                 }
-                walls.push(t.elapsed().as_secs_f64());
             }
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    let f = match analyse(&points, &g.criteria) {
+    let analysed = if g.profiles.is_empty() {
+        points.clone()
+    } else {
+        envelope(&ppoints)
+    };
+    let f = match analyse(&analysed, &g.criteria) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("dqplb sim sweep: {e}");
@@ -349,6 +417,40 @@ pub fn run_cli(args: &[String]) -> i32 {
         rtt_us,
         g.base.shape.policy.name(),
     );
+    let names: Vec<String> = g.profiles.iter().map(|p| p.name.clone()).collect();
+    let dcqcn = if g.profiles.is_empty() {
+        None
+    } else {
+        match choose_profile(
+            &ppoints,
+            &names,
+            (f.qps, f.outstanding, f.segment_bytes),
+            g.tie_pct,
+        ) {
+            Ok(c) => {
+                let p = &g.profiles[c.chosen];
+                let r = &c.per_profile[c.chosen];
+                let note = format!(
+                    "From dqplb sim sweep: DCQCN profile {} ({}), {:.2}% of ideal, {} ECN marks, peak queue {} B at qps {} outstanding {} segment {}.",
+                    p.name,
+                    p.source,
+                    r.pct_of_ideal,
+                    r.ecn_marks,
+                    r.max_queue_bytes,
+                    c.qps,
+                    c.outstanding,
+                    human(c.segment_bytes)
+                );
+                let block = profile_block(&p.name, &p.rp, p.cnp_us, &note);
+                let text = dcq::choice_text(&c, &g.profiles, &human(c.segment_bytes));
+                Some((c, block, text))
+            }
+            Err(e) => {
+                eprintln!("dqplb sim sweep: {e}");
+                return 1;
+            }
+        }
+    };
     let footer = format!(
         "{} runs in {wall:.2} s wall ({})",
         points.len(),
@@ -356,12 +458,29 @@ pub fn run_cli(args: &[String]) -> i32 {
     );
     match g.format.as_str() {
         "json" => {
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "config": describe(&g.base),
                 "points": points,
                 "findings": f,
                 "snippet": snippet,
             });
+            if let Some((c, block, _)) = &dcqcn {
+                v["profiles"] = g
+                    .profiles
+                    .iter()
+                    .map(|p| {
+                        let cc: serde_json::Map<String, serde_json::Value> = cc_values(&p.rp)
+                            .into_iter()
+                            .map(|(k, x)| (k.to_string(), x.into()))
+                            .collect();
+                        serde_json::json!({"name": p.name, "source": p.source,
+                            "np_min_time_between_cnps": p.cnp_us, "cc_params": cc})
+                    })
+                    .collect();
+                v["profile_points"] = serde_json::json!(ppoints);
+                v["dcqcn"] = serde_json::json!(c);
+                v["dcqcn_block"] = serde_json::json!(block);
+            }
             match serde_json::to_string_pretty(&v) {
                 Ok(s) => println!("{s}"),
                 Err(e) => {
@@ -372,10 +491,21 @@ pub fn run_cli(args: &[String]) -> i32 {
             eprintln!("dqplb sim sweep: {footer}");
         }
         "csv" => {
-            println!("qps,outstanding,segment_bytes,time_over_ideal,pct_of_ideal,bound_upper,bound_lower,msg_p50_us,msg_p99_us,faults,events");
-            for p in &points {
+            let axis = !g.profiles.is_empty();
+            println!(
+                "qps,outstanding,segment_bytes,time_over_ideal,pct_of_ideal,bound_upper,bound_lower,msg_p50_us,msg_p99_us,faults,events{}",
+                if axis { ",dcqcn,ecn_marks,cnps,rate_cuts,max_queue_bytes" } else { "" }
+            );
+            for (p, pp) in points.iter().zip(&ppoints) {
+                let prof = match g.profiles.get(pp.profile) {
+                    Some(x) if axis => format!(
+                        ",{},{},{},{},{}",
+                        x.name, pp.ecn_marks, pp.cnps, pp.rate_cuts, pp.max_queue_bytes
+                    ),
+                    _ => String::new(),
+                };
                 println!(
-                    "{},{},{},{:.6},{:.3},{:.6},{:.6},{:.3},{:.3},{},{}",
+                    "{},{},{},{:.6},{:.3},{:.6},{:.6},{:.3},{:.3},{},{}{prof}",
                     p.qps,
                     p.outstanding,
                     p.segment_bytes,
@@ -390,12 +520,15 @@ pub fn run_cli(args: &[String]) -> i32 {
                 );
             }
             eprint!("{}\n{snippet}", findings_text(&f));
+            if let Some((_, block, text)) = &dcqcn {
+                eprint!("\n{text}\n{block}");
+            }
             eprintln!("dqplb sim sweep: {footer}");
         }
         _ => {
             println!("# dqplb sim sweep: {}", describe(&g.base));
             println!(
-                "{:>4} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>7}",
+                "{:>4} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>7}{}",
                 "qps",
                 "outst",
                 "segment",
@@ -404,11 +537,25 @@ pub fn run_cli(args: &[String]) -> i32 {
                 "p50_us",
                 "p99_us",
                 "faults",
-                "wall_s"
+                "wall_s",
+                if g.profiles.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {:<12} {:>7} {:>9}", "dcqcn", "marks", "peak_q_kB")
+                }
             );
-            for (p, w) in points.iter().zip(&walls) {
+            for ((p, w), pp) in points.iter().zip(&walls).zip(&ppoints) {
+                let prof = match g.profiles.get(pp.profile) {
+                    Some(x) => format!(
+                        " {:<12} {:>7} {:>9.1}",
+                        x.name,
+                        pp.ecn_marks,
+                        pp.max_queue_bytes as f64 / 1000.0
+                    ),
+                    None => String::new(),
+                };
                 println!(
-                    "{:>4} {:>6} {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6} {:>7.2}",
+                    "{:>4} {:>6} {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6} {:>7.2}{prof}",
                     p.qps,
                     p.outstanding,
                     human(p.segment_bytes),
@@ -423,6 +570,9 @@ pub fn run_cli(args: &[String]) -> i32 {
             println!();
             print!("{}", findings_text(&f));
             println!("\nready for the site TOML (plugin-conf/):\n\n{snippet}");
+            if let Some((_, block, text)) = &dcqcn {
+                println!("{text}\nready for the site TOML ([dcqcn], as dqplb check reads it):\n\n{block}");
+            }
             println!("# {footer}");
         }
     }

@@ -6,7 +6,8 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet);
+// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet), `sweep_profile`
+// (its DCQCN profile axis and `[dcqcn]` block);
 // P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
 // `switchq` (ECN queues), `pfc`, `timeseries`. Imports only `engine`, `dcqcn` (the
 // reaction-point model), std and serde; docs in docs/simulation.md.
@@ -28,6 +29,7 @@ pub mod rng;
 pub mod run;
 pub mod svg;
 pub mod sweep;
+pub mod sweep_profile;
 pub mod switchq;
 pub mod theory;
 pub mod timeseries;
