@@ -272,11 +272,24 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
     assert!(text(&out.stderr).contains("[class.same-rail]"));
     // Same seed, same bytes.
     assert_eq!(dqplb(&args).stdout, out.stdout);
+    // 4 MiB ring steps, 8 messages for 8 slots: once refused (the ring model deadlocked), now
+    // every point runs clean (a fault would make the exit status 1) with its last column (events)
+    // non-zero and its faults column 0.
+    let mut big = args.clone();
+    big.extend(["--bytes", "128M"]);
+    let out = dqplb(&big);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = s.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert_eq!(r[9], "0", "{s}");
+        assert_ne!(r[10], "0", "{s}");
+    }
     for (extra, needle) in [
         (vec!["--segment", "1000"], "--segment"),
         (vec!["--segment", "2K"], "4K"),
         (vec!["--policy", "dqplb,static-split"], "one policy"),
-        (vec!["--bytes", "128M"], "deadlocks"),
         (vec!["--qps", ""], "--qps"),
         (vec!["--bound-pct", "x"], "--bound-pct"),
         (vec!["--svg", "/tmp/x"], "--svg"),

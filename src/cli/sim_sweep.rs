@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 
-use nccl_net_dqplb::sim::rng::Rng;
 use nccl_net_dqplb::sim::sweep::{analyse, same_rail_snippet, Criteria, Findings, SweepPoint};
-use nccl_net_dqplb::sim::traffic::phases;
 use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
 
 use nccl_net_dqplb::sim::sweep_profile::{
@@ -198,7 +196,6 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
             return Err(format!("a criterion of {v}% (must be >= 0)"));
         }
     }
-    ring_fits_its_slots(&grid.base)?;
     grid.qps.sort_unstable();
     grid.qps.dedup();
     grid.outstanding.sort_unstable();
@@ -206,23 +203,6 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
     grid.segments.sort_unstable();
     grid.segments.dedup();
     Ok(Some(grid))
-}
-
-/// The ring model posts a rank's step k + 1 only after its downstream consumed step k, so a step of
-/// `slots` messages or more fills every slot of every rank at once and deadlocks (NCCL loops over
-/// the buffer in chunks of a few slots instead): refused here rather than reported as 60 failed runs.
-fn ring_fits_its_slots(c: &SimConfig) -> Result<(), String> {
-    let f = &c.fabric;
-    for p in phases(&c.traffic, f.hosts, f.hosts_per_leaf, &mut Rng::new(c.seed)) {
-        if p.ring && p.per_step >= p.slots {
-            return Err(format!(
-                "a ring step of {} B is {} messages of {} B, not fewer than the {} slots: the ring \
-                 model deadlocks there (lower --bytes or raise --step-bytes or --slots)",
-                p.chunk, p.per_step, p.step_bytes, p.slots
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn human(b: u32) -> String {

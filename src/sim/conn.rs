@@ -143,6 +143,15 @@ impl<'a> PhaseRun<'a> {
         shape: &ConnShape,
         qpn_next: &'a mut [u32],
     ) -> Result<PhaseRun<'a>, String> {
+        // A ring rank holds a step's messages until it reduced them into its next step, which
+        // needs a slot of its own: one slot cannot do both.
+        let least = if phase.ring && phase.steps > 1 { 2 } else { 1 };
+        if phase.slots < least {
+            return Err(format!(
+                "--slots {}: at least {least} for this traffic",
+                phase.slots
+            ));
+        }
         let max_messages = 2 * phase.slots as usize + 8;
         let params = EngineParams {
             qps: shape.qps,
@@ -230,7 +239,6 @@ impl<'a> PhaseRun<'a> {
 
     /// Posts every message connection `c` may post now (ring dependency, free slot, engine room).
     pub fn try_post(&mut self, c: usize, now: u64) {
-        let per_step = self.phase.per_step;
         let ring = self.phase.ring && c < self.fg;
         let messages = self.messages_of(c);
         loop {
@@ -238,7 +246,9 @@ impl<'a> PhaseRun<'a> {
             if j >= messages {
                 return;
             }
-            if ring && j >= per_step && self.conns[self.up(c)].received < j - per_step + 1 {
+            // Message j of step k >= 1 reduces message j - width of step k - 1 from upstream.
+            let (step, _, width) = if ring { self.phase.place(j) } else { (0, 0, 0) };
+            if step >= 1 && self.conns[self.up(c)].received < j - width + 1 {
                 return;
             }
             let (fg, phase) = (self.fg, self.phase);
@@ -260,8 +270,8 @@ impl<'a> PhaseRun<'a> {
             }
             conn.posted += 1;
             self.posted_at[c * self.max_messages + j as usize % self.max_messages] = now;
-            if ring && j >= per_step {
-                // Reducing into message j consumed message j - per_step of the upstream link.
+            if step >= 1 {
+                // Reducing into message j consumed message j - width of the upstream link.
                 let u = self.up(c);
                 self.conns[u].freed += 1;
                 self.wake.push(u as u32);
@@ -277,7 +287,7 @@ impl<'a> PhaseRun<'a> {
         let fg = c < self.fg;
         let ring = self.phase.ring && fg;
         let messages = self.messages_of(c);
-        let last_step_from = messages.saturating_sub(self.phase.per_step);
+        let last_step = self.phase.steps - 1;
         while let Some((tok, size)) = self.conns[c].receiver.poll_done() {
             let want = self.len_of(c, tok);
             let conn = &mut self.conns[c];
@@ -285,7 +295,7 @@ impl<'a> PhaseRun<'a> {
                 self.errors.order += 1;
             }
             conn.received += 1;
-            if !ring || tok >= last_step_from {
+            if !ring || self.phase.place(tok).0 == last_step {
                 conn.freed += 1;
                 self.wake.push(c as u32);
             }

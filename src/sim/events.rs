@@ -11,11 +11,22 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::topology::Ps;
 
+/// One queue: its head event apart from the rest, next to its `not_before`, so that serving a
+/// queue of one event (most links, most of the time) touches one cache line, not the FIFO's
+/// buffer as well.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Queue<T: Copy> {
+    head: Option<(Ps, T)>,
+    not_before: Ps,
+    /// The events after `head`, in order.
+    rest: VecDeque<(Ps, T)>,
+}
+
 /// Per-queue FIFOs of `(time, item)` and the heap that orders their heads.
 #[derive(Debug)]
 pub struct Core<T: Copy> {
-    queues: Vec<VecDeque<(Ps, T)>>,
-    not_before: Vec<Ps>,
+    queues: Vec<Queue<T>>,
     heap: BinaryHeap<Reverse<(Ps, u32)>>,
     /// The queue popped last: re-armed at the next `pop`, after its owner updated `not_before`.
     rearm: Option<u32>,
@@ -28,8 +39,13 @@ pub struct Core<T: Copy> {
 impl<T: Copy> Core<T> {
     pub fn new(queues: usize) -> Core<T> {
         Core {
-            queues: (0..queues).map(|_| VecDeque::new()).collect(),
-            not_before: vec![0; queues],
+            queues: (0..queues)
+                .map(|_| Queue {
+                    head: None,
+                    not_before: 0,
+                    rest: VecDeque::new(),
+                })
+                .collect(),
             heap: BinaryHeap::with_capacity(queues),
             rearm: None,
             popped_at: 0,
@@ -40,21 +56,29 @@ impl<T: Copy> Core<T> {
 
     /// Pre-sizes queue `q` (call at set-up so the event loop does not grow it).
     pub fn reserve(&mut self, q: u32, n: usize) {
-        self.queues[q as usize].reserve(n);
+        self.queues[q as usize].rest.reserve(n);
     }
 
     /// Adds an event at time `t` to queue `q`; `t` must not precede the queue's last push.
     #[inline]
     pub fn push(&mut self, q: u32, t: Ps, item: T) {
         let queue = &mut self.queues[q as usize];
-        debug_assert!(
-            queue.back().is_none_or(|&(b, _)| b <= t),
-            "queue {q} out of order"
-        );
-        queue.push_back((t, item));
         self.pending += 1;
-        if queue.len() == 1 && self.rearm != Some(q) {
-            let key = t.max(self.not_before[q as usize]);
+        if queue.head.is_some() {
+            debug_assert!(
+                queue
+                    .rest
+                    .back()
+                    .or(queue.head.as_ref())
+                    .is_none_or(|&(b, _)| b <= t),
+                "queue {q} out of order"
+            );
+            queue.rest.push_back((t, item));
+            return;
+        }
+        queue.head = Some((t, item));
+        if self.rearm != Some(q) {
+            let key = t.max(queue.not_before);
             self.heap.push(Reverse((key, q)));
         }
     }
@@ -62,20 +86,28 @@ impl<T: Copy> Core<T> {
     /// Queue `q` may not fire before `t` (its server is busy until then).
     #[inline]
     pub fn set_not_before(&mut self, q: u32, t: Ps) {
-        self.not_before[q as usize] = t;
+        self.queues[q as usize].not_before = t;
+    }
+
+    /// Puts the queue popped last back into the heap if it has an event left.
+    #[inline]
+    fn rearm(&mut self) {
+        if let Some(q) = self.rearm.take() {
+            let queue = &self.queues[q as usize];
+            if let Some((t, _)) = queue.head {
+                self.heap.push(Reverse((t.max(queue.not_before), q)));
+            }
+        }
     }
 
     /// Earliest event over all queues: `(time, queue, item)`.
     #[inline]
     pub fn pop(&mut self) -> Option<(Ps, u32, T)> {
-        if let Some(q) = self.rearm.take() {
-            if let Some(&(t, _)) = self.queues[q as usize].front() {
-                let key = t.max(self.not_before[q as usize]);
-                self.heap.push(Reverse((key, q)));
-            }
-        }
+        self.rearm();
         let Reverse((t, q)) = self.heap.pop()?;
-        let (at, item) = self.queues[q as usize].pop_front()?;
+        let queue = &mut self.queues[q as usize];
+        let (at, item) = queue.head.take()?;
+        queue.head = queue.rest.pop_front();
         self.popped_at = at;
         self.rearm = Some(q);
         self.pending -= 1;
@@ -85,12 +117,7 @@ impl<T: Copy> Core<T> {
 
     /// Time of the earliest pending event.
     pub fn peek_time(&mut self) -> Option<Ps> {
-        if let Some(q) = self.rearm.take() {
-            if let Some(&(t, _)) = self.queues[q as usize].front() {
-                let key = t.max(self.not_before[q as usize]);
-                self.heap.push(Reverse((key, q)));
-            }
-        }
+        self.rearm();
         self.heap.peek().map(|Reverse((t, _))| *t)
     }
 
@@ -100,14 +127,18 @@ impl<T: Copy> Core<T> {
 
     /// Longest queue now (for reports).
     pub fn len(&self, q: u32) -> usize {
-        self.queues[q as usize].len()
+        let queue = &self.queues[q as usize];
+        usize::from(queue.head.is_some()) + queue.rest.len()
     }
 
     /// Puts the item `pop` just returned back at the head of its queue `q` and leaves the queue
     /// unarmed: nothing of `q` fires until [`Core::release`] (P mode's PFC pause of a link).
     pub fn hold(&mut self, q: u32, item: T) {
         debug_assert_eq!(self.rearm, Some(q), "hold right after popping queue {q}");
-        self.queues[q as usize].push_front((self.popped_at, item));
+        let queue = &mut self.queues[q as usize];
+        if let Some(next) = queue.head.replace((self.popped_at, item)) {
+            queue.rest.push_front(next);
+        }
         self.rearm = None;
         self.pending += 1;
         self.events -= 1;
@@ -115,17 +146,17 @@ impl<T: Copy> Core<T> {
 
     /// A held queue `q` may fire again, not before `t`.
     pub fn release(&mut self, q: u32, t: Ps) {
-        let nb = &mut self.not_before[q as usize];
-        *nb = (*nb).max(t);
-        if let Some(&(h, _)) = self.queues[q as usize].front() {
-            self.heap.push(Reverse((h.max(*nb), q)));
+        let queue = &mut self.queues[q as usize];
+        queue.not_before = queue.not_before.max(t);
+        if let Some((h, _)) = queue.head {
+            self.heap.push(Reverse((h.max(queue.not_before), q)));
         }
     }
 
     /// The head of queue `q` (its earliest pending event), if any.
     #[inline]
     pub fn front(&self, q: u32) -> Option<(Ps, T)> {
-        self.queues[q as usize].front().copied()
+        self.queues[q as usize].head
     }
 
     /// The latest pending item of queue `q` whose time is at or before `t` (binary search: the
@@ -133,12 +164,11 @@ impl<T: Copy> Core<T> {
     #[inline]
     pub fn last_due(&self, q: u32, t: Ps) -> Option<T> {
         let queue = &self.queues[q as usize];
-        let i = queue.partition_point(|&(x, _)| x <= t);
-        if i == 0 {
-            None
-        } else {
-            Some(queue[i - 1].1)
+        let i = queue.rest.partition_point(|&(x, _)| x <= t);
+        if i > 0 {
+            return Some(queue.rest[i - 1].1);
         }
+        queue.head.filter(|&(x, _)| x <= t).map(|(_, item)| item)
     }
 }
 
@@ -161,6 +191,28 @@ mod tests {
         assert_eq!(c.pop().unwrap(), (5, 2, 51));
         assert_eq!(c.pop().unwrap(), (9, 0, 60));
         assert!(c.pop().is_none() && c.is_empty());
+    }
+
+    #[test]
+    fn a_queue_popped_last_is_rearmed_with_its_next_event() {
+        let mut c: Core<u32> = Core::new(2);
+        c.push(0, 1, 10);
+        c.push(0, 2, 20);
+        c.push(0, 3, 30);
+        c.push(1, 2, 11);
+        assert_eq!(c.len(0), 3);
+        assert_eq!(c.pop().unwrap(), (1, 0, 10));
+        assert_eq!(c.len(0), 2);
+        // Queue 0's next head comes back at the next pop: it ties with queue 1 and wins by id.
+        assert_eq!(c.pop().unwrap(), (2, 0, 20));
+        assert_eq!(c.pop().unwrap(), (2, 1, 11));
+        // Queue 1, empty and popped last, gets an event: it waits for the re-arm.
+        c.push(1, 4, 12);
+        assert_eq!((c.len(1), c.peek_time()), (1, Some(3)));
+        assert_eq!(c.pop().unwrap(), (3, 0, 30));
+        assert_eq!(c.pop().unwrap(), (4, 1, 12));
+        assert!(c.pop().is_none() && c.is_empty());
+        assert_eq!(c.events, 5);
     }
 
     #[test]

@@ -103,6 +103,11 @@ pub struct Phase {
     pub chunk: u64,
     /// Messages per step (ring) or in total.
     pub per_step: u32,
+    /// Ring: messages of each step moved per pass of the ring (NCCL's chunk, at most half the
+    /// slots: ALLREDUCE_CHUNKSTEPS = NCCL_STEPS / 2). A step of more messages goes round in
+    /// `ceil(per_step / pass_msgs)` passes, each through every step, in the order NCCL's loop
+    /// over the buffer sends them. `per_step` when not a ring.
+    pub pass_msgs: u32,
     /// Steps simulated (1 unless ring).
     pub steps: u32,
     /// Steps the real collective has: time is scaled by `total_steps / steps`.
@@ -123,9 +128,21 @@ impl Phase {
         self.per_step * self.steps
     }
 
+    /// Where a connection's message `j` (in sending order) sits: its step, its index within the
+    /// step (0 .. per_step), and the messages per step of its pass (`pass_msgs`, fewer in a
+    /// last, partial pass). Message j of step k >= 1 reduces message `j - width` of step k - 1.
+    pub fn place(&self, j: u32) -> (u32, u32, u32) {
+        let full = self.pass_msgs * self.steps;
+        let pass = j / full;
+        let in_pass = j - pass * full;
+        let first = pass * self.pass_msgs;
+        let width = self.pass_msgs.min(self.per_step - first);
+        (in_pass / width, first + in_pass % width, width)
+    }
+
     /// Length of message `j`: `step_bytes` pieces of each step's chunk, the last one shorter.
     pub fn message_len(&self, j: u32) -> u64 {
-        let m = u64::from(j % self.per_step);
+        let m = u64::from(self.place(j).1);
         let start = m * self.step_bytes;
         (self.chunk - start).min(self.step_bytes)
     }
@@ -174,10 +191,12 @@ pub fn phases(
     }
     let single = |pairs: Vec<(u32, u32)>, bytes: u64| {
         let chunk = round128(bytes);
+        let per_step = chunk.div_ceil(step) as u32;
         Phase {
             pairs,
             chunk,
-            per_step: chunk.div_ceil(step) as u32,
+            per_step,
+            pass_msgs: per_step,
             steps: 1,
             total_steps: 1,
             step_bytes: step,
@@ -197,10 +216,12 @@ pub fn phases(
             } else {
                 spec.max_steps.min(total)
             };
+            let per_step = chunk.div_ceil(step) as u32;
             vec![Phase {
                 pairs,
                 chunk,
-                per_step: chunk.div_ceil(step) as u32,
+                per_step,
+                pass_msgs: per_step.min((spec.slots / 2).max(1)),
                 steps,
                 total_steps: total,
                 step_bytes: step,
@@ -261,6 +282,45 @@ mod tests {
         assert_eq!(per, p.chunk);
         assert_eq!(p.chunk, (10 << 20) / 4);
         assert_eq!(p.pairs[3], (3, 0));
+    }
+
+    #[test]
+    fn a_step_of_many_messages_goes_round_in_passes_of_half_the_slots() {
+        // 4 ranks, 9 messages per step, 8 slots: passes of 4, 4 and 1 message per step.
+        let spec = TrafficSpec {
+            bytes: 4 * 9 * (512 << 10),
+            ..TrafficSpec::default()
+        };
+        let p = &phases(&spec, 4, 2, &mut Rng::new(1))[0];
+        assert_eq!((p.per_step, p.pass_msgs, p.steps), (9, 4, 6));
+        let mut seen = vec![0u32; (p.per_step * p.steps) as usize];
+        let mut widths = Vec::new();
+        for j in 0..p.messages() {
+            let (step, m, width) = p.place(j);
+            seen[(step * p.per_step + m) as usize] += 1;
+            widths.push(width);
+            if step >= 1 {
+                // It reduces the same message of the previous step, sent `width` earlier.
+                assert_eq!(p.place(j - width), (step - 1, m, width));
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        assert_eq!(widths[..24], [4; 24]);
+        assert_eq!(widths[48..], [1; 6]);
+        assert_eq!(
+            (p.place(24), p.place(48), p.place(53)),
+            ((0, 4, 4), (0, 8, 1), (5, 8, 1))
+        );
+        // Steps of at most half the slots keep one pass, step after step.
+        let spec = TrafficSpec {
+            bytes: 4 * 4 * (512 << 10),
+            ..TrafficSpec::default()
+        };
+        let p = &phases(&spec, 4, 2, &mut Rng::new(1))[0];
+        assert_eq!((p.per_step, p.pass_msgs), (4, 4));
+        for j in 0..p.messages() {
+            assert_eq!(p.place(j), (j / 4, j % 4, 4));
+        }
     }
 
     #[test]
