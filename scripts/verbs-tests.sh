@@ -9,7 +9,9 @@
 #      pattern harness and emulator (run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
 #      full (1 MiB and 64 MiB, ~2-4 extra minutes under TCG), bench (scripts/softroce/
 #      bench-steps.txt: perftest and dqplb perf at 1-64 MiB, message rate and latency; BENCH_BASE=
-#      a dqplb binary adds its dqbase steps, the same runs with it) or 0; PROBE_REPS (default 2);
+#      a dqplb binary adds its dqbase steps, the same runs with it; BENCH_STEPS= another steps
+#      file in that format; BENCH_IB_TIMEOUT= the ACK timeout exponent of perftest (-u) and of
+#      dqplb perf (NCCL_IB_TIMEOUT), default 14 = 67 ms) or 0; PROBE_REPS (default 2);
 #      KEEP_SHARE=1 keeps the share folder with all logs; CARGO_TARGET_DIR as for cargo.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,10 +99,10 @@ case ${PERFTEST:-quick} in # step names as scripts/softroce/guest-suite.sh write
   bench)
     while read -r kind name _; do
       case $kind in
-        bw | lat | dq) expected+=("$name") ;;
+        bw | bwhog | lat | dq) expected+=("$name") ;;
         dqbase) [ -n "${BENCH_BASE:-}" ] && expected+=("$name") ;;
       esac
-    done <"$VM/bench-steps.txt"
+    done <"${BENCH_STEPS:-$VM/bench-steps.txt}"
     ;;
 esac
 # dqplb perf --transport verbs runs in the same boot as perftest (the ratio is what counts)
@@ -109,14 +111,15 @@ if [ "${PERFTEST:-quick}" != 0 ]; then
   mkdir -p "$share/perf"
   must cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
   if [ "${PERFTEST:-quick}" = bench ]; then
-    must cp "$VM/bench-steps.txt" "$share/bench-steps.txt"
+    must cp "${BENCH_STEPS:-$VM/bench-steps.txt}" "$share/bench-steps.txt"
     [ -n "${BENCH_BASE:-}" ] && must cp "$BENCH_BASE" "$share/perf/dqplb-base"
   fi
   ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
   done
 fi
-printf 'PERFTEST=%s\nPROBE_REPS=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" >"$share/suite.env"
+printf 'PERFTEST=%s\nPROBE_REPS=%s\nBENCH_IB_TIMEOUT=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" \
+  "${BENCH_IB_TIMEOUT:-14}" >"$share/suite.env"
 must cp "$VM/guest-suite.sh" "$share/guest-run.sh"
 
 echo "verbs-tests: booting the VM with ${#bins[@]} test binaries"

@@ -55,6 +55,15 @@ def dq_ops(text):
     return out
 
 
+def retries(logs, name):
+    """rxe's ACK-timeout retransmissions during a step (guest-suite.sh's NAME.retries)."""
+    path = os.path.join(logs, name + ".retries")
+    if not os.path.exists(path):
+        return "-"
+    a, b = open(path).read().split()[:2]
+    return str(int(b) - int(a)) if int(a) >= 0 and int(b) >= 0 else "-"
+
+
 def fmt(x, nd=3):
     return "-" if x is None else f"{x:.{nd}f}"
 
@@ -65,17 +74,21 @@ def ratio(a, b):
 
 def main(share):
     logs = os.path.join(share, "logs")
-    print("| size | ib_write_bw -q 4 avg Gb/s | dqplb perf Gb/s | / ib_write_bw | baseline Gb/s |"
-          " / ib_write_bw |")
-    print("|---|---|---|---|---|---|")
+    print("| size | ib_write_bw -q 4 avg Gb/s | beside a busy loop | dqplb perf Gb/s |"
+          " / ib_write_bw | baseline Gb/s | / ib_write_bw | rxe retries (perftest, busy, plugin) |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in ["1MiB", "4MiB", "16MiB", "64MiB"]:
         pt = perftest_row(read(logs, f"perftest_write_bw_q4_{s}"))
         pbw = pt[3] if pt else None
+        hog = perftest_row(read(logs, f"perftest_write_bw_hog_q4_{s}"))
         gbps = lambda t: None if t is None else SIZES[s] * 8 / (t * 1e3)  # noqa: E731
         dq = gbps(dq_time_us(read(logs, f"dqplb_perf_verbs_q4_{s}")))
         base = gbps(dq_time_us(read(logs, f"dqplb_base_verbs_q4_{s}")))
-        print(f"| {s} | {fmt(pbw, 2)} | {fmt(dq)} | {fmt(ratio(dq, pbw), 2)} | {fmt(base)} |"
-              f" {fmt(ratio(base, pbw), 2)} |")
+        rt = ", ".join(retries(logs, n) for n in [f"perftest_write_bw_q4_{s}",
+                                                   f"perftest_write_bw_hog_q4_{s}",
+                                                   f"dqplb_perf_verbs_q4_{s}"])
+        print(f"| {s} | {fmt(pbw, 2)} | {fmt(hog[3] if hog else None, 2)} | {fmt(dq)} |"
+              f" {fmt(ratio(dq, pbw), 2)} | {fmt(base)} | {fmt(ratio(base, pbw), 2)} | {rt} |")
     print()
     print("| size | ib_write_bw -q 1 msg/s (tx depth 128) | dqplb perf msg/s (4 in flight) |"
           " / ib_write_bw | baseline msg/s |")
@@ -92,8 +105,8 @@ def main(share):
               f" {fmt(base, 0)} |")
     print()
     print("| size | ib_write_lat typical / avg us | dqplb perf median / p99 us | median / typical |"
-          " baseline median us |")
-    print("|---|---|---|---|---|")
+          " baseline median us | rxe retries (perftest, plugin) |")
+    print("|---|---|---|---|---|---|")
     for s in ["8B", "4KiB", "128KiB"]:
         pt = perftest_row(read(logs, f"perftest_write_lat_{s}"))
         typ, avg = (pt[4], pt[5]) if pt else (None, None)
@@ -101,7 +114,9 @@ def main(share):
         base = dq_latency(read(logs, f"dqplb_base_verbs_latency_{s}"))
         print(f"| {s} | {fmt(typ, 2)} / {fmt(avg, 2)} | "
               f"{fmt(dq[0] if dq else None, 2)} / {fmt(dq[1] if dq else None, 2)} | "
-              f"{fmt(ratio(dq[0] if dq else None, typ), 2)} | {fmt(base[0] if base else None, 2)} |")
+              f"{fmt(ratio(dq[0] if dq else None, typ), 2)} | {fmt(base[0] if base else None, 2)} | "
+              f"{retries(logs, f'perftest_write_lat_{s}')}, "
+              f"{retries(logs, f'dqplb_perf_verbs_latency_{s}')} |")
     print()
     print("| step | send comm posts / completions / polls (empty + full) | recv comm posts /"
           " completions / polls |")

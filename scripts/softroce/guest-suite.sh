@@ -10,11 +10,17 @@ mkdir -p logs
 : >results.txt
 now() { cut -d' ' -f1 /proc/uptime; }
 FAILED=0
+# the guest's clock source (each clock read of the plugin pays it; TSC is read in user space)
+for f in current_clocksource available_clocksource; do
+  echo "$f $(cat /sys/devices/system/clocksource/clocksource0/$f 2>/dev/null)"
+done >logs/clocksource.log
 record() { # record NAME RC START
   echo "$1 $2 $(awk -v a="$3" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}')" >>results.txt
   [ "$2" = 0 ] || FAILED=1
 }
 sent_pkts() { cat /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/sent_pkts 2>/dev/null || echo -1; }
+# rxe's ACK-timeout retransmissions (each costs the QP's timeout: 67 ms at NCCL_IB_TIMEOUT=14)
+retries() { cat /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/completer_retry_err 2>/dev/null || echo -1; }
 # plugin_step NAME CMD...: a run of the plugin over rxe0, with rxe0's packet counter before/after
 plugin_step() {
   name=$1
@@ -64,13 +70,14 @@ perf() { # perf NAME ARGS...
   name=$1
   shift
   t=$(now)
-  timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F ${PERF_FLAGS---report_gbits} "$@" \
+  r0=$(retries)
+  timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -u "${BENCH_IB_TIMEOUT:-14}" -F ${PERF_FLAGS---report_gbits} "$@" \
     >"logs/$name.server.log" 2>&1 &
   srv=$!
   crc=1
   for _try in 1 2 3 4 5 6 7 8 9 10; do
     sleep 1
-    timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -F ${PERF_FLAGS---report_gbits} "$@" \
+    timeout 300 "${PERF_BIN:-ib_write_bw}" -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID_INDEX" -u "${BENCH_IB_TIMEOUT:-14}" -F ${PERF_FLAGS---report_gbits} "$@" \
       127.0.0.1 >"logs/$name.log" 2>&1
     crc=$?
     [ $crc -eq 0 ] && break
@@ -80,7 +87,9 @@ perf() { # perf NAME ARGS...
   wait $srv
   src=$?
   [ $crc -eq 0 ] && [ $src -eq 0 ]
-  record "$name" $? "$t"
+  prc=$?
+  echo "$r0 $(retries)" >"logs/$name.retries"
+  record "$name" $prc "$t"
 }
 # quick (default): 1 MiB only; full: also 64 MiB (perftest's own buffer setup for 64 MiB x 4 QPs
 # costs ~100 s under TCG, so CI keeps to quick); bench: bench-steps.txt (below); 0: none
@@ -94,14 +103,25 @@ case ${PERFTEST:-quick} in
     ;;
 esac
 # the plugin over the same rxe0, same QP count, through its vtable (dqplb perf --transport verbs)
-dqperf() { # dqperf NAME ARGS...
+dqperf() { # dqperf NAME [VAR=VALUE...] ARGS...  (leading VAR=VALUE: environment of this run)
   name=$1
   shift
+  vars=""
+  while [ $# -gt 0 ]; do
+    case $1 in
+      *=*) vars="$vars $1" && shift ;;
+      *) break ;;
+    esac
+  done
   [ -x "${DQPLB_BIN:-perf/dqplb}" ] || return 0
   t=$(now)
-  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 "./${DQPLB_BIN:-perf/dqplb}" perf --transport verbs --qps 4 --no-check "$@" \
+  r0=$(retries)
+  # shellcheck disable=SC2086 # vars is a list of VAR=VALUE words
+  env $vars NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=${BENCH_IB_TIMEOUT:-14} timeout 600 "./${DQPLB_BIN:-perf/dqplb}" perf --transport verbs --qps 4 --no-check "$@" \
     >"logs/$name.log" 2>&1
-  record "$name" $? "$t"
+  drc=$?
+  echo "$r0 $(retries)" >"logs/$name.retries"
+  record "$name" $drc "$t"
 }
 case ${PERFTEST:-quick} in
   quick) dqperf dqplb_perf_verbs_q4_1MiB --min-bytes 1M --max-bytes 1M --iters 50 --warmup 5 ;;
@@ -126,6 +146,15 @@ if [ "${PERFTEST:-quick}" = bench ] && [ -f bench-steps.txt ]; then
     case $kind in
       bw) PERF_BIN=ib_write_bw PERF_FLAGS=--report_gbits perf "$name" $args ;;
       lat) PERF_BIN=ib_write_lat PERF_FLAGS= perf "$name" $args ;;
+      # perftest with one busy process beside it, as dqplb perf's receiver polls (ib_write_bw's
+      # server does not): what a spinning receiver leaves rxe of the 2 vCPUs
+      bwhog)
+        sh -c 'while :; do :; done' &
+        hog=$!
+        PERF_BIN=ib_write_bw PERF_FLAGS=--report_gbits perf "$name" $args
+        kill $hog
+        wait $hog 2>/dev/null
+        ;;
       dq) DQPLB_BIN=perf/dqplb dqperf "$name" $args ;;
       dqbase) [ -x perf/dqplb-base ] && DQPLB_BIN=perf/dqplb-base dqperf "$name" $args ;;
     esac

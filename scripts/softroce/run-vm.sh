@@ -1,7 +1,9 @@
 #!/bin/bash
 # Boots the Soft-RoCE VM once (qemu TCG; ACCEL=kvm to try KVM), prints its console, powers off.
 #   run-vm.sh [selftest|share]   share: runs $SHARE/guest-run.sh inside the VM (9p, /mnt/host)
-# Env: SHARE (host folder, default ./share), LOG (console copy), TIMEOUT (s, default 600), MEM.
+# Env: SHARE (host folder, default ./share), LOG (console copy), TIMEOUT (s, default 600), MEM,
+#      CLOCK_ARGS (kernel clock options; default TSC, read in user space as on a real host: the
+#      kernel otherwise picks the emulated HPET, where every clock read is a ~1 us system call).
 # Exit: the guest's result (0 ok, 1 a guest step failed), 2 no result line (boot failure/timeout).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +27,7 @@ fi
 t0=$(date +%s.%N)
 timeout --foreground "$TIMEOUT" qemu-system-x86_64 "${ACC[@]}" -m "${MEM:-2G}" -smp 2 \
   -nographic -no-reboot -nic none -kernel "$KERNEL" -initrd "$INITRD" \
-  -append "console=ttyS0 panic=-1 loglevel=4 softroce.mode=$MODE" \
+  -append "console=ttyS0 panic=-1 loglevel=4 softroce.mode=$MODE ${CLOCK_ARGS-clocksource=tsc tsc=reliable}" \
   -virtfs local,path="$SHARE",mount_tag=hostshare,security_model=none,id=hostshare \
   </dev/null 2>&1 | tee "$LOG"
 qrc=${PIPESTATUS[0]}
