@@ -205,6 +205,11 @@ pub struct SimResult {
     pub hosts_per_leaf: usize,
     pub leaves: usize,
     pub spines: usize,
+    /// Third tier (tier3.rs): pods and core switches per rail; absent with two tiers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pods: usize,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cores: usize,
     pub oversub: f64,
     pub host_gbps: f64,
     pub source_port: String,
@@ -290,6 +295,8 @@ impl SimResult {
             hosts_per_leaf: f.hosts_per_leaf,
             leaves: f.leaves(),
             spines: f.spines,
+            pods: f.pods,
+            cores: f.cores_total(),
             oversub: f.oversub,
             host_gbps: f.host_gbps,
             source_port: match f.hash.source_port {
@@ -415,4 +422,8 @@ impl SimResult {
             self.missing
         )
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
