@@ -289,3 +289,76 @@ fn same_seed_same_bytes_on_the_preset() {
         assert_ne!(a, json(6), "{mode:?}: another seed, another run");
     }
 }
+
+#[test]
+fn cli_preset_and_pods_options() {
+    let sim = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_dqplb"))
+            .arg("sim")
+            .args(args)
+            .output()
+            .expect("run dqplb")
+    };
+    let out = sim(&[
+        "--preset",
+        "fattree-k4",
+        "--traffic",
+        "permutation",
+        "--bytes",
+        "1M",
+        "--policy",
+        "spray",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &v[0];
+    assert_eq!(
+        (r["hosts"].as_u64(), r["pods"].as_u64(), r["cores"].as_u64()),
+        (Some(16), Some(4), Some(4))
+    );
+    assert_eq!(
+        (r["rails"].as_u64(), r["spines"].as_u64()),
+        (Some(1), Some(2))
+    );
+    // Options after the preset override it; a two-tier run has no pods or cores in its JSON.
+    let out = sim(&[
+        "--fattree-k",
+        "4",
+        "--rails",
+        "2",
+        "--bytes",
+        "1M",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["rails"].as_u64(), Some(2));
+    let out = sim(&[
+        "--hosts", "16", "--rails", "1", "--bytes", "1M", "--format", "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v[0].get("pods").is_none() && v[0].get("cores").is_none());
+    // Bad input: exit code 2, the problem named.
+    for (args, word) in [
+        (&["--preset", "torus-k4"][..], "preset"),
+        (&["--fattree-k", "5"][..], "even"),
+        (&["--hosts", "16", "--cores", "4"][..], "--pods"),
+        (
+            &["--hosts", "16", "--hosts-per-leaf", "4", "--pods", "8"][..],
+            "pods",
+        ),
+    ] {
+        let out = sim(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(word),
+            "{args:?}"
+        );
+    }
+}
