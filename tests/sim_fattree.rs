@@ -266,6 +266,13 @@ fn every_mode_routes_the_preset_cleanly() {
             clean(&r);
             assert_eq!(r.pods, 4);
             assert_eq!(r.cores, 4);
+            let core = r
+                .max_core_util
+                .expect("aggregation-core utilisation reported");
+            assert!(
+                core > 0.0 && core <= 1.0 + 1e-9,
+                "{mode:?} {policy}: {core}"
+            );
             assert!(
                 r.time_over_ideal >= 0.99,
                 "{mode:?} {policy}: {}",
@@ -343,7 +350,9 @@ fn cli_preset_and_pods_options() {
         "--hosts", "16", "--rails", "1", "--bytes", "1M", "--format", "json",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v[0].get("pods").is_none() && v[0].get("cores").is_none());
+    for key in ["pods", "cores", "max_core_util"] {
+        assert!(v[0].get(key).is_none(), "two tiers: no {key}");
+    }
     // Bad input: exit code 2, the problem named.
     for (args, word) in [
         (&["--preset", "torus-k4"][..], "preset"),
