@@ -21,8 +21,12 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --hosts-per-leaf H    hosts under a leaf (32)     --leaves L       sets H = ceil(N / L)
   --spines S            spines per rail (32)        --oversub O      leaf down/up capacity (1)
   --host-gbps G         NIC rate (400)              --hop-latency-ns T  per hop (1000)
-  --failed-links N      leaf-spine links down per rail (0)
-  --slow-links N        leaf-spine links at --slow-factor of their rate (0, factor 0.5)
+  --pods P              third tier: leafs in P pods, each pod's spines (aggregation) wired to
+                        --cores C core switches (default spines x leafs per pod) (0: two tiers)
+  --preset fattree-kK   k-ary fat tree, e.g. fattree-k8 (= --fattree-k 8): K pods of K/2 leafs
+                        and K/2 aggs, (K/2)^2 cores, K^3/4 hosts, 1 rail; later options override
+  --failed-links N      switch-switch links down per rail, any tier (0)
+  --slow-links N        switch-switch links at --slow-factor of their rate (0, factor 0.5)
   --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
   --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
 engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
@@ -144,6 +148,15 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "hosts-per-leaf" => c.fabric.hosts_per_leaf = num(&opt, v)?,
         "leaves" => *leaves = Some(num(&opt, v)?),
         "spines" => c.fabric.spines = num(&opt, v)?,
+        "pods" => c.fabric.pods = num(&opt, v)?,
+        "cores" => c.fabric.cores = num(&opt, v)?,
+        "fattree-k" => c.fabric = FabricSpec::fattree(num(&opt, v)?, &c.fabric)?,
+        "preset" => {
+            let k = v
+                .strip_prefix("fattree-k")
+                .ok_or_else(|| format!("unknown preset '{v}' (fattree-k<K>, e.g. fattree-k8)"))?;
+            c.fabric = FabricSpec::fattree(num(&opt, k)?, &c.fabric)?;
+        }
         "oversub" => c.fabric.oversub = num(&opt, v)?,
         "host-gbps" => c.fabric.host_gbps = num(&opt, v)?,
         "hop-latency-ns" => c.fabric.hop_latency_ps = num::<u64>(&opt, v)? * 1000,
@@ -421,6 +434,12 @@ pub fn run_cli(args: &[String]) -> i32 {
     }
     if a.format == "table" {
         let c = &a.cfg;
+        if c.fabric.pods > 0 {
+            println!(
+                "# third tier: {} pods x {} leafs, {} aggregation switches per pod, {} cores at {} Gb/s",
+                c.fabric.pods, c.fabric.leaves_per_pod(), c.fabric.spines, c.fabric.cores_total(), c.fabric.core_gbps()
+            );
+        }
         println!(
             "# dqplb sim: mode {} traffic {} bytes {} placement {:?}; {} hosts x {} rails, {} leaves x {} hosts, {} spines, oversub {}, {} Gb/s; source port {:?}, dest-qpn hash {}; outstanding {}, segment {}; seed {}",
             c.mode.name(), c.traffic.kind.name(), c.traffic.bytes, c.traffic.placement, c.fabric.hosts, c.fabric.rails,

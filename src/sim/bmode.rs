@@ -58,7 +58,7 @@ pub(crate) fn qp_paths(
                         rail.index, c.src, c.dst
                     )
                 })?;
-            if p.hops == 4 && shape.policy != SimPolicy::Spray {
+            if p.hops >= 4 && shape.policy != SimPolicy::Spray {
                 uplink_paths[p.links[1] as usize - first_up] += 1;
             }
             paths.push(p);
@@ -76,8 +76,10 @@ pub fn run_phase(
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links() as u32;
     let hosts = rail.hosts as u32;
-    // Two acknowledgement queues (2-hop and 4-hop paths), each pushed at now + a constant.
+    // One acknowledgement queue per path length (2, 4 and with a third tier 6 hops), each pushed
+    // at now + a constant.
     let ack_q = nl + hosts;
+    let classes = u32::from(rail.max_hops() / 2);
     let lat = rail.hop_latency_ps;
     let mut out = PhaseOutcome {
         link_bytes: vec![0; nl as usize],
@@ -95,9 +97,11 @@ pub fn run_phase(
     let capacity = run.conns.len() * shape.qps * shape.outstanding as usize;
     let mut segs: Vec<Seg> = Vec::with_capacity(capacity);
     let mut free: Vec<u32> = Vec::with_capacity(capacity);
-    let mut core: Core<u32> = Core::new(nl as usize + hosts as usize + 2);
+    let mut core: Core<u32> = Core::new((nl + hosts + classes) as usize);
     core.reserve(ack_q, capacity.min(1 << 22));
-    core.reserve(ack_q + 1, capacity.min(1 << 22));
+    for c in 1..classes {
+        core.reserve(ack_q + c, capacity.min(1 << 22));
+    }
     let mut wake: Vec<u32> = Vec::with_capacity(run.conns.len());
     let mut now: Ps = 0;
     let mut end_time: Ps = 0;
@@ -179,7 +183,7 @@ pub fn run_phase(
             let s = segs[id as usize];
             run.on_arrival(s.conn as usize, s.imm, s.len, now);
             core.push(
-                ack_q + u32::from(s.path.hops > 2),
+                ack_q + u32::from(s.path.hops / 2 - 1),
                 now + lat * Ps::from(s.path.hops),
                 id,
             );

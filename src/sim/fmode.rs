@@ -59,7 +59,10 @@ pub fn run_phase(
     let mut hops = Vec::with_capacity(paths.len());
     for (i, p) in paths.iter().enumerate() {
         hops.push(p.hops);
-        if shape.policy == SimPolicy::Spray && p.hops == 4 {
+        if shape.policy == SimPolicy::Spray && p.hops == 6 {
+            let c = &run.conns[i / qps];
+            inc.push_flow(spread_links(rail, c.src as usize, c.dst as usize, p));
+        } else if shape.policy == SimPolicy::Spray && p.hops == 4 {
             let c = &run.conns[i / qps];
             let (src, dst) = (c.src as usize, c.dst as usize);
             let n = rail.spines_between(src, dst);
@@ -86,8 +89,9 @@ pub fn run_phase(
         s.ends.reserve(shape.outstanding as usize);
     }
     let mut heap: BinaryHeap<Reverse<(Ps, u32, u32)>> = BinaryHeap::with_capacity(flows);
-    // Queues: arrivals over 2 and 4 hops, acknowledgements over 2 and 4 hops.
-    let mut core: Core<FSeg> = Core::new(4);
+    // Queues: arrivals over 2, 4 (and 6) hops, then acknowledgements over the same.
+    let classes = u32::from(rail.max_hops() / 2);
+    let mut core: Core<FSeg> = Core::new(2 * classes as usize);
     let mut wake: Vec<u32> = Vec::with_capacity(run.conns.len());
     let (mut now, mut end_time, mut last_solve): (Ps, Ps, Ps) = (0, 0, 0);
     let (mut must_solve, mut dirty) = (false, false);
@@ -215,7 +219,7 @@ pub fn run_phase(
                 imm,
                 len,
             };
-            core.push(u32::from(h > 2), now + lat * Ps::from(h), seg);
+            core.push(u32::from(h / 2 - 1), now + lat * Ps::from(h), seg);
             if s.ends.is_empty() {
                 active[f] = false;
                 s.version = s.version.wrapping_add(1);
@@ -225,9 +229,9 @@ pub fn run_phase(
             }
         } else {
             let Some((_, q, seg)) = core.pop() else { break };
-            if q < 2 {
+            if q < classes {
                 run.on_arrival(seg.conn as usize, seg.imm, seg.len, now);
-                core.push(2 + q, now + lat * Ps::from(seg.hops), seg);
+                core.push(classes + q, now + lat * Ps::from(seg.hops), seg);
             } else {
                 run.on_ack(seg.conn as usize, seg.qp as usize, now);
             }
@@ -260,4 +264,22 @@ fn drain_time(s: &FlowState, now: Ps) -> Option<Ps> {
         return None;
     }
     Some(now + (left / s.rate).ceil() as Ps)
+}
+
+/// Fluid spray over a third tier: the flow's share of every link of the live paths between its
+/// pods (uniform over the paths), each link once with its summed weight, first-use order.
+fn spread_links(rail: &Rail, src: usize, dst: usize, p: &super::topology::Path) -> Vec<(u32, f64)> {
+    let n = rail.spines_between(src, dst);
+    let w = 1.0 / n as f64;
+    let mut links = vec![(p.links[0], 1.0), (p.links[5], 1.0)];
+    for k in 0..n {
+        let v = rail.path_via(src, dst, k);
+        for &l in &v.links[1..5] {
+            match links[2..].iter_mut().find(|e| e.0 == l) {
+                Some(e) => e.1 += w,
+                None => links.push((l, w)),
+            }
+        }
+    }
+    links
 }

@@ -100,9 +100,11 @@ pub fn run_phase(
     let nl = rail.links() as u32;
     let hosts = rail.hosts as u32;
     let arr_q = nl;
+    // Per path length (2, 4, with a third tier 6 hops): one ack and one CNP queue.
+    let classes = u32::from(rail.max_hops() / 2);
     let ack_q = nl + hosts;
-    let cnp_q = ack_q + 2;
-    let pfc_q = cnp_q + 2;
+    let cnp_q = ack_q + classes;
+    let pfc_q = cnp_q + classes;
     let lat = rail.hop_latency_ps;
     let qps = shape.qps;
     let mut out = PhaseOutcome {
@@ -125,7 +127,7 @@ pub fn run_phase(
     let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 20));
     let mut core: Core<u32> = Core::new(pfc_q as usize + 1);
     let mut pfc = Pfc::new(spec.pfc, nl as usize);
-    for q in ack_q..cnp_q + 2 {
+    for q in ack_q..cnp_q + classes {
         core.reserve(q, in_flight.min(1 << 16));
     }
     let mut sq = SwitchQueues::new(nl as usize);
@@ -353,7 +355,7 @@ pub fn run_phase(
             let p = pkts.items[id as usize];
             pkts.free.push(id);
             let back = lat * Ps::from(p.path.hops);
-            let class = u32::from(p.path.hops > 2);
+            let class = u32::from(p.path.hops / 2 - 1);
             if p.ecn {
                 let qp = &mut nics.qps[p.qp as usize];
                 qp.marked += 1;
@@ -370,7 +372,7 @@ pub fn run_phase(
             if s.delivered == s.npkts {
                 let s = *s;
                 run.on_arrival(s.conn as usize, s.imm, s.len, now);
-                core.push(ack_q + u32::from(s.hops > 2), now + back, p.seg);
+                core.push(ack_q + u32::from(s.hops / 2 - 1), now + back, p.seg);
             }
         } else if q < cnp_q {
             let s = segs.items[id as usize];

@@ -31,6 +31,9 @@ pub struct RailResult {
     pub messages: u64,
     pub max_link_util: f64,
     pub max_uplink_util: f64,
+    /// Third tier: the fullest live aggregation-core link (either direction); absent in two.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_core_util: Option<f64>,
     pub mean_uplink_util: f64,
     /// `uplink_hist[i]`: leaf uplinks carrying i QP paths (summed over phases).
     pub uplink_hist: Vec<u64>,
@@ -76,6 +79,7 @@ impl RailResult {
             messages: 0,
             max_link_util: 0.0,
             max_uplink_util: 0.0,
+            max_core_util: None,
             mean_uplink_util: 0.0,
             uplink_hist: Vec::new(),
             uplink_hist_expected: Vec::new(),
@@ -127,6 +131,10 @@ impl RailResult {
             let busy = b as f64 * rail.ps_per_byte[l];
             let u = busy / t;
             self.max_link_util = self.max_link_util.max(u);
+            let kind = rail.kind(l as u32);
+            if rail.alive[l] && matches!(kind, LinkKind::AggUp | LinkKind::CoreDown) {
+                self.max_core_util = Some(self.max_core_util.unwrap_or(0.0).max(u));
+            }
             if rail.kind(l as u32) == LinkKind::LeafUp {
                 self.uplink_busy_ps[l - first_up] += busy;
                 if rail.alive[l] {
@@ -205,6 +213,11 @@ pub struct SimResult {
     pub hosts_per_leaf: usize,
     pub leaves: usize,
     pub spines: usize,
+    /// Third tier (tier3.rs): pods and core switches per rail; absent with two tiers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pods: usize,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cores: usize,
     pub oversub: f64,
     pub host_gbps: f64,
     pub source_port: String,
@@ -227,6 +240,9 @@ pub struct SimResult {
     pub missing: u64,
     pub messages: u64,
     pub max_uplink_util: f64,
+    /// Third tier: the fullest aggregation-core link of any rail; absent with two tiers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_core_util: Option<f64>,
     pub mean_uplink_util: f64,
     pub qp_imbalance: f64,
     pub rehashes: u64,
@@ -290,6 +306,8 @@ impl SimResult {
             hosts_per_leaf: f.hosts_per_leaf,
             leaves: f.leaves(),
             spines: f.spines,
+            pods: f.pods,
+            cores: f.cores_total(),
             oversub: f.oversub,
             host_gbps: f.host_gbps,
             source_port: match f.hash.source_port {
@@ -321,6 +339,10 @@ impl SimResult {
             missing: rails.iter().map(|r| r.missing).sum(),
             messages: rails.iter().map(|r| r.messages).sum(),
             max_uplink_util: rails.iter().map(|r| r.max_uplink_util).fold(0.0, f64::max),
+            max_core_util: rails
+                .iter()
+                .filter_map(|r| r.max_core_util)
+                .reduce(f64::max),
             mean_uplink_util: rails.iter().map(|r| r.mean_uplink_util).sum::<f64>() / n,
             qp_imbalance: rails.iter().map(|r| r.qp_imbalance).sum::<f64>() / n,
             rehashes: rails.iter().map(|r| r.rehashes).sum(),
@@ -415,4 +437,8 @@ impl SimResult {
             self.missing
         )
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

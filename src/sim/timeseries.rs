@@ -22,6 +22,8 @@ impl TsKind {
             TsKind::Link(LinkKind::HostDown) => "host-down",
             TsKind::Link(LinkKind::LeafUp) => "leaf-up",
             TsKind::Link(LinkKind::SpineDown) => "spine-down",
+            TsKind::Link(LinkKind::AggUp) => "agg-up",
+            TsKind::Link(LinkKind::CoreDown) => "core-down",
         }
     }
 }

@@ -1,5 +1,5 @@
-//! A rail-optimized leaf-spine fabric: hosts x rails, each rail its own leafs and spines, an
-//! oversubscription ratio on the leaf uplinks, and seeded failed or slow leaf-spine links.
+//! A rail-optimized leaf-spine fabric: hosts x rails, each rail its own leafs and spines (and, with
+//! pods, a third tier of cores), an oversubscription ratio, and seeded failed or slow links.
 
 use super::hashing::{ecmp_hash, HashFields};
 use super::rng::Rng;
@@ -28,6 +28,11 @@ pub struct FabricSpec {
     pub slow_links: usize,
     pub slow_factor: f64,
     pub hash: HashFields,
+    /// Third tier: leafs grouped into this many pods, each pod its own `spines` (aggregation
+    /// switches) wired to core switches (tier3.rs); 0 = two tiers.
+    pub pods: usize,
+    /// Core switches per rail (a multiple of `spines`; 0 = spines x leafs per pod: non-blocking).
+    pub cores: usize,
 }
 
 impl Default for FabricSpec {
@@ -44,6 +49,8 @@ impl Default for FabricSpec {
             slow_links: 0,
             slow_factor: 0.5,
             hash: HashFields::default(),
+            pods: 0,
+            cores: 0,
         }
     }
 }
@@ -72,10 +79,11 @@ impl FabricSpec {
         if !ok(self.host_gbps) || !ok(self.oversub) || !ok(self.slow_factor) {
             return Err("host rate, oversubscription and slow factor must be positive".into());
         }
-        let uplinks = self.leaves() * self.spines;
+        self.validate_tier3()?;
+        let uplinks = self.leaves() * self.spines + self.core_links();
         if self.failed_links + self.slow_links > uplinks {
             return Err(format!(
-                "{} failed + {} slow links exceed the {uplinks} leaf-spine links of a rail",
+                "{} failed + {} slow links exceed the {uplinks} switch-switch links of a rail",
                 self.failed_links, self.slow_links
             ));
         }
@@ -90,6 +98,10 @@ pub enum LinkKind {
     HostDown,
     LeafUp,
     SpineDown,
+    /// Aggregation (a pod's spine) to core (third tier only).
+    AggUp,
+    /// Core to a pod's aggregation switch (third tier only).
+    CoreDown,
 }
 
 /// One rail's links: ids `[host up | host down | leaf->spine | spine->leaf]`.
@@ -105,12 +117,16 @@ pub struct Rail {
     pub alive: Vec<bool>,
     pub hash: HashFields,
     pub hop_latency_ps: Ps,
+    /// Pods (0: two tiers), leafs per pod and core uplinks per aggregation switch.
+    pub pods: usize,
+    pub leaves_per_pod: usize,
+    pub cores_per_agg: usize,
 }
 
-/// A path: up to 4 link ids (host up, leaf up, spine down, host down).
+/// A path: up to 6 link ids (host up, leaf up, [agg up, core down,] spine down, host down).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Path {
-    pub links: [u32; 4],
+    pub links: [u32; 6],
     pub hops: u8,
 }
 
@@ -126,15 +142,18 @@ pub fn nic_ip(rail: usize, host: usize) -> u32 {
 }
 
 impl Rail {
-    /// Rail `index` of `spec`; its failed and slow leaf-spine links drawn from `rng`.
+    /// Rail `index` of `spec`; its failed and slow switch-switch links drawn from `rng`.
     pub fn new(spec: &FabricSpec, index: usize, rng: &mut Rng) -> Rail {
         let (h, l, s) = (spec.hosts, spec.leaves(), spec.spines);
-        let n = 2 * h + 2 * l * s;
+        let n = 2 * h + 2 * l * s + 2 * spec.core_links();
         let host = 8000.0 / spec.host_gbps;
         let up = 8000.0 / spec.uplink_gbps();
         let mut ps_per_byte = vec![host; n];
-        for v in &mut ps_per_byte[2 * h..] {
+        for v in &mut ps_per_byte[2 * h..2 * h + 2 * l * s] {
             *v = up;
+        }
+        for v in &mut ps_per_byte[2 * h + 2 * l * s..] {
+            *v = 8000.0 / spec.core_gbps();
         }
         let mut rail = Rail {
             index,
@@ -146,17 +165,25 @@ impl Rail {
             alive: vec![true; n],
             hash: spec.hash,
             hop_latency_ps: spec.hop_latency_ps,
+            pods: spec.pods,
+            leaves_per_pod: spec.leaves_per_pod(),
+            cores_per_agg: spec.cores_per_agg(),
         };
-        // Draw distinct leaf-spine pairs: the first `failed` fail, the next `slow` are slow.
-        let mut pairs: Vec<u32> = (0..(l * s) as u32).collect();
+        // Draw distinct switch pairs (leaf-spine, then agg-core): the first `failed` fail, the
+        // next `slow` are slow. Two tiers: the same draws as before the third tier existed.
+        let mut pairs: Vec<u32> = (0..(l * s + spec.core_links()) as u32).collect();
         let pick = spec.failed_links + spec.slow_links;
         for i in 0..pick {
             let j = i + rng.below((pairs.len() - i) as u64) as usize;
             pairs.swap(i, j);
         }
         for (i, &p) in pairs[..pick].iter().enumerate() {
-            let (leaf, spine) = (p as usize / s, p as usize % s);
-            let ids = [rail.leaf_up(leaf, spine), rail.spine_down(spine, leaf)];
+            let ids = if (p as usize) < l * s {
+                let (leaf, spine) = (p as usize / s, p as usize % s);
+                [rail.leaf_up(leaf, spine), rail.spine_down(spine, leaf)]
+            } else {
+                rail.core_pair(p as usize - l * s)
+            };
             for id in ids {
                 if i < spec.failed_links {
                     rail.alive[id as usize] = false;
@@ -200,8 +227,12 @@ impl Rail {
             LinkKind::HostDown
         } else if l < 2 * self.hosts + self.leaves * self.spines {
             LinkKind::LeafUp
-        } else {
+        } else if l < 2 * self.hosts + 2 * self.leaves * self.spines {
             LinkKind::SpineDown
+        } else if l < self.core_down_base() {
+            LinkKind::AggUp
+        } else {
+            LinkKind::CoreDown
         }
     }
 
@@ -215,11 +246,11 @@ impl Rail {
     }
 
     /// Spines through which leaf `a` reaches leaf `b` (both links alive): the ECMP group.
-    fn group_len(&self, a: usize, b: usize) -> usize {
+    pub(crate) fn group_len(&self, a: usize, b: usize) -> usize {
         (0..self.spines).filter(|&s| self.via(a, b, s)).count()
     }
 
-    fn via(&self, a: usize, b: usize, s: usize) -> bool {
+    pub(crate) fn via(&self, a: usize, b: usize, s: usize) -> bool {
         self.alive[self.leaf_up(a, s) as usize] && self.alive[self.spine_down(s, b) as usize]
     }
 
@@ -241,6 +272,8 @@ impl Rail {
         let (a, b) = (self.leaf_of(src), self.leaf_of(dst));
         if a == b {
             0
+        } else if !self.same_pod(a, b) {
+            self.core_paths(a, b)
         } else {
             self.group_len(a, b)
         }
@@ -251,9 +284,12 @@ impl Rail {
         let (a, b) = (self.leaf_of(src), self.leaf_of(dst));
         if a == b {
             return Path {
-                links: [self.host_up(src), self.host_down(dst), 0, 0],
+                links: [self.host_up(src), self.host_down(dst), 0, 0, 0, 0],
                 hops: 2,
             };
+        }
+        if !self.same_pod(a, b) {
+            return self.core_path_via(src, dst, k);
         }
         let s = self.group_member(a, b, k);
         Path {
@@ -262,6 +298,8 @@ impl Rail {
                 self.leaf_up(a, s),
                 self.spine_down(s, b),
                 self.host_down(dst),
+                0,
+                0,
             ],
             hops: 4,
         }
@@ -273,6 +311,9 @@ impl Rail {
         let (a, b) = (self.leaf_of(src), self.leaf_of(dst));
         if a == b {
             return Some(self.path_via(src, dst, 0));
+        }
+        if !self.same_pod(a, b) {
+            return self.core_ecmp_path(src, dst, lqpn, rqpn);
         }
         let n = self.group_len(a, b);
         if n == 0 {
