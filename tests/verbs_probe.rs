@@ -451,3 +451,92 @@ fn probe_round_trip_8b() {
         layer[0].0, layer[0].1, layer[1].0, layer[1].1, transport.0, transport.1
     );
 }
+
+/// perftest's `ib_write_bw -q 4 -s SIZE` layout at the verbs layer, in one process: every QP
+/// writes the whole 64 MiB source in `wr`-byte plain RDMA_WRITEs, up to 5 outstanding (perftest's
+/// tx depth at -n 5), to the same destination address as every other QP (`shared`, perftest's
+/// single buffer) or to its own 64 MiB region. Which of perftest's choices rxe rewards.
+fn perftest_layout_probe(wr: usize, shared: bool) {
+    let dev = require_device("probe_perftest_layout");
+    const DEPTH: usize = 5;
+    let cfg = QpSetConfig {
+        n_data: QPS,
+        send_depth: 32,
+        recv_depth: 1,
+        srq_depth: 0,
+    };
+    let lb = loopback(&dev, cfg);
+    let mut src = RegisteredBuffer::new(&lb.pd, MSG).expect("src");
+    let regions = if shared { 1 } else { QPS };
+    let dst = RegisteredBuffer::new(&lb.pd, MSG * regions).expect("dst");
+    let data = message();
+    src.write(0, &data).expect("fill");
+    let per_qp = MSG / wr;
+    let (mut posted, mut done) = ([0usize; QPS], 0usize);
+    let mut inflight = [0usize; QPS];
+    let mut wcs = [WorkCompletion::default(); 32];
+    let start = Instant::now();
+    while done < per_qp * QPS {
+        for q in 0..QPS {
+            while posted[q] < per_qp && inflight[q] < DEPTH {
+                let k = posted[q];
+                let base = if shared { 0 } else { q * MSG };
+                lb.a.data(q)
+                    .expect("qp")
+                    .post_write(
+                        q as u64,
+                        src.mr().local(k * wr, wr).expect("local"),
+                        dst.mr().remote(base + k * wr).expect("remote"),
+                        None,
+                        true,
+                    )
+                    .expect("post");
+                posted[q] += 1;
+                inflight[q] += 1;
+            }
+        }
+        let n = lb.a.poll_send(&mut wcs).expect("poll send");
+        for wc in &wcs[..n] {
+            lb.a.check(wc).expect("send ok");
+            inflight[wc.wr_id as usize] -= 1;
+            done += 1;
+        }
+        assert!(
+            start.elapsed() < DEADLINE * 4,
+            "perftest-layout probe stalled"
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mut back = vec![0u8; MSG];
+    for r in 0..regions {
+        dst.read(r * MSG, &mut back).expect("read");
+        assert!(back == data, "perftest-layout probe: region {r} differs");
+    }
+    let bytes = (MSG * QPS) as f64;
+    println!(
+        "probe: perftest layout, {QPS} QPs x {} MiB in {} KiB RDMA_WRITEs ({DEPTH} deep), {} destination: {:.3} s, {:.3} Gb/s",
+        MSG >> 20,
+        wr >> 10,
+        if shared { "one shared" } else { "a separate" },
+        secs,
+        bytes * 8.0 / secs / 1e9
+    );
+}
+
+#[test]
+#[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
+fn probe_perftest_layout_64mib_writes_shared() {
+    perftest_layout_probe(MSG, true);
+}
+
+#[test]
+#[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
+fn probe_perftest_layout_1mib_writes_shared() {
+    perftest_layout_probe(SEG, true);
+}
+
+#[test]
+#[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
+fn probe_perftest_layout_64mib_writes_separate() {
+    perftest_layout_probe(MSG, false);
+}
