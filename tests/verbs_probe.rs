@@ -224,6 +224,27 @@ fn one_recv(set: &nccl_net_dqplb::transport::verbs::QpSet) -> u64 {
     unreachable!("u32 polls ran out")
 }
 
+/// Writes clear-to-send word `value` from `from` (staged at offset 2048) into `to`'s CTS zone
+/// (offset 64) over `set`'s control QP, inline when the device allows.
+fn post_cts(
+    set: &nccl_net_dqplb::transport::verbs::QpSet,
+    from: &mut RegisteredBuffer,
+    to: &RegisteredBuffer,
+    value: u32,
+    signaled: bool,
+) {
+    from.write(2048, &value.to_le_bytes()).expect("stage");
+    set.control()
+        .post_write(
+            9,
+            from.mr().local(2048, 4).expect("l"),
+            to.mr().remote(64).expect("r"),
+            None,
+            signaled,
+        )
+        .expect("clear-to-send");
+}
+
 /// Reaps send completions when the write just posted was signaled (every 16th), so the send
 /// queue never fills.
 fn reap_if(set: &nccl_net_dqplb::transport::verbs::QpSet, signaled: bool) {
@@ -273,9 +294,7 @@ fn probe_round_trip_8b() {
             lb.b.data(0).expect("qp").post_recv(k).expect("recv b");
         }
         let (qa, qb) = (lb.a.data(0).expect("qp"), lb.b.data(0).expect("qp"));
-        // the clear-to-send word: the iteration number + 1, written by the receiver-to-be
-        let mut cts_a = [0u8; 4]; // what A writes into B's CTS zone
-        let mut cts_b = [0u8; 4];
+        // the clear-to-send word is the iteration number + 1, written by the receiver-to-be
         let wait_cts = |buf: &RegisteredBuffer, want: u32| {
             let start = Instant::now();
             let mut polls = 0u32;
@@ -293,17 +312,7 @@ fn probe_round_trip_8b() {
             let t = Instant::now();
             if with_cts && i == 0 {
                 // B announces its first receive before anything is sent
-                cts_b.copy_from_slice(&1u32.to_le_bytes());
-                bbuf.write(2048, &cts_b).expect("stage");
-                lb.b.control()
-                    .post_write(
-                        9,
-                        bbuf.mr().local(2048, 4).expect("l"),
-                        abuf.mr().remote(64).expect("r"),
-                        None,
-                        false,
-                    )
-                    .expect("cts b");
+                post_cts(&lb.b, &mut bbuf, &abuf, 1, false);
             }
             if with_cts {
                 wait_cts(&abuf, i as u32 + 1);
@@ -320,29 +329,9 @@ fn probe_round_trip_8b() {
             qb.post_recv(k).expect("repost b");
             if with_cts {
                 // B announces its next receive, then A's pong may go (A announced it last round)
-                cts_b.copy_from_slice(&(i as u32 + 2).to_le_bytes());
-                bbuf.write(2048, &cts_b).expect("stage");
-                lb.b.control()
-                    .post_write(
-                        9,
-                        bbuf.mr().local(2048, 4).expect("l"),
-                        abuf.mr().remote(64).expect("r"),
-                        None,
-                        sig,
-                    )
-                    .expect("cts b");
+                post_cts(&lb.b, &mut bbuf, &abuf, i as u32 + 2, sig);
                 if i == 0 {
-                    cts_a.copy_from_slice(&1u32.to_le_bytes());
-                    abuf.write(2048, &cts_a).expect("stage");
-                    lb.a.control()
-                        .post_write(
-                            9,
-                            abuf.mr().local(2048, 4).expect("l"),
-                            bbuf.mr().remote(64).expect("r"),
-                            None,
-                            false,
-                        )
-                        .expect("cts a");
+                    post_cts(&lb.a, &mut abuf, &bbuf, 1, false);
                 }
                 wait_cts(&bbuf, i as u32 + 1);
             }
@@ -358,17 +347,7 @@ fn probe_round_trip_8b() {
             qa.post_recv(k).expect("repost a");
             let rtt = t.elapsed();
             if with_cts {
-                cts_a.copy_from_slice(&(i as u32 + 2).to_le_bytes());
-                abuf.write(2048, &cts_a).expect("stage");
-                lb.a.control()
-                    .post_write(
-                        9,
-                        abuf.mr().local(2048, 4).expect("l"),
-                        bbuf.mr().remote(64).expect("r"),
-                        None,
-                        sig,
-                    )
-                    .expect("cts a");
+                post_cts(&lb.a, &mut abuf, &bbuf, i as u32 + 2, sig);
                 reap_if(&lb.a, sig); // A's control write
                 reap_if(&lb.b, sig); // B's control write
             }
