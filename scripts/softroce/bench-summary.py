@@ -104,17 +104,23 @@ def main(share):
         print(f"| {s} | {fmt(rate, 0)}{extra} | {fmt(dq, 0)} | {fmt(ratio(dq, rate), 2)} |"
               f" {fmt(base, 0)} |")
     print()
-    print("| size | ib_write_lat typical / avg us | dqplb perf median / p99 us | median / typical |"
-          " baseline median us | rxe retries (perftest, plugin) |")
-    print("|---|---|---|---|---|---|")
+    # ib_write_lat reports half a round trip: perftest's print_report_lat divides each
+    # post-to-post interval (one round trip) by rtt_factor = 2 for WRITE (src/perftest_parameters.c,
+    # perftest v4.5-0.17 .. 2026 master); dqplb perf reports whole round trips, so the ratio is
+    # taken against 2 x typical.
+    print("| size | ib_write_lat typical / avg us (half a round trip) | its round trip (2 x typical) us |"
+          " dqplb perf round trip median / p99 us | median / (2 x typical) | baseline median us |"
+          " rxe retries (perftest, plugin) |")
+    print("|---|---|---|---|---|---|---|")
     for s in ["8B", "4KiB", "128KiB"]:
         pt = perftest_row(read(logs, f"perftest_write_lat_{s}"))
         typ, avg = (pt[4], pt[5]) if pt else (None, None)
         dq = dq_latency(read(logs, f"dqplb_perf_verbs_latency_{s}"))
         base = dq_latency(read(logs, f"dqplb_base_verbs_latency_{s}"))
-        print(f"| {s} | {fmt(typ, 2)} / {fmt(avg, 2)} | "
+        rtt = None if typ is None else 2 * typ
+        print(f"| {s} | {fmt(typ, 2)} / {fmt(avg, 2)} | {fmt(rtt, 2)} | "
               f"{fmt(dq[0] if dq else None, 2)} / {fmt(dq[1] if dq else None, 2)} | "
-              f"{fmt(ratio(dq[0] if dq else None, typ), 2)} | {fmt(base[0] if base else None, 2)} | "
+              f"{fmt(ratio(dq[0] if dq else None, rtt), 2)} | {fmt(base[0] if base else None, 2)} | "
               f"{retries(logs, f'perftest_write_lat_{s}')}, "
               f"{retries(logs, f'dqplb_perf_verbs_latency_{s}')} |")
     print()

@@ -32,6 +32,12 @@ pub struct PerfArgs {
     pub latency: bool,
     pub check: bool,
     pub format: Format,
+    /// `--recv-idle-us N` / `--send-idle-us N`: in the bandwidth sweep, sleep N us after an idle
+    /// poll instead of yielding (0: yield, as NCCL's proxy thread does). An experiment knob: it
+    /// shows what a side's polling takes from the device when the device is emulated on the
+    /// same CPUs (Soft-RoCE), not a mode NCCL has.
+    pub recv_idle_us: u64,
+    pub send_idle_us: u64,
 }
 
 impl Default for PerfArgs {
@@ -52,6 +58,8 @@ impl Default for PerfArgs {
             latency: false,
             check: true,
             format: Format::Table,
+            recv_idle_us: 0,
+            send_idle_us: 0,
         }
     }
 }
@@ -197,6 +205,8 @@ impl PerfArgs {
                 }
                 "--latency" => a.latency = true,
                 "--no-check" => a.check = false,
+                "--recv-idle-us" => a.recv_idle_us = parse_num(opt, &value(opt)?)?,
+                "--send-idle-us" => a.send_idle_us = parse_num(opt, &value(opt)?)?,
                 other => {
                     return Err(ArgError(format!(
                         "unknown option '{other}' (see dqplb perf --help)"
@@ -301,6 +311,14 @@ impl PerfArgs {
         if !self.check {
             v.push("--no-check".into());
         }
+        if self.recv_idle_us > 0 {
+            v.push("--recv-idle-us".into());
+            v.push(self.recv_idle_us.to_string());
+        }
+        if self.send_idle_us > 0 {
+            v.push("--send-idle-us".into());
+            v.push(self.send_idle_us.to_string());
+        }
         v
     }
 }
@@ -309,13 +327,17 @@ pub const USAGE: &str = "usage: dqplb perf [--transport socket|verbs] [--policy 
                   [--qps N] [--segment BYTES] [--min-bytes BYTES] [--max-bytes BYTES]
                   [--step-factor F] [--iters N] [--warmup N] [--inflight N] [--peers local]
                   [--raw-tcp [--raw-threads per-stream|one]] [--latency] [--no-check] [--format table|csv|json]
+                  [--recv-idle-us N] [--send-idle-us N]
 Moves data between two local processes through the plugin's vtable (or, with --raw-tcp, over
 plain TCP streams, as the ceiling: one blocking thread per stream, or with --raw-threads one a
 single polling thread as the plugin is driven) and prints size, time, algbw, busbw, #wrong.
 BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 2, about
 256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
 --latency: ping-pong round trip of --min-bytes (default 8), plugin and raw TCP (blocking;
---raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.";
+--raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.
+--recv-idle-us / --send-idle-us N: that side of the bandwidth sweep sleeps N us after each idle
+poll instead of yielding as NCCL's proxy does (an experiment for emulated devices such as
+Soft-RoCE, whose work shares the CPUs with the polling processes).";
 
 #[cfg(test)]
 mod tests {
@@ -361,6 +383,8 @@ mod tests {
             ("--peers 10.0.0.2", "--peers"),
             ("--iters", "--iters"),
             ("--bogus", "--bogus"),
+            ("--recv-idle-us 5us", "--recv-idle-us: '5us'"),
+            ("--send-idle-us", "--send-idle-us needs a value"),
         ] {
             let e = PerfArgs::parse(&args(line)).unwrap_err();
             assert!(e.0.contains(needle), "{line}: {e}");
@@ -369,7 +393,8 @@ mod tests {
 
     #[test]
     fn args_round_trip() {
-        let a = PerfArgs::parse(&args("--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check")).unwrap();
+        let a = PerfArgs::parse(&args("--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7")).unwrap();
+        assert_eq!((a.recv_idle_us, a.send_idle_us), (50, 7));
         assert_eq!(PerfArgs::parse(&a.to_args()).unwrap(), a);
     }
 

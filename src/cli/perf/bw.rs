@@ -133,8 +133,18 @@ pub fn sweep(
                         return Err(NetErr(format!("{side}: no progress for {STALL:?} at size {size}, message {completed} of {total}")));
                     }
                 }
-                // Idle poll: let the peer process run (NCCL's proxy thread yields the same way).
-                std::thread::yield_now();
+                // Idle poll: let the peer process run (NCCL's proxy thread yields the same way:
+                // src/proxy.cc ncclProxyProgress: "No request progressed. Let others run.", sched_yield
+                // in 2.19, std::this_thread::yield in 2.29),
+                // or sleep when an experiment asks (--recv-idle-us / --send-idle-us).
+                match if sender {
+                    a.send_idle_us
+                } else {
+                    a.recv_idle_us
+                } {
+                    0 => std::thread::yield_now(),
+                    us => std::thread::sleep(Duration::from_micros(us)),
+                }
             }
         }
         let row = Row {
