@@ -6,7 +6,7 @@ mod verbs_support;
 
 use nccl_net_dqplb::transport::verbs::{QpRole, QpSetConfig, RegisteredBuffer, WorkCompletion};
 use std::time::Instant;
-use verbs_support::{loopback, pattern, require_device, wait_for, DEADLINE};
+use verbs_support::{loopback, pattern, require_device, wait_for, Loopback, DEADLINE};
 
 /// The message: one 1 MiB pattern block repeated, each segment stamped with its index so a
 /// misplaced segment shows (cheap to build even in a debug build under emulation).
@@ -24,6 +24,45 @@ const MSG: usize = 64 << 20;
 const SEG: usize = 1 << 20;
 const QPS: usize = 4;
 const OUTSTANDING_PER_QP: usize = 4;
+
+/// What the layer probes share: a loopback pair of QPS-data-QP sets, a registered source holding
+/// `message()` and a registered destination of `regions` x MSG bytes.
+struct Rig {
+    lb: Loopback,
+    src: RegisteredBuffer,
+    dst: RegisteredBuffer,
+    data: Vec<u8>,
+}
+
+impl Rig {
+    fn new(test: &str, recv_depth: u32, regions: usize) -> Rig {
+        let dev = require_device(test);
+        let cfg = QpSetConfig {
+            n_data: QPS,
+            send_depth: 32,
+            recv_depth,
+            srq_depth: 0,
+        };
+        let lb = loopback(&dev, cfg);
+        let mut src = RegisteredBuffer::new(&lb.pd, MSG).expect("src");
+        let dst = RegisteredBuffer::new(&lb.pd, MSG * regions).expect("dst");
+        let data = message();
+        src.write(0, &data).expect("fill");
+        Rig { lb, src, dst, data }
+    }
+
+    /// Panics unless destination region `r` holds the message byte for byte.
+    fn check_region(&self, r: usize, what: &str) {
+        let mut back = vec![0u8; MSG];
+        self.dst.read(r * MSG, &mut back).expect("read");
+        assert!(back == self.data, "{what}: region {r} differs");
+    }
+}
+
+/// Gigabits per second.
+fn gbps(bytes: f64, secs: f64) -> f64 {
+    bytes * 8.0 / secs / 1e9
+}
 
 #[test]
 #[ignore = "throughput probe: run explicitly (scripts/verbs-tests.sh does)"]
@@ -51,24 +90,15 @@ fn probe_write_imm_64mib_in_16mib_writes() {
 /// refilled on its send completion; `imm_each`: every write carries an immediate (else only each
 /// QP's last one). Checks the bytes and prints the rate.
 fn layer_probe(test: &str, seg: usize, imm_each: bool) {
-    let dev = require_device(test);
     let reps: usize = std::env::var("PROBE_REPS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let cfg = QpSetConfig {
-        n_data: QPS,
-        send_depth: 32,
-        recv_depth: 32,
-        srq_depth: 0,
-    };
-    let lb = loopback(&dev, cfg);
-    let mut src = RegisteredBuffer::new(&lb.pd, MSG).expect("src");
-    let dst = RegisteredBuffer::new(&lb.pd, MSG).expect("dst");
-    let data = message();
-    src.write(0, &data).expect("fill");
+    const RECV_DEPTH: u32 = 32;
+    let rig = Rig::new(test, RECV_DEPTH, 1);
+    let (lb, src, dst) = (&rig.lb, &rig.src, &rig.dst);
     for q in 0..QPS {
-        for k in 0..cfg.recv_depth as u64 {
+        for k in 0..u64::from(RECV_DEPTH) {
             lb.b.data(q).expect("qp").post_recv(k).expect("recv");
         }
     }
@@ -126,9 +156,7 @@ fn layer_probe(test: &str, seg: usize, imm_each: bool) {
     }
     let secs = start.elapsed().as_secs_f64();
     let bytes = (MSG * reps) as f64;
-    let mut back = vec![0u8; MSG];
-    dst.read(0, &mut back).expect("read");
-    assert!(back == data, "probe payload differs");
+    rig.check_region(0, "probe payload");
     let kind = if imm_each {
         "WRITE_WITH_IMM"
     } else {
@@ -140,7 +168,7 @@ fn layer_probe(test: &str, seg: usize, imm_each: bool) {
         MSG >> 20,
         seg >> 10,
         secs,
-        bytes * 8.0 / secs / 1e9,
+        gbps(bytes, secs),
         bytes / secs / (1 << 20) as f64
     );
 }
@@ -187,7 +215,7 @@ fn probe_transport_64mib_messages() {
         MSG >> 20,
         SEG >> 10,
         secs,
-        bytes * 8.0 / secs / 1e9,
+        gbps(bytes, secs),
         bytes / secs / (1 << 20) as f64
     );
 }
@@ -436,20 +464,10 @@ fn probe_round_trip_8b() {
 /// tx depth at -n 5), to the same destination address as every other QP (`shared`, perftest's
 /// single buffer) or to its own 64 MiB region. Which of perftest's choices rxe rewards.
 fn perftest_layout_probe(wr: usize, shared: bool) {
-    let dev = require_device("probe_perftest_layout");
     const DEPTH: usize = 5;
-    let cfg = QpSetConfig {
-        n_data: QPS,
-        send_depth: 32,
-        recv_depth: 1,
-        srq_depth: 0,
-    };
-    let lb = loopback(&dev, cfg);
-    let mut src = RegisteredBuffer::new(&lb.pd, MSG).expect("src");
     let regions = if shared { 1 } else { QPS };
-    let dst = RegisteredBuffer::new(&lb.pd, MSG * regions).expect("dst");
-    let data = message();
-    src.write(0, &data).expect("fill");
+    let rig = Rig::new("probe_perftest_layout", 1, regions);
+    let (lb, src, dst) = (&rig.lb, &rig.src, &rig.dst);
     let per_qp = MSG / wr;
     let (mut posted, mut done) = ([0usize; QPS], 0usize);
     let mut inflight = [0usize; QPS];
@@ -486,10 +504,8 @@ fn perftest_layout_probe(wr: usize, shared: bool) {
         );
     }
     let secs = start.elapsed().as_secs_f64();
-    let mut back = vec![0u8; MSG];
     for r in 0..regions {
-        dst.read(r * MSG, &mut back).expect("read");
-        assert!(back == data, "perftest-layout probe: region {r} differs");
+        rig.check_region(r, "perftest-layout probe");
     }
     let bytes = (MSG * QPS) as f64;
     println!(
@@ -498,7 +514,7 @@ fn perftest_layout_probe(wr: usize, shared: bool) {
         wr >> 10,
         if shared { "one shared" } else { "a separate" },
         secs,
-        bytes * 8.0 / secs / 1e9
+        gbps(bytes, secs)
     );
 }
 
