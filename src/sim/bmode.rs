@@ -108,15 +108,7 @@ pub fn run_phase(
     let qps = shape.qps;
     loop {
         // Re-hashed stragglers: new QPNs, new path, back into the engine.
-        while let Some((c, qp)) = run.replace.pop() {
-            let (c, qp) = (c as usize, qp as usize);
-            let (l, r) = run.new_qpns(c);
-            let conn = &run.conns[c];
-            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
-                paths[c * qps + qp] = p;
-            }
-            run.replaced(c, qp);
-        }
+        run.rehash_pending(rail, &mut paths, qps);
         // Post and transmit for every connection the last event touched.
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {

@@ -4,6 +4,7 @@
 use crate::engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
 
 use super::latency::LatencyHist;
+use super::topology::{Path, Rail};
 use super::traffic::Phase;
 
 /// How a connection's segments find their path.
@@ -345,6 +346,20 @@ impl<'a> PhaseRun<'a> {
         let r = self.qpn_next[dst];
         self.qpn_next[dst] = (r + 1) & 0xFF_FFFF;
         (l, r)
+    }
+
+    /// Every re-hashed straggler waiting in `replace`: new QPNs on both NICs, the path they hash
+    /// to on `rail` (kept in `paths`, `qps` per connection), and back into its engine.
+    pub fn rehash_pending(&mut self, rail: &Rail, paths: &mut [Path], qps: usize) {
+        while let Some((c, qp)) = self.replace.pop() {
+            let (c, qp) = (c as usize, qp as usize);
+            let (l, r) = self.new_qpns(c);
+            let conn = &self.conns[c];
+            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+                paths[c * qps + qp] = p;
+            }
+            self.replaced(c, qp);
+        }
     }
 
     /// QP `qp` of connection `c` has its new path: the engine schedules on it again.

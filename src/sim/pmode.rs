@@ -153,15 +153,8 @@ pub fn run_phase(
     let ser_ps =
         |link: u32, len: u32| (f64::from(len) * rail.ps_per_byte[link as usize]).ceil() as Ps;
     loop {
-        while let Some((c, qp)) = run.replace.pop() {
-            let (c, qp) = (c as usize, qp as usize);
-            let (l, r) = run.new_qpns(c);
-            let conn = &run.conns[c];
-            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
-                paths[c * qps + qp] = p;
-            }
-            run.replaced(c, qp);
-        }
+        // Re-hashed stragglers: new QPNs, new path, back into the engine.
+        run.rehash_pending(rail, &mut paths, qps);
         std::mem::swap(&mut wake, &mut run.wake);
         for &c in &wake {
             let c = c as usize;
