@@ -1,24 +1,12 @@
 //! `dqplb sim` run as a process: the table, JSON and CSV outputs, a site TOML with a
 //! `[fabric.sim]` block, and exit code 2 with the option named on bad input.
 
+mod sim_support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn dqplb(args: &[&str]) -> Output {
-    match Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(args)
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => panic!("cannot run dqplb: {e}"),
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use sim_support::{dqplb, text};
 
 const SMALL: [&str; 10] = [
     "sim",

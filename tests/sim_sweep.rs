@@ -1,21 +1,11 @@
 //! `dqplb sim sweep` run as a process: its choices are the ones its stated criteria pick from
 //! the points it reports, the points are the individual `dqplb sim` runs, and its snippet parses.
 
-use std::process::{Command, Output};
+mod sim_support;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
 use serde_json::Value;
-
-fn dqplb(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(args)
-        .output()
-        .expect("run dqplb")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use sim_support::{dqplb, f, text, u};
 
 /// A small fragmented ring: 32 hosts on 4 leaves, 4 spines, 2 rails, 1 MiB steps (2 messages).
 const FABRIC: [&str; 16] = [
@@ -47,22 +37,7 @@ const GRID: [&str; 6] = [
 ];
 
 fn sweep(extra: &[&str]) -> Value {
-    let mut args = vec!["sim", "sweep"];
-    args.extend(FABRIC);
-    args.extend(GRID);
-    args.extend(["--format", "json"]);
-    args.extend(extra);
-    let out = dqplb(&args);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON")
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap()
+    sim_support::sweep(&FABRIC, &GRID, extra)
 }
 
 /// Re-derives every choice from the reported points with the criteria as documented.

@@ -3,25 +3,16 @@
 //! config parser and resolves (as `dqplb check` does) to the simulated values, a site file's
 //! profile is read through `dqplb check`'s resolver, and B and F mode refuse the axis.
 
+mod sim_support;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use nccl_net_dqplb::config::parse_str;
 use nccl_net_dqplb::dcqcn::profile::resolve;
 use nccl_net_dqplb::sim::packet::dcqcn_profile;
 use nccl_net_dqplb::sim::sweep_profile::{cc_values, params_of_profile};
 use serde_json::Value;
-
-fn dqplb(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(args)
-        .output()
-        .expect("run dqplb")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use sim_support::{dqplb, f, text, u};
 
 /// 4-to-1 incast under one leaf (the receiver's downlink is the bottleneck, so ECN marks and
 /// DCQCN acts), 4 MiB per sender: tens of milliseconds per run in debug.
@@ -52,22 +43,7 @@ const GRID: [&str; 6] = [
 ];
 
 fn sweep(extra: &[&str]) -> Value {
-    let mut args = vec!["sim", "sweep"];
-    args.extend(FABRIC);
-    args.extend(GRID);
-    args.extend(["--format", "json"]);
-    args.extend(extra);
-    let out = dqplb(&args);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON")
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+    sim_support::sweep(&FABRIC, &GRID, extra)
 }
 
 fn key(p: &Value) -> (u64, u64, u64) {

@@ -1,0 +1,42 @@
+//! Shared helpers of the `dqplb sim` process tests: run the built binary, read its output, run
+//! a sweep over a fabric and grid as JSON, and read JSON numbers with a message when they are not.
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs the built `dqplb` with `args`.
+pub fn dqplb(args: &[&str]) -> Output {
+    match Command::new(env!("CARGO_BIN_EXE_dqplb"))
+        .args(args)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => panic!("cannot run dqplb: {e}"),
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `dqplb sim sweep FABRIC GRID --format json EXTRA`, which must succeed; its JSON.
+pub fn sweep(fabric: &[&str], grid: &[&str], extra: &[&str]) -> Value {
+    let mut args = vec!["sim", "sweep"];
+    args.extend(fabric);
+    args.extend(grid);
+    args.extend(["--format", "json"]);
+    args.extend(extra);
+    let out = dqplb(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+pub fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
