@@ -248,6 +248,7 @@ mod tests {
     use super::*;
     use crate::config::dcqcn::DcqcnSection;
     use crate::dcqcn::profile::resolve;
+    use crate::dcqcn::AlphaSchedule;
     use crate::sim::packet::dcqcn_profile;
 
     fn pp(profile: usize, q: usize, t: f64, faults: u64, marks: u64, queue: u64) -> ProfilePoint {
@@ -317,7 +318,12 @@ mod tests {
             assert_eq!(section.profile, format!("sim-{name}"));
             let p = resolve(&section, &section.profile).unwrap();
             assert_eq!(p.rules.len(), 17);
-            assert_eq!(params_of_profile(&p, 4), (rp, 50));
+            // The alpha schedule is no cc_params value: read back, a profile runs the firmware's.
+            let want = RpParams {
+                alpha_schedule: AlphaSchedule::PerPeriod,
+                ..rp
+            };
+            assert_eq!(params_of_profile(&p, 4), (want, 50));
         }
         // A range takes the value nearest the firmware default; unchecked names keep it.
         let s: DcqcnSection = toml::from_str(
