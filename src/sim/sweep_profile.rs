@@ -225,6 +225,10 @@ pub fn profile_block(name: &str, rp: &RpParams, cnp_us: u64, note: &str) -> Stri
         "# Raw cc_params values (dce_tcp_g read as g = (1024 - raw) / 1024); merge into an\n\
          # existing [dcqcn] table. CNP DSCP and priority are not simulated, so not checked here.\n",
     );
+    s.push_str(&format!(
+        "# Simulated with the {} alpha update (the NIC's schedule is not a cc_params value).\n",
+        rp.alpha_schedule.name()
+    ));
     s.push_str(&format!("[dcqcn]\nprofile = \"{key}\"\n\n"));
     s.push_str(&format!("[dcqcn.profiles.{key}]\n"));
     s.push_str(&format!(
