@@ -2,7 +2,9 @@
 //! each number), plus the impact summary's monotonic sanity on firmware defaults.
 
 use nccl_net_dqplb::dcqcn::impact::{impact, params_from_lookup, run_backlogged};
-use nccl_net_dqplb::dcqcn::model::{CnpOutcome, GConvention, ReactionPoint, RpParams, Stage};
+use nccl_net_dqplb::dcqcn::model::{
+    AlphaSchedule, CnpOutcome, GConvention, ReactionPoint, RpParams, Stage,
+};
 
 const US: u64 = 1_000;
 
@@ -25,7 +27,9 @@ fn single_cnp_with_firmware_defaults() {
 
 #[test]
 fn direct_g_convention_changes_alpha_only() {
+    // The paper's schedule (tests/dcqcn_alpha_schedule.rs has the per-period one).
     let mut p = RpParams::firmware_defaults();
+    p.alpha_schedule = AlphaSchedule::PerCnp;
     p.g_convention = GConvention::Direct;
     let mut rp = ReactionPoint::new(p, 100_000.0);
     rp.on_cnp(0);
@@ -60,7 +64,10 @@ fn cnp_burst_cuts_once_per_monitor_period() {
 
 #[test]
 fn cnp_burst_with_alpha_decay_between_cuts() {
-    let mut rp = ReactionPoint::new(RpParams::firmware_defaults(), 100_000.0);
+    // The paper's schedule (tests/dcqcn_alpha_schedule.rs has the per-period one).
+    let mut p = RpParams::firmware_defaults();
+    p.alpha_schedule = AlphaSchedule::PerCnp;
+    let mut rp = ReactionPoint::new(p, 100_000.0);
     rp.on_cnp(0);
     // Alpha timer every 1 us, g = 5/1024: 1023 -> 1018 -> 1013 -> 1008 -> 1003 at 1,2,3,4 us.
     // floor(1023*1019/1024)=1018, floor(1018*1019/1024)=1013, 1013->1008, 1008->1003.
@@ -128,6 +135,7 @@ fn three_stage_params() -> RpParams {
         initial_alpha: 512,
         gd: 10,
         g_convention: GConvention::OneMinus,
+        alpha_schedule: AlphaSchedule::PerCnp,
     }
 }
 

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
+use nccl_net_dqplb::dcqcn::AlphaSchedule;
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::timeseries;
 use nccl_net_dqplb::sim::{
@@ -59,6 +60,8 @@ P mode (per packet; DCQCN per QP, optional PFC):
   --ecn-pmax P          marking probability at Kmax (0.01)
   --cnp-interval-us U   at most one CNP per QP per U us at the receiver NIC (4, mlx5)
   --dcqcn P             reaction-point profile: firmware (mlx5 defaults) or paper (DCQCN paper)
+  --alpha-update S      DCQCN alpha schedule, overriding the profile's: per-period (NVIDIA's
+                        documentation; firmware's default) or per-cnp (the paper; paper's default)
   --pfc                 priority flow control: a switch pauses the sender of an ingress link
                         holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
   --start-stagger-us U  connection c starts at c x U us (0)
@@ -85,6 +88,8 @@ pub(super) struct Args {
     pub(super) svg: Option<String>,
     /// P mode: the time-series CSV file.
     pub(super) timeseries: Option<String>,
+    /// `--alpha-update` / `alpha-update`: overrides the DCQCN profile's schedule.
+    pub(super) alpha_update: Option<AlphaSchedule>,
 }
 
 pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -217,6 +222,12 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "ecn-kmax-kb" => c.packet.ecn.kmax = (num::<f64>(&opt, v)? * 1e3) as u64,
         "ecn-pmax" => c.packet.ecn.pmax = num(&opt, v)?,
         "dcqcn" => c.packet.rp = nccl_net_dqplb::sim::packet::dcqcn_profile(v)?,
+        "alpha-update" => {
+            a.alpha_update = Some(
+                AlphaSchedule::parse(v)
+                    .ok_or_else(|| format!("--alpha-update '{v}' (per-cnp or per-period)"))?,
+            )
+        }
         "cnp-interval-us" => c.packet.cnp_interval_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "pfc" => c.packet.pfc.enabled = matches!(v, "true" | "1" | "yes" | "on"),
         "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
@@ -276,6 +287,7 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
         help: false,
         timeseries: None,
         svg: None,
+        alpha_update: None,
     };
     let mut leaves = None;
     // The config file first, so command-line options override it wherever they appear.
@@ -315,6 +327,10 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             other => return Err(format!("unexpected argument '{other}'")),
         }
+    }
+    // Whichever order --dcqcn and --alpha-update came in (the config's keys included).
+    if let Some(s) = a.alpha_update {
+        a.cfg.packet.rp.alpha_schedule = s;
     }
     if let Some(l) = leaves {
         if l == 0 {

@@ -39,6 +39,8 @@ DCQCN profile axis (--mode p only):
                         any within --profile-tie-pct counting as tied, then fewest ECN marks, then
                         lowest peak queue; printed as a [dcqcn] block for the site TOML
   --profile-tie-pct P   profiles within P% of the fastest's time are tied (0.5)
+  --alpha-update S      per-cnp or per-period for every profile (default: each profile's own:
+                        paper per-cnp, firmware and site files per-period)
   --format F            table (default), json, or csv (the points; findings on stderr)
 every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
 a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
@@ -185,6 +187,12 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         }
         let cnp_us = (grid.base.packet.cnp_interval_ps as f64 / 1e6).round() as u64;
         grid.profiles = dcq::load(list, cnp_us.max(1))?;
+        // --alpha-update (or the config's alpha-update) overrides every profile's schedule.
+        if let Some(s) = a.alpha_update {
+            for p in &mut grid.profiles {
+                p.rp.alpha_schedule = s;
+            }
+        }
     }
     for v in [
         grid.criteria.bound_pct,
@@ -454,7 +462,8 @@ pub fn run_cli(args: &[String]) -> i32 {
                             .map(|(k, x)| (k.to_string(), x.into()))
                             .collect();
                         serde_json::json!({"name": p.name, "source": p.source,
-                            "np_min_time_between_cnps": p.cnp_us, "cc_params": cc})
+                            "np_min_time_between_cnps": p.cnp_us, "cc_params": cc,
+                            "alpha_update": p.rp.alpha_schedule.name()})
                     })
                     .collect();
                 v["profile_points"] = serde_json::json!(ppoints);

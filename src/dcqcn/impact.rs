@@ -20,7 +20,8 @@ pub struct Impact {
 }
 
 /// Builds parameters from observed cc_params values; names missing from `lookup` keep their
-/// firmware default and are returned in the second element, in the order looked up.
+/// firmware default and are returned in the second element, in the order looked up. The alpha
+/// schedule is the firmware's (`AlphaSchedule::PerPeriod`, NVIDIA's documented update).
 pub fn params_from_lookup(
     lookup: impl Fn(&str) -> Option<u64>,
     convention: GConvention,

@@ -20,7 +20,7 @@ pub mod select;
 pub mod watch;
 
 pub use compare::{compare, DeviceReport, Row, Status};
-pub use model::{CnpOutcome, GConvention, ReactionPoint, RpParams, Stage};
+pub use model::{AlphaSchedule, CnpOutcome, GConvention, ReactionPoint, RpParams, Stage};
 pub use preflight::{preflight, PreflightError, PreflightSummary};
 pub use profile::{resolve, Expected, Profile, ProfileError, Rule};
 pub use reader::{read_device, DeviceSnapshot, Reading, Roots};

@@ -8,10 +8,19 @@
 //!   is set, on the first cut, or when the rate increased since the last cut (timer-driven
 //!   increases count only with `clamp_tgt_rate_ati`); then
 //!   `current = current * (1 - alpha / 2^gd)`, never below `min_dec_fac` % of the old rate nor
-//!   below `min_rate`; then `alpha = ((1024 - g) * alpha + 1024 * g) / 1024` (integer, floor);
-//!   stage counters, byte counter and both timers restart.
-//! * Alpha timer (`dce_tcp_rtt` us without a CNP, only while recovering):
-//!   `alpha = (1024 - g) * alpha / 1024`.
+//!   below `min_rate`; stage counters, byte counter and the increase timer restart.
+//! * Alpha, by [`AlphaSchedule`] (up: `alpha = ((1024 - g) * alpha + 1024 * g) / 1024`, down:
+//!   `alpha = (1024 - g) * alpha / 1024`, integer, floor, in both schedules):
+//!   - `PerCnp` (the paper): up right after each cut; down every `dce_tcp_rtt` us without a CNP,
+//!     only while recovering, the period restarting at each cut.
+//!   - `PerPeriod` (NVIDIA's documentation): unchanged at a cut (which uses the alpha of the last
+//!     period's end); a period timer starts at the cut that begins recovery and then runs every
+//!     `dce_tcp_rtt` us, not restarted by later cuts; any CNP in a period (the cutting one, and
+//!     one ignored inside the monitor period too) marks it; at its end alpha goes up if marked,
+//!     down if not. A CNP at the very end of a period belongs to the next. When recovery ends
+//!     the timer stops and the open period is dropped (the next first CNP resets alpha anyway).
+//!     `dce_tcp_rtt` = 0 (outside the firmware's 1..131071) means no period: alpha stays at
+//!     `initial_alpha`. Periods with alpha 0 and no CNP change nothing and are skipped in one step.
 //! * Increase events: the timer (`time_reset` us) increments T, every `byte_reset * 64` bytes
 //!   sent increments B; with F = `threshold`, after incrementing: fast recovery while
 //!   max(T, B) < F (`current = (target + current) / 2`); additive once one counter reached F
@@ -28,6 +37,39 @@ pub enum GConvention {
     OneMinus,
     /// g = dce_tcp_g / 1024, the literal reading of the field (1019 -> 1019/1024).
     Direct,
+}
+
+/// When alpha is updated: the DCQCN paper and NVIDIA's documentation describe different schedules
+/// (docs/simulation.md, "DCQCN parameters: what the model assumes"); the formulas are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlphaSchedule {
+    /// The paper's form (Zhu et al. SIGCOMM 2015; ../shared/notes/reference-facts.md section 4):
+    /// up at each CNP that cuts, down once per `dce_tcp_rtt` without a CNP, the period
+    /// restarting at each cut. The `paper` simulator profile's schedule.
+    PerCnp,
+    /// NVIDIA's form (DOCA documentation, "DCQCN CC Parameters", `DcQcnDceAlphaUpdatePeriod` =
+    /// `dce_tcp_rtt`; the Mellanox community page "DCQCN Parameters", DOC-2790): once per
+    /// `dce_tcp_rtt` whether or not a CNP arrived, up when at least one CNP was received in the
+    /// period, down otherwise. [`RpParams::firmware_defaults`]' schedule.
+    PerPeriod,
+}
+
+impl AlphaSchedule {
+    /// `per-cnp` or `per-period` (the `dqplb sim --alpha-update` values).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "per-cnp" => Some(AlphaSchedule::PerCnp),
+            "per-period" => Some(AlphaSchedule::PerPeriod),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AlphaSchedule::PerCnp => "per-cnp",
+            AlphaSchedule::PerPeriod => "per-period",
+        }
+    }
 }
 
 /// Reaction-point parameters, named after the cc_params files (units as the firmware uses).
@@ -60,10 +102,13 @@ pub struct RpParams {
     /// log2 of the cut divisor: cut = alpha / 2^gd (11 reproduces the paper's alpha / 2).
     pub gd: u32,
     pub g_convention: GConvention,
+    /// When alpha changes (not a cc_params file: the firmware's schedule is fixed).
+    pub alpha_schedule: AlphaSchedule,
 }
 
 impl RpParams {
-    /// The ConnectX-4 Lx / ConnectX-5 firmware defaults.
+    /// The ConnectX-4 Lx / ConnectX-5 firmware defaults, with the vendor-documented per-period
+    /// alpha update.
     pub fn firmware_defaults() -> Self {
         RpParams {
             clamp_tgt_rate: false,
@@ -83,6 +128,7 @@ impl RpParams {
             initial_alpha: 1023,
             gd: 11,
             g_convention: GConvention::OneMinus,
+            alpha_schedule: AlphaSchedule::PerPeriod,
         }
     }
 
@@ -129,6 +175,8 @@ pub struct ReactionPoint {
     last_cut_ns: Option<u64>,
     next_increase_ns: Option<u64>,
     next_alpha_ns: Option<u64>,
+    /// `PerPeriod`: a CNP arrived in the open alpha period.
+    period_marked: bool,
     bytes: u64,
     increased_since_cut: bool,
     last_stage: Option<Stage>,
@@ -165,6 +213,7 @@ impl ReactionPoint {
             last_cut_ns: None,
             next_increase_ns: None,
             next_alpha_ns: None,
+            period_marked: false,
             bytes: 0,
             increased_since_cut: false,
             last_stage: None,
@@ -242,7 +291,7 @@ impl ReactionPoint {
             };
             self.now_ns = due;
             if self.next_alpha_ns == Some(due) {
-                self.alpha_timer(due);
+                self.alpha_timer(due, now_ns);
             }
             if self.next_increase_ns == Some(due) {
                 self.next_increase_ns = Some(due + self.p.time_reset_us * US);
@@ -286,6 +335,7 @@ impl ReactionPoint {
         if let Some(last) = self.last_cut_ns {
             if now < last.saturating_add(self.p.rate_reduce_monitor_period_us * US) {
                 self.ignored += 1;
+                self.period_marked |= self.next_alpha_ns.is_some() && self.per_period();
                 return CnpOutcome::Ignored;
             }
         }
@@ -306,8 +356,10 @@ impl ReactionPoint {
             cut.max(floor)
         };
         self.current = new.max(self.p.min_rate_mbps as f64).min(self.max_mbps);
-        let g = self.p.g_fixed();
-        self.alpha = ((1024 - g) * self.alpha + 1024 * g) / 1024;
+        if !self.per_period() {
+            let g = self.p.g_fixed();
+            self.alpha = ((1024 - g) * self.alpha + 1024 * g) / 1024;
+        }
         self.recovering = self.current < self.max_mbps;
         self.t_stage = 0;
         self.b_stage = 0;
@@ -326,6 +378,16 @@ impl ReactionPoint {
         } else {
             None
         };
+        if self.per_period() {
+            // The period timer runs on from the cut that began recovery; this CNP marks it.
+            if !self.alpha_periods() {
+                self.next_alpha_ns = None;
+            } else if self.next_alpha_ns.is_none() {
+                self.next_alpha_ns = Some(now + self.p.dce_tcp_rtt_us * US);
+            }
+            self.period_marked = self.next_alpha_ns.is_some();
+            return;
+        }
         self.next_alpha_ns = if self.alpha_decays() {
             Some(now + self.p.dce_tcp_rtt_us * US)
         } else {
@@ -333,18 +395,44 @@ impl ReactionPoint {
         };
     }
 
+    fn per_period(&self) -> bool {
+        self.p.alpha_schedule == AlphaSchedule::PerPeriod
+    }
+
     fn alpha_decays(&self) -> bool {
         self.recovering && self.p.dce_tcp_rtt_us > 0 && self.alpha > 0 && self.p.g_fixed() > 0
     }
 
-    fn alpha_timer(&mut self, due: u64) {
+    /// `PerPeriod`: whether the period timer runs (alpha 0 still rises at a marked period).
+    fn alpha_periods(&self) -> bool {
+        self.recovering && self.p.dce_tcp_rtt_us > 0 && self.p.g_fixed() > 0
+    }
+
+    /// The alpha timer due at `due`, applied while advancing to `until`.
+    fn alpha_timer(&mut self, due: u64, until: u64) {
         let g = self.p.g_fixed();
-        self.alpha = (1024 - g) * self.alpha / 1024;
-        self.next_alpha_ns = if self.alpha_decays() {
-            Some(due + self.p.dce_tcp_rtt_us * US)
+        if !self.per_period() {
+            self.alpha = (1024 - g) * self.alpha / 1024;
+            self.next_alpha_ns = if self.alpha_decays() {
+                Some(due + self.p.dce_tcp_rtt_us * US)
+            } else {
+                None
+            };
+            return;
+        }
+        let period = self.p.dce_tcp_rtt_us * US;
+        if self.period_marked {
+            self.alpha = ((1024 - g) * self.alpha + 1024 * g) / 1024;
+        } else if self.alpha > 0 {
+            self.alpha = (1024 - g) * self.alpha / 1024;
         } else {
-            None
-        };
+            // Alpha 0, no CNP: every period up to now leaves it 0; go to the first one after.
+            let k = until.saturating_sub(due) / period + 1;
+            self.next_alpha_ns = Some(due.saturating_add(k.saturating_mul(period)));
+            return;
+        }
+        self.period_marked = false;
+        self.next_alpha_ns = Some(due + period);
     }
 
     fn increase(&mut self) {
@@ -372,6 +460,7 @@ impl ReactionPoint {
             self.recovering = false;
             self.next_increase_ns = None;
             self.next_alpha_ns = None;
+            self.period_marked = false;
             self.t_stage = 0;
             self.b_stage = 0;
             self.bytes = 0;

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::dcqcn::RpParams;
+use crate::dcqcn::{AlphaSchedule, RpParams};
 
 use super::pfc::PfcSpec;
 use super::switchq::EcnSpec;
@@ -55,7 +55,8 @@ impl PacketSpec {
 /// A named reaction-point profile: `firmware` (the ConnectX-4 Lx/5 defaults of
 /// `RpParams::firmware_defaults`) or `paper` (the DCQCN paper's recommended values, Zhu et al.
 /// SIGCOMM 2015, as ../shared/notes/reference-facts.md lists them: g = 1/256, alpha and rate
-/// timers 55 us, byte counter 10 MB, R_AI 40 Mb/s, F = 5; the rest as the firmware's).
+/// timers 55 us, byte counter 10 MB, R_AI 40 Mb/s, F = 5, the paper's per-CNP alpha update;
+/// the rest as the firmware's). `firmware` updates alpha per period, as NVIDIA documents.
 pub fn dcqcn_profile(name: &str) -> Result<RpParams, String> {
     let fw = RpParams::firmware_defaults();
     match name {
@@ -68,6 +69,7 @@ pub fn dcqcn_profile(name: &str) -> Result<RpParams, String> {
             byte_reset_64b: 10_000_000 / 64,
             ai_rate_mbps: 40,
             threshold: 5,
+            alpha_schedule: AlphaSchedule::PerCnp,
             ..fw
         }),
         other => Err(format!(
@@ -123,6 +125,8 @@ mod tests {
         assert_eq!(paper.byte_reset_64b * 64, 10_000_000);
         assert_eq!((paper.ai_rate_mbps, paper.threshold), (40, 5));
         assert_eq!(paper.hai_rate_mbps, fw.hai_rate_mbps);
+        assert_eq!(paper.alpha_schedule, AlphaSchedule::PerCnp);
+        assert_eq!(fw.alpha_schedule, AlphaSchedule::PerPeriod);
         assert!(dcqcn_profile("fast")
             .unwrap_err()
             .contains("firmware or paper"));

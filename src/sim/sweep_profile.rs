@@ -225,6 +225,10 @@ pub fn profile_block(name: &str, rp: &RpParams, cnp_us: u64, note: &str) -> Stri
         "# Raw cc_params values (dce_tcp_g read as g = (1024 - raw) / 1024); merge into an\n\
          # existing [dcqcn] table. CNP DSCP and priority are not simulated, so not checked here.\n",
     );
+    s.push_str(&format!(
+        "# Simulated with the {} alpha update (the NIC's schedule is not a cc_params value).\n",
+        rp.alpha_schedule.name()
+    ));
     s.push_str(&format!("[dcqcn]\nprofile = \"{key}\"\n\n"));
     s.push_str(&format!("[dcqcn.profiles.{key}]\n"));
     s.push_str(&format!(
@@ -248,6 +252,7 @@ mod tests {
     use super::*;
     use crate::config::dcqcn::DcqcnSection;
     use crate::dcqcn::profile::resolve;
+    use crate::dcqcn::AlphaSchedule;
     use crate::sim::packet::dcqcn_profile;
 
     fn pp(profile: usize, q: usize, t: f64, faults: u64, marks: u64, queue: u64) -> ProfilePoint {
@@ -317,7 +322,12 @@ mod tests {
             assert_eq!(section.profile, format!("sim-{name}"));
             let p = resolve(&section, &section.profile).unwrap();
             assert_eq!(p.rules.len(), 17);
-            assert_eq!(params_of_profile(&p, 4), (rp, 50));
+            // The alpha schedule is no cc_params value: read back, a profile runs the firmware's.
+            let want = RpParams {
+                alpha_schedule: AlphaSchedule::PerPeriod,
+                ..rp
+            };
+            assert_eq!(params_of_profile(&p, 4), (want, 50));
         }
         // A range takes the value nearest the firmware default; unchecked names keep it.
         let s: DcqcnSection = toml::from_str(
