@@ -1,18 +1,9 @@
 //! `dqplb sim --alpha-update per-cnp|per-period`, the `[fabric.sim]` key `alpha-update` and the
 //! sweep's profile axis: which schedule runs, exact counts, and the refusals' exact text.
 
-use std::process::{Command, Output};
+mod sim_support;
 
-fn dqplb(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(args)
-        .output()
-        .expect("runs dqplb")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use sim_support::{dqplb, text};
 
 /// 4-to-1 incast under one leaf, 4 MiB per sender, 16 x 4 MiB windows (milliseconds in debug).
 const INCAST: [&str; 21] = [
