@@ -35,7 +35,7 @@ criteria (percent):
   --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
 class:
   --class C             same-rail (default) or cross-dc: prints [class.cross-dc], runs
-                        --traffic cross-dc on --preset fattree-k4 --dci-latency-us 100 --bytes 256M
+                        --traffic cross-dc on --preset fattree-k4 --dci-latency-us 100 --bytes 1G
                         --step-bytes 16M --mode b unless given, grid --qps 1,2,4,8 --outstanding
                         1,2,4,...,128 --segment 512K,1M,4M, and prints the BDP rule next to it
 DCQCN profile axis (--mode p only):

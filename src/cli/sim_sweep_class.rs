@@ -32,7 +32,7 @@ impl Class {
 }
 
 /// The cross-DC sweep's fabric unless the command line or --config says otherwise: a k = 4 fat
-/// tree whose 4 pods are DCs 100 us apart, every host sending to the next DC; 16 MiB NCCL steps
+/// tree whose 4 pods are DCs 100 us apart, every host sending 1 GiB to the next DC; 16 MiB NCCL steps
 /// (8 slots: 128 MiB in flight) so that the QP window, not NCCL's buffer, limits a connection.
 pub const CROSS_DC_DEFAULTS: [&str; 14] = [
     "--preset",
@@ -42,7 +42,7 @@ pub const CROSS_DC_DEFAULTS: [&str; 14] = [
     "--dci-latency-us",
     "100",
     "--bytes",
-    "256M",
+    "1G",
     "--step-bytes",
     "16M",
     "--mode",
