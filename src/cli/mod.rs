@@ -8,6 +8,7 @@ pub mod plan;
 pub mod sim;
 pub mod sim_svg;
 pub mod sim_sweep;
+pub mod sim_sweep_class;
 pub mod sim_sweep_dcqcn;
 pub mod stats;
 

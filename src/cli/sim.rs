@@ -24,6 +24,9 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --host-gbps G         NIC rate (400)              --hop-latency-ns T  per hop (1000)
   --pods P              third tier: leafs in P pods, each pod's spines (aggregation) wired to
                         --cores C core switches (default spines x leafs per pod) (0: two tiers)
+  --dci-latency-us U    each pod a data centre: latency of every aggregation -> core hop, the
+                        DC interconnect span (0 = --hop-latency-ns; up to 100000); between DCs
+                        one way is 5 hops + U  --dci-oversub R  aggregation-core rate / R (1)
   --preset fattree-kK   k-ary fat tree, e.g. fattree-k8 (= --fattree-k 8): K pods of K/2 leafs
                         and K/2 aggs, (K/2)^2 cores, K^3/4 hosts, 1 rail; later options override
   --failed-links N      switch-switch links down per rail, any tier (0)
@@ -41,7 +44,8 @@ engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's sa
   --segment B           segment bytes (multiple of 128; K/M/G suffixes)
 traffic:
   --traffic T           ring (all-reduce, default), permutation, leaf-shift, all-to-all,
-                        incast (every host sends --bytes to the first one: N-to-1)
+                        incast (every host sends --bytes to the first one: N-to-1),
+                        cross-dc (every host to a seeded host of the next pod: needs --pods)
   --bytes B             ring: buffer per GPU; permutation/leaf-shift: per connection;
                         all-to-all: send buffer per GPU (default 1G)
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
@@ -121,6 +125,17 @@ fn source_port(v: &str) -> Result<SourcePort, String> {
     Ok(SourcePort::Fixed(num("--source-port", p)?))
 }
 
+/// `--dci-latency-us`: microseconds, 0 ..= 100000, to picoseconds.
+fn dci_latency_ps(v: &str) -> Result<u64, String> {
+    let us: f64 = num("--dci-latency-us", v)?;
+    if !(us.is_finite() && (0.0..=100_000.0).contains(&us)) {
+        return Err(format!(
+            "--dci-latency-us '{v}': microseconds in 0 ..= 100000 (0 = the hop latency)"
+        ));
+    }
+    Ok((us * 1e6).round() as u64)
+}
+
 fn defaults() -> SimConfig {
     SimConfig {
         fabric: FabricSpec::default(),
@@ -155,6 +170,8 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "spines" => c.fabric.spines = num(&opt, v)?,
         "pods" => c.fabric.pods = num(&opt, v)?,
         "cores" => c.fabric.cores = num(&opt, v)?,
+        "dci-latency-us" => c.fabric.dci_latency_ps = dci_latency_ps(v)?,
+        "dci-oversub" => c.fabric.dci_oversub = num(&opt, v)?,
         "fattree-k" => c.fabric = FabricSpec::fattree(num(&opt, v)?, &c.fabric)?,
         "preset" => {
             let k = v
@@ -454,6 +471,12 @@ pub fn run_cli(args: &[String]) -> i32 {
             println!(
                 "# third tier: {} pods x {} leafs, {} aggregation switches per pod, {} cores at {} Gb/s",
                 c.fabric.pods, c.fabric.leaves_per_pod(), c.fabric.spines, c.fabric.cores_total(), c.fabric.core_gbps()
+            );
+        }
+        if c.fabric.dci_latency_ps > 0 || c.fabric.dci_oversub != 1.0 {
+            println!(
+                "# DC interconnect: every pod a DC, {} us per aggregation -> core hop, one way between DCs {} us, round trip {} us",
+                c.fabric.dci_latency() as f64 / 1e6, c.fabric.cross_dc_one_way_ps() as f64 / 1e6, c.fabric.cross_dc_rtt_ps() as f64 / 1e6
             );
         }
         println!(

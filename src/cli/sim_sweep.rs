@@ -1,9 +1,10 @@
 //! `dqplb sim sweep`: runs the simulator over a qps x outstanding x segment grid, applies the
-//! criteria of src/sim/sweep.rs and prints the findings and a ready `[class.same-rail]` table.
+//! criteria of src/sim/sweep.rs and prints the findings and a ready `[class.same-rail]` table
+//! (`[class.cross-dc]` with `--class cross-dc`, sim_sweep_class.rs).
 
 use std::time::Instant;
 
-use nccl_net_dqplb::sim::sweep::{analyse, same_rail_snippet, Criteria, Findings, SweepPoint};
+use nccl_net_dqplb::sim::sweep::{analyse, class_snippet, Criteria, Findings, SweepPoint};
 use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
 
 use nccl_net_dqplb::sim::sweep_profile::{
@@ -12,6 +13,7 @@ use nccl_net_dqplb::sim::sweep_profile::{
 use nccl_net_dqplb::sim::Mode;
 
 use super::sim::{num, parse_args, parse_bytes};
+use super::sim_sweep_class::{self as class, Class};
 use super::sim_sweep_dcqcn::{self as dcq, SimProfile};
 
 /// Usage text of `dqplb sim sweep`.
@@ -31,6 +33,11 @@ criteria (percent):
   --bound-pct P         q: best time over ideal <= (1 + P/100) x the fluid bound (5)
   --loss-pct P          depth: time <= (1 + P/100) x the best depth's at the same q, segment (1)
   --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
+class:
+  --class C             same-rail (default) or cross-dc: prints [class.cross-dc], runs
+                        --traffic cross-dc on --preset fattree-k4 --dci-latency-us 100 --bytes 1G
+                        --step-bytes 16M --mode b unless given, grid --qps 1,2,4,8 --outstanding
+                        1,2,4,...,128 --segment 512K,1M,4M, and prints the BDP rule next to it
 DCQCN profile axis (--mode p only):
   --dcqcn LIST          firmware, paper, FILE.toml[:PROFILE] (a site config's [dcqcn] profile
                         or a [profiles.*] file, as dqplb check reads them); every grid point runs
@@ -81,6 +88,7 @@ struct Sweep {
     /// The DCQCN axis (empty: none).
     profiles: Vec<SimProfile>,
     tie_pct: f64,
+    class: Class,
 }
 
 fn list<T>(opt: &str, v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -117,7 +125,10 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         criteria: Criteria::default(),
         profiles: Vec::new(),
         tie_pct: 0.5,
+        class: Class::SameRail,
     };
+    // Which grid axes the command line set (the cross-dc class has its own defaults).
+    let mut set = [false; 3];
     let mut dcqcn: Option<String> = None;
     let mut rest: Vec<String> = Vec::new();
     let mut it = args.iter();
@@ -139,6 +150,7 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
                 | "--hol-pct"
                 | "--dcqcn"
                 | "--profile-tie-pct"
+                | "--class"
         );
         if name == "--svg" {
             return Err("--svg is for dqplb sim, not the sweep".into());
@@ -155,9 +167,12 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
                 .ok_or_else(|| format!("option {name} needs a value"))?,
         };
         match name.as_str() {
-            "--qps" => grid.qps = list(&name, &v, |x| num(&name, x))?,
-            "--outstanding" => grid.outstanding = list(&name, &v, |x| num(&name, x))?,
-            "--segment" => grid.segments = list(&name, &v, segment)?,
+            "--qps" => (grid.qps, set[0]) = (list(&name, &v, |x| num(&name, x))?, true),
+            "--outstanding" => {
+                (grid.outstanding, set[1]) = (list(&name, &v, |x| num(&name, x))?, true)
+            }
+            "--segment" => (grid.segments, set[2]) = (list(&name, &v, segment)?, true),
+            "--class" => grid.class = Class::parse(&v)?,
             "--bound-pct" => grid.criteria.bound_pct = num(&name, &v)?,
             "--loss-pct" => grid.criteria.loss_pct = num(&name, &v)?,
             "--dcqcn" => dcqcn = Some(v),
@@ -170,9 +185,26 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         .any(|a| a == "--config" || a.starts_with("--config="));
     let mut full: Vec<String> = if has_config {
         Vec::new()
+    } else if grid.class == Class::CrossDc {
+        class::CROSS_DC_DEFAULTS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     } else {
         DEFAULTS.iter().map(|s| s.to_string()).collect()
     };
+    if grid.class == Class::CrossDc {
+        let (q, d, s) = class::cross_dc_grid();
+        if !set[0] {
+            grid.qps = q;
+        }
+        if !set[1] {
+            grid.outstanding = d;
+        }
+        if !set[2] {
+            grid.segments = s;
+        }
+    }
     full.extend(rest);
     let a = parse_args(&full)?;
     if a.policies.len() != 1 {
@@ -180,6 +212,7 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
     }
     grid.base = a.cfg;
     grid.base.shape.policy = a.policies[0];
+    class::check(grid.class, &grid.base, &grid.outstanding)?;
     grid.format = a.format;
     if let Some(list) = &dcqcn {
         if grid.base.mode != Mode::Packet {
@@ -241,7 +274,7 @@ fn point(r: &SimResult) -> SweepPoint {
 
 fn describe(c: &SimConfig) -> String {
     format!(
-        "mode {} policy {} traffic {} bytes {} placement {:?}; {} hosts x {} rails, {} leaves x {} hosts, {} spines, oversub {}, {} Gb/s, hop {} ns; seed {}",
+        "mode {} policy {} traffic {} bytes {} placement {:?}; {} hosts x {} rails, {} leaves x {} hosts, {} spines, oversub {}, {} Gb/s, hop {} ns; seed {}{}",
         c.mode.name(),
         c.shape.policy.name(),
         c.traffic.kind.name(),
@@ -255,7 +288,16 @@ fn describe(c: &SimConfig) -> String {
         c.fabric.oversub,
         c.fabric.host_gbps,
         c.fabric.hop_latency_ps / 1000,
-        c.seed
+        c.seed,
+        if c.fabric.dci_latency_ps > 0 {
+            format!(
+                "; {} pods as DCs, DCI {} us per aggregation -> core hop",
+                c.fabric.pods,
+                c.fabric.dci_latency() as f64 / 1e6
+            )
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -397,14 +439,17 @@ pub fn run_cli(args: &[String]) -> i32 {
             return 1;
         }
     };
-    // The simulated round trip of a leaf-spine-leaf path: 4 hops out, 4 back for the ACK.
-    let rtt_us = (8.0 * g.base.fabric.hop_latency_ps as f64 / 1e6).max(0.001);
-    let snippet = same_rail_snippet(
+    let (rtt_us, rtt_note) = class::rtt(g.class, &g.base);
+    let snippet = class_snippet(
         &f,
+        g.class.name(),
         g.base.fabric.host_gbps,
         rtt_us,
+        rtt_note,
         g.base.shape.policy.name(),
     );
+    let bdp = (g.class == Class::CrossDc).then(|| class::bdp_check(&g.base, &f));
+    let bdp_text = bdp.as_ref().map_or(String::new(), class::bdp_text);
     let names: Vec<String> = g.profiles.iter().map(|p| p.name.clone()).collect();
     let dcqcn = if g.profiles.is_empty() {
         None
@@ -452,6 +497,9 @@ pub fn run_cli(args: &[String]) -> i32 {
                 "findings": f,
                 "snippet": snippet,
             });
+            if let Some(b) = &bdp {
+                v["bdp"] = serde_json::json!(b);
+            }
             if let Some((c, block, _)) = &dcqcn {
                 v["profiles"] = g
                     .profiles
@@ -508,7 +556,7 @@ pub fn run_cli(args: &[String]) -> i32 {
                     p.events
                 );
             }
-            eprint!("{}\n{snippet}", findings_text(&f));
+            eprint!("{}{bdp_text}\n{snippet}", findings_text(&f));
             if let Some((_, block, text)) = &dcqcn {
                 eprint!("\n{text}\n{block}");
             }
@@ -557,7 +605,7 @@ pub fn run_cli(args: &[String]) -> i32 {
                 );
             }
             println!();
-            print!("{}", findings_text(&f));
+            print!("{}{bdp_text}", findings_text(&f));
             println!("\nready for the site TOML (plugin-conf/):\n\n{snippet}");
             if let Some((_, block, text)) = &dcqcn {
                 println!("{text}\nready for the site TOML ([dcqcn], as dqplb check reads it):\n\n{block}");

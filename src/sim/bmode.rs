@@ -160,14 +160,14 @@ pub fn run_phase(
         if q < nl {
             let s = &mut segs[id as usize];
             let ser = (f64::from(s.len) * rail.ps_per_byte[q as usize]).ceil() as Ps;
-            let end = (now + ser).max(s.tail + lat);
+            let end = (now + ser).max(s.tail + rail.lat_in(&s.path, s.hop));
             core.set_not_before(q, end);
             out.link_bytes[q as usize] += u64::from(s.len);
             out.max_queue = out.max_queue.max(core.len(q) + 1);
             s.tail = end;
             s.hop += 1;
             if s.hop < s.path.hops {
-                core.push(s.path.links[s.hop as usize], now + lat, id);
+                core.push(s.path.links[s.hop as usize], now + rail.lat_out(q), id);
             } else {
                 core.push(nl + run.conns[s.conn as usize].dst, end + lat, id);
             }
@@ -176,7 +176,7 @@ pub fn run_phase(
             run.on_arrival(s.conn as usize, s.imm, s.len, now);
             core.push(
                 ack_q + u32::from(s.path.hops / 2 - 1),
-                now + lat * Ps::from(s.path.hops),
+                now + rail.one_way_ps(s.path.hops),
                 id,
             );
         } else {

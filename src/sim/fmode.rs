@@ -46,7 +46,6 @@ pub fn run_phase(
     epoch_ps: Ps,
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links();
-    let lat = rail.hop_latency_ps;
     let qps = shape.qps;
     let mut out = PhaseOutcome {
         link_bytes: vec![0; nl],
@@ -219,7 +218,7 @@ pub fn run_phase(
                 imm,
                 len,
             };
-            core.push(u32::from(h / 2 - 1), now + lat * Ps::from(h), seg);
+            core.push(u32::from(h / 2 - 1), now + rail.one_way_ps(h), seg);
             if s.ends.is_empty() {
                 active[f] = false;
                 s.version = s.version.wrapping_add(1);
@@ -231,7 +230,7 @@ pub fn run_phase(
             let Some((_, q, seg)) = core.pop() else { break };
             if q < classes {
                 run.on_arrival(seg.conn as usize, seg.imm, seg.len, now);
-                core.push(classes + q, now + lat * Ps::from(seg.hops), seg);
+                core.push(classes + q, now + rail.one_way_ps(seg.hops), seg);
             } else {
                 run.on_ack(seg.conn as usize, seg.qp as usize, now);
             }

@@ -1,7 +1,8 @@
 //! `dqplb sim`: a fabric simulator that drives the real engine (`Sender`/`Receiver`) over a
 //! rail-optimized leaf-spine with switch-style ECMP, per fluid (F), segment (B) or packet (P).
 
-// Layout: `topology` (fabric, links, paths), `tier3` (pods, cores, the fat-tree preset), `hashing` (5-tuple CRC, mlx5 source port),
+// Layout: `topology` (fabric, links, paths), `tier3` (pods, cores, the fat-tree preset), `dci`
+// (each pod a data centre: the span's latency on aggregation -> core hops), `hashing` (5-tuple CRC, mlx5 source port),
 // `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
@@ -15,6 +16,7 @@
 pub mod bmode;
 pub mod bound;
 pub mod conn;
+pub mod dci;
 pub mod events;
 pub mod fluid;
 pub mod fmode;

@@ -125,7 +125,8 @@ pub fn run_phase(
     let in_flight = (nconn * qps * depth).min(1 << 20);
     let mut segs: Slab<PSeg> = Slab::with_capacity(in_flight);
     let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 20));
-    let mut core: Core<u32> = Core::new(pfc_q as usize + 1);
+    // PFC frames: over one hop (pfc_q), and back over a DC interconnect span (pfc_q + 1).
+    let mut core: Core<u32> = Core::new(pfc_q as usize + 2);
     let mut pfc = Pfc::new(spec.pfc, nl as usize);
     for q in ack_q..cnp_q + classes {
         core.reserve(q, in_flight.min(1 << 16));
@@ -150,6 +151,12 @@ pub fn run_phase(
     let mut wake: Vec<u32> = Vec::with_capacity(nconn);
     let mut now: Ps = 0;
     let mut timer_events: u64 = 0;
+    // A PFC frame goes back over the link it pauses: one hop, or the span of a DC interconnect
+    // (its own queue, so each queue's pushes stay in time order).
+    let pfc_route = |l: u32| {
+        let back = rail.lat_out(l);
+        (if back == lat { pfc_q } else { pfc_q + 1 }, back)
+    };
     let ser_ps =
         |link: u32, len: u32| (f64::from(len) * rail.ps_per_byte[link as usize]).ceil() as Ps;
     loop {
@@ -308,7 +315,8 @@ pub fn run_phase(
             let p = pkts.items[id as usize];
             let from = p.path.links[p.hop as usize - 1];
             if pfc.forwarded(from, p.len) {
-                core.push(pfc_q, now + lat, (from << 1) | 1);
+                let (fq, back) = pfc_route(from);
+                core.push(fq, now + back, (from << 1) | 1);
             }
             let last = core.last_due(q, now).map(|j| pkts.items[j as usize].cum);
             let b = backlog(p.cum, p.len, last);
@@ -320,7 +328,7 @@ pub fn run_phase(
                 ecn = true;
                 sq.marks[qi] += 1;
             }
-            let end = (now + ser_ps(q, p.len)).max(p.tail + lat);
+            let end = (now + ser_ps(q, p.len)).max(p.tail + rail.lat_out(from));
             core.set_not_before(q, end);
             out.link_bytes[qi] += u64::from(p.len);
             out.max_queue = out.max_queue.max(core.len(q) + 1);
@@ -332,9 +340,10 @@ pub fn run_phase(
             if hop < p.path.hops {
                 let next = p.path.links[hop as usize];
                 pm.cum = sq.enqueue(next, p.len);
-                core.push(next, now + lat, id);
+                core.push(next, now + rail.lat_out(q), id);
                 if pfc.add(q, p.len) {
-                    core.push(pfc_q, now + lat, q << 1);
+                    let (fq, back) = pfc_route(q);
+                    core.push(fq, now + back, q << 1);
                 }
             } else {
                 core.push(
@@ -347,7 +356,7 @@ pub fn run_phase(
             // The packet reached its receiver NIC.
             let p = pkts.items[id as usize];
             pkts.free.push(id);
-            let back = lat * Ps::from(p.path.hops);
+            let back = rail.one_way_ps(p.path.hops);
             let class = u32::from(p.path.hops / 2 - 1);
             if p.ecn {
                 let qp = &mut nics.qps[p.qp as usize];
@@ -371,7 +380,7 @@ pub fn run_phase(
             let s = segs.items[id as usize];
             segs.free.push(id);
             run.on_ack(s.conn as usize, s.qp as usize, now);
-        } else if q == pfc_q {
+        } else if q == pfc_q || q == pfc_q + 1 {
             // A pause or resume frame reached the sender of link `l`.
             let (l, resume) = (id >> 1, id & 1 == 1);
             let li = l as usize;

@@ -218,6 +218,14 @@ pub struct SimResult {
     pub pods: usize,
     #[serde(skip_serializing_if = "is_zero")]
     pub cores: usize,
+    /// DC interconnect (dci.rs), only when set: the aggregation -> core hop's latency and the
+    /// propagation round trip between DCs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dci_latency_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cross_dc_rtt_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dci_oversub: Option<f64>,
     pub oversub: f64,
     pub host_gbps: f64,
     pub source_port: String,
@@ -308,6 +316,9 @@ impl SimResult {
             spines: f.spines,
             pods: f.pods,
             cores: f.cores_total(),
+            dci_latency_us: (f.dci_latency_ps > 0).then(|| f.dci_latency() as f64 / 1e6),
+            cross_dc_rtt_us: (f.dci_latency_ps > 0).then(|| f.cross_dc_rtt_ps() as f64 / 1e6),
+            dci_oversub: (f.dci_oversub != 1.0).then_some(f.dci_oversub),
             oversub: f.oversub,
             host_gbps: f.host_gbps,
             source_port: match f.hash.source_port {

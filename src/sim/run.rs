@@ -63,10 +63,12 @@ pub struct SimConfig {
 /// Runs the simulation described by `cfg`.
 pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     cfg.fabric.validate()?;
+    cfg.traffic.check(&cfg.fabric)?;
     let phases = traffic::phases(
         &cfg.traffic,
         cfg.fabric.hosts,
         cfg.fabric.hosts_per_leaf,
+        cfg.fabric.leaves_per_pod() * cfg.fabric.hosts_per_leaf,
         &mut Rng::new(cfg.seed).fork(u64::MAX),
     );
     let rails = if cfg.rails_simulated == 0 {

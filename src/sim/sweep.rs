@@ -224,6 +224,26 @@ pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> 
 /// A `[class.same-rail]` table for the site TOML (plugin-conf/ syntax) with the sweep's choice:
 /// min = max outstanding pins the plan's depth to d* whatever the BDP rule would pick.
 pub fn same_rail_snippet(f: &Findings, rate_gbps: f64, rtt_us: f64, policy: &str) -> String {
+    class_snippet(
+        f,
+        "same-rail",
+        rate_gbps,
+        rtt_us,
+        "the simulated leaf-spine-leaf round trip",
+        policy,
+    )
+}
+
+/// The same table for class `class` (`same-rail` or `cross-dc`), `rtt_note` saying what the
+/// written round trip is.
+pub fn class_snippet(
+    f: &Findings,
+    class: &str,
+    rate_gbps: f64,
+    rtt_us: f64,
+    rtt_note: &str,
+    policy: &str,
+) -> String {
     let c = &f.criteria;
     let q_note = if f.q_met {
         format!(
@@ -243,16 +263,13 @@ pub fn same_rail_snippet(f: &Findings, rate_gbps: f64, rtt_us: f64, policy: &str
             format!("{kv:<31} # {note}\n")
         }
     };
-    let mut s = String::from("[class.same-rail]\n");
+    let mut s = format!("[class.{class}]\n");
     s.push_str(&format!(
         "# From dqplb sim sweep, [engine] policy = \"{policy}\": {:.2}% of ideal at this point;\n# {q_note}\n",
         100.0 / f.time_over_ideal.max(1e-12)
     ));
     s.push_str(&row(format!("rate-gbps = {}", toml_number(rate_gbps)), ""));
-    s.push_str(&row(
-        format!("rtt-us = {}", toml_number(rtt_us)),
-        "the simulated leaf-spine-leaf round trip",
-    ));
+    s.push_str(&row(format!("rtt-us = {}", toml_number(rtt_us)), rtt_note));
     s.push_str(&row(format!("qps = {}", f.qps), ""));
     s.push_str(&row(
         format!("min-outstanding = {}", f.outstanding),

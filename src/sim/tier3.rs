@@ -65,9 +65,11 @@ impl FabricSpec {
     }
 
     /// Aggregation-core rate: what the pod's leaf uplinks bring into an aggregation switch,
-    /// split over its core uplinks.
+    /// split over its core uplinks (divided by `dci_oversub`, 1 by default).
     pub fn core_gbps(&self) -> f64 {
-        self.uplink_gbps() * self.leaves_per_pod() as f64 / self.cores_per_agg().max(1) as f64
+        self.uplink_gbps() * self.leaves_per_pod() as f64
+            / self.cores_per_agg().max(1) as f64
+            / self.dci_oversub
     }
 
     pub(crate) fn validate_tier3(&self) -> Result<(), String> {
@@ -119,7 +121,7 @@ impl Rail {
         self.pod_of_leaf(a) == self.pod_of_leaf(b)
     }
 
-    fn agg_up_base(&self) -> usize {
+    pub(crate) fn agg_up_base(&self) -> usize {
         2 * self.hosts + 2 * self.leaves * self.spines
     }
 

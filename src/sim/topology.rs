@@ -33,6 +33,11 @@ pub struct FabricSpec {
     pub pods: usize,
     /// Core switches per rail (a multiple of `spines`; 0 = spines x leafs per pod: non-blocking).
     pub cores: usize,
+    /// DC interconnect (dci.rs): latency of every aggregation -> core hop, each pod a data
+    /// centre (0 = `hop_latency_ps`, as any hop).
+    pub dci_latency_ps: Ps,
+    /// Aggregation-core capacity divided by this (1 = the tier's non-blocking rate).
+    pub dci_oversub: f64,
 }
 
 impl Default for FabricSpec {
@@ -51,6 +56,8 @@ impl Default for FabricSpec {
             hash: HashFields::default(),
             pods: 0,
             cores: 0,
+            dci_latency_ps: 0,
+            dci_oversub: 1.0,
         }
     }
 }
@@ -80,6 +87,7 @@ impl FabricSpec {
             return Err("host rate, oversubscription and slow factor must be positive".into());
         }
         self.validate_tier3()?;
+        self.validate_dci()?;
         let uplinks = self.leaves() * self.spines + self.core_links();
         if self.failed_links + self.slow_links > uplinks {
             return Err(format!(
@@ -117,6 +125,8 @@ pub struct Rail {
     pub alive: Vec<bool>,
     pub hash: HashFields,
     pub hop_latency_ps: Ps,
+    /// Latency of an aggregation -> core hop (dci.rs; `hop_latency_ps` unless set).
+    pub dci_latency_ps: Ps,
     /// Pods (0: two tiers), leafs per pod and core uplinks per aggregation switch.
     pub pods: usize,
     pub leaves_per_pod: usize,
@@ -165,6 +175,7 @@ impl Rail {
             alive: vec![true; n],
             hash: spec.hash,
             hop_latency_ps: spec.hop_latency_ps,
+            dci_latency_ps: spec.dci_latency(),
             pods: spec.pods,
             leaves_per_pod: spec.leaves_per_pod(),
             cores_per_agg: spec.cores_per_agg(),

@@ -22,6 +22,9 @@ pub enum TrafficKind {
     AllToAll,
     /// N-to-1: every host sends `bytes` to the first host of the placement order.
     Incast,
+    /// Every host sends `bytes` to a host of the next pod (data centre, dci.rs): slot k of pod p
+    /// to slot sigma(k) of pod p + 1 (mod pods), sigma a seeded permutation of a pod's hosts.
+    CrossDc,
 }
 
 impl TrafficKind {
@@ -32,9 +35,11 @@ impl TrafficKind {
             "leaf-shift" | "shift" => TrafficKind::LeafShift,
             "all-to-all" | "alltoall" => TrafficKind::AllToAll,
             "incast" => TrafficKind::Incast,
+            "cross-dc" => TrafficKind::CrossDc,
             other => {
                 return Err(format!(
-                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all, incast)"
+                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all, incast, \
+                     cross-dc)"
                 ))
             }
         })
@@ -47,6 +52,7 @@ impl TrafficKind {
             TrafficKind::LeafShift => "leaf-shift",
             TrafficKind::AllToAll => "all-to-all",
             TrafficKind::Incast => "incast",
+            TrafficKind::CrossDc => "cross-dc",
         }
     }
 }
@@ -165,11 +171,13 @@ fn round128(x: u64) -> u64 {
     x.div_ceil(128).max(1) * 128
 }
 
-/// The phases of `spec` over `hosts` hosts (one rail; every rail runs the same traffic).
+/// The phases of `spec` over `hosts` hosts (one rail; every rail runs the same traffic);
+/// `hosts_per_dc` (hosts per pod) is read by `cross-dc` only.
 pub fn phases(
     spec: &TrafficSpec,
     hosts: usize,
     hosts_per_leaf: usize,
+    hosts_per_dc: usize,
     rng: &mut Rng,
 ) -> Vec<Phase> {
     let ord = order(hosts, spec.placement, rng);
@@ -245,12 +253,48 @@ pub fn phases(
             let pairs = (1..n).map(|i| (at(i), at(0))).collect();
             vec![single(pairs, spec.bytes)]
         }
+        TrafficKind::CrossDc => {
+            // By host id (placement does not apply): pod p's slot k -> pod p + 1's slot sigma(k).
+            let h = hosts_per_dc.max(1);
+            let mut sigma: Vec<u32> = (0..h as u32).collect();
+            rng.shuffle(&mut sigma);
+            let pods = hosts / h;
+            let pairs = (0..pods * h)
+                .map(|i| {
+                    let (p, k) = (i / h, i % h);
+                    let dst = ((p + 1) % pods) * h + sigma[k] as usize;
+                    (i as u32, dst as u32)
+                })
+                .collect();
+            vec![single(pairs, spec.bytes)]
+        }
         TrafficKind::AllToAll => (1..n)
             .map(|k| {
                 let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
                 single(pairs, spec.bytes.div_ceil(u64::from(n)))
             })
             .collect(),
+    }
+}
+
+impl TrafficSpec {
+    /// What the traffic needs of the fabric: `cross-dc` two or more full pods and no second job.
+    pub fn check(&self, f: &super::topology::FabricSpec) -> Result<(), String> {
+        if self.kind != TrafficKind::CrossDc {
+            return Ok(());
+        }
+        let per_dc = f.leaves_per_pod() * f.hosts_per_leaf;
+        if f.pods < 2 || !f.hosts.is_multiple_of(per_dc) || f.hosts / per_dc < 2 {
+            return Err(format!(
+                "--traffic cross-dc needs two or more data centres, every one full: --pods >= 2 \
+                 and hosts ({}) a multiple of leafs per pod x hosts per leaf ({per_dc})",
+                f.hosts
+            ));
+        }
+        if self.background_hosts > 0 {
+            return Err("--traffic cross-dc takes no --background-hosts".into());
+        }
+        Ok(())
     }
 }
 
@@ -275,7 +319,7 @@ mod tests {
             bytes: 10 << 20,
             ..TrafficSpec::default()
         };
-        let ph = phases(&spec, 4, 2, &mut Rng::new(1));
+        let ph = phases(&spec, 4, 2, 4, &mut Rng::new(1));
         let p = &ph[0];
         assert_eq!((p.steps, p.total_steps), (6, 6));
         let per: u64 = (0..p.per_step).map(|j| p.message_len(j)).sum();
@@ -291,7 +335,7 @@ mod tests {
             bytes: 4 * 9 * (512 << 10),
             ..TrafficSpec::default()
         };
-        let p = &phases(&spec, 4, 2, &mut Rng::new(1))[0];
+        let p = &phases(&spec, 4, 2, 4, &mut Rng::new(1))[0];
         assert_eq!((p.per_step, p.pass_msgs, p.steps), (9, 4, 6));
         let mut seen = vec![0u32; (p.per_step * p.steps) as usize];
         let mut widths = Vec::new();
@@ -316,11 +360,27 @@ mod tests {
             bytes: 4 * 4 * (512 << 10),
             ..TrafficSpec::default()
         };
-        let p = &phases(&spec, 4, 2, &mut Rng::new(1))[0];
+        let p = &phases(&spec, 4, 2, 4, &mut Rng::new(1))[0];
         assert_eq!((p.per_step, p.pass_msgs), (4, 4));
         for j in 0..p.messages() {
             assert_eq!(p.place(j), (j / 4, j % 4, 4));
         }
+    }
+
+    #[test]
+    fn cross_dc_pairs_every_host_with_one_in_the_next_pod() {
+        let spec = TrafficSpec {
+            kind: TrafficKind::CrossDc,
+            ..TrafficSpec::default()
+        };
+        let p = &phases(&spec, 12, 2, 4, &mut Rng::new(5))[0];
+        assert_eq!(p.pairs.len(), 12);
+        let mut dsts: Vec<u32> = p.pairs.iter().map(|&(_, d)| d).collect();
+        for &(s, d) in &p.pairs {
+            assert_eq!((s / 4 + 1) % 3, d / 4, "{s} -> {d}: the next pod");
+        }
+        dsts.sort_unstable();
+        assert_eq!(dsts, (0..12).collect::<Vec<_>>());
     }
 
     #[test]
@@ -329,7 +389,7 @@ mod tests {
             kind: TrafficKind::Permutation,
             ..TrafficSpec::default()
         };
-        let p = &phases(&spec, 64, 8, &mut Rng::new(3))[0];
+        let p = &phases(&spec, 64, 8, 64, &mut Rng::new(3))[0];
         let mut dsts: Vec<u32> = p
             .pairs
             .iter()
