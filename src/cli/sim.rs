@@ -507,6 +507,10 @@ pub fn run_cli(args: &[String]) -> i32 {
             let mut cfg = a.cfg.clone();
             cfg.shape.policy = p;
             cfg.shape.qps = q;
+            if !rows.is_empty() && cfg.mode != Mode::Packet {
+                // Only the first run's series is written: B and F mode sample nothing else.
+                cfg.packet.sample_ps = 0;
+            }
             let t0 = Instant::now();
             match run(&cfg) {
                 Ok(r) => rows.push((r, t0.elapsed().as_secs_f64())),
