@@ -109,9 +109,10 @@ fn bad_input_exits_2_naming_the_option() {
     for (args, needle) in [
         (vec!["sim", "--policy", "ecmp"], "unknown policy"),
         (vec!["sim", "--mode", "q"], "unknown mode 'q' (f, b or p)"),
+        (vec!["sim", "--sample-us", "-5"], "--sample-us '-5'"),
         (
-            vec!["sim", "--timeseries", "t.csv"],
-            "--timeseries needs --mode p",
+            vec!["sim", "sweep", "--timeseries", "t.csv"],
+            "--timeseries: the sweep writes no time series",
         ),
         (
             vec!["sim", "--mode", "p", "--ecn", "maybe"],

@@ -69,7 +69,8 @@ P mode (per packet; DCQCN per QP, optional PFC):
   --pfc                 priority flow control: a switch pauses the sender of an ingress link
                         holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
   --start-stagger-us U  connection c starts at c x U us (0)
-  --timeseries FILE     per-QP and per-queue samples as CSV (first --policy/--qps run)
+time series (any mode; the first --policy/--qps run):
+  --timeseries FILE     per-QP and per-queue samples as CSV (F mode: per QP only)
   --sample-us U         sampling period (10 with --timeseries)
   --seed S              (default 1)                 --threads T      rails in parallel (2)
   --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
@@ -90,7 +91,7 @@ pub(super) struct Args {
     pub(super) help: bool,
     /// Directory for the SVG charts and the per-uplink CSV.
     pub(super) svg: Option<String>,
-    /// P mode: the time-series CSV file.
+    /// The time-series CSV file (any mode).
     pub(super) timeseries: Option<String>,
     /// `--alpha-update` / `alpha-update`: overrides the DCQCN profile's schedule.
     pub(super) alpha_update: Option<AlphaSchedule>,
@@ -250,7 +251,13 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
         "pfc-xon-kb" => c.packet.pfc.xon = (num::<f64>(&opt, v)? * 1e3) as u64,
         "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
-        "sample-us" => c.packet.sample_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "sample-us" => {
+            let us: f64 = num(&opt, v)?;
+            if !(us.is_finite() && us >= 0.0) {
+                return Err(format!("--sample-us '{v}': microseconds, 0 or more"));
+            }
+            c.packet.sample_ps = (us * 1e6) as u64;
+        }
         "timeseries" => a.timeseries = Some(v.to_string()),
         "svg" => a.svg = Some(v.to_string()),
         "format" => {
@@ -356,12 +363,12 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
         a.cfg.fabric.hosts_per_leaf = a.cfg.fabric.hosts.div_ceil(l);
     }
     if a.timeseries.is_some() {
-        if a.cfg.mode != Mode::Packet {
-            return Err("--timeseries needs --mode p".into());
-        }
         if a.cfg.packet.sample_ps == 0 {
             a.cfg.packet.sample_ps = 10_000_000;
         }
+    } else if a.cfg.mode != Mode::Packet {
+        // Nobody reads B and F mode's samples without the file: do not take them.
+        a.cfg.packet.sample_ps = 0;
     }
     Ok(a)
 }
@@ -438,14 +445,12 @@ fn print_packet_table(rows: &[(SimResult, f64)]) {
     }
 }
 
-/// Writes the P-mode time series of `r` to `path` as CSV.
+/// Writes the time series of `r` (any mode) to `path` as CSV.
 fn write_timeseries(path: &str, r: &SimResult) -> std::io::Result<()> {
     use std::io::Write;
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(w, "policy,qps,{}", timeseries::CSV_HEADER)?;
-    if let Some(p) = &r.packet {
-        timeseries::write_csv(&mut w, &format!("{},{},", r.policy, r.qps), &p.timeseries)?;
-    }
+    timeseries::write_csv(&mut w, &format!("{},{},", r.policy, r.qps), r.series())?;
     w.flush()
 }
 
@@ -502,6 +507,10 @@ pub fn run_cli(args: &[String]) -> i32 {
             let mut cfg = a.cfg.clone();
             cfg.shape.policy = p;
             cfg.shape.qps = q;
+            if !rows.is_empty() && cfg.mode != Mode::Packet {
+                // Only the first run's series is written: B and F mode sample nothing else.
+                cfg.packet.sample_ps = 0;
+            }
             let t0 = Instant::now();
             match run(&cfg) {
                 Ok(r) => rows.push((r, t0.elapsed().as_secs_f64())),

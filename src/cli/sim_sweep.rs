@@ -207,6 +207,9 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
     }
     full.extend(rest);
     let a = parse_args(&full)?;
+    if a.timeseries.is_some() {
+        return Err("--timeseries: the sweep writes no time series (use dqplb sim)".into());
+    }
     if a.policies.len() != 1 {
         return Err("the sweep runs one policy (--policy P)".into());
     }

@@ -7,6 +7,8 @@ use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::rng::Rng;
+use super::timeseries::{TsKind, TsRow};
+use super::timeseries_bf::Sampler;
 use super::topology::{Path, Ps, Rail};
 
 /// A segment on the wire.
@@ -37,6 +39,8 @@ pub struct PhaseOutcome {
     pub max_queue: usize,
     /// The best split over the QP paths (time over ideal), for this phase's paths.
     pub bound: Option<super::bound::Bracket>,
+    /// B and F mode: the time series (timeseries_bf.rs), empty unless sampled.
+    pub timeseries: Vec<TsRow>,
 }
 
 /// The fixed path of every (connection, QP), or None under spraying; counts paths per uplink.
@@ -67,12 +71,33 @@ pub(crate) fn qp_paths(
     Ok(paths)
 }
 
-/// Runs one phase in B mode; `rng` draws the spray choices.
+/// Runs one phase in B mode; `rng` draws the spray choices; a time series every `sample_ps`
+/// (0: none) with `phase` in its rows.
 pub fn run_phase(
     rail: &Rail,
     run: &mut PhaseRun,
     shape: &ConnShape,
     rng: &mut Rng,
+    sample_ps: Ps,
+    phase: usize,
+) -> Result<PhaseOutcome, String> {
+    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.qps);
+    // Two copies of the loop: without samples it has no trace of them.
+    if ts.on {
+        drive::<true>(rail, run, shape, rng, &mut ts)
+    } else {
+        drive::<false>(rail, run, shape, rng, &mut ts)
+    }
+}
+
+/// The event loop of [`run_phase`], sampling into `ts` when `TS`.
+#[inline(never)]
+fn drive<const TS: bool>(
+    rail: &Rail,
+    run: &mut PhaseRun,
+    shape: &ConnShape,
+    rng: &mut Rng,
+    ts: &mut Sampler,
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links() as u32;
     let hosts = rail.hosts as u32;
@@ -146,7 +171,7 @@ pub fn run_phase(
                         (segs.len() - 1) as u32
                     }
                 };
-                core.push(path.links[0], now, id);
+                core.push_inlined(path.links[0], now, id);
             }
         }
         wake.clear();
@@ -155,7 +180,16 @@ pub fn run_phase(
             end_time = end_time.max(now);
             break;
         }
-        let Some((t, q, id)) = core.pop() else { break };
+        if TS {
+            if let Some(t) = core.peek_time() {
+                while ts.next <= t {
+                    sample(ts, rail, run, qps, &core, &segs, &out.link_bytes);
+                }
+            }
+        }
+        let Some((t, q, id)) = core.pop_inlined() else {
+            break;
+        };
         now = t;
         if q < nl {
             let s = &mut segs[id as usize];
@@ -167,14 +201,17 @@ pub fn run_phase(
             s.tail = end;
             s.hop += 1;
             if s.hop < s.path.hops {
-                core.push(s.path.links[s.hop as usize], now + rail.lat_out(q), id);
+                core.push_inlined(s.path.links[s.hop as usize], now + rail.lat_out(q), id);
             } else {
-                core.push(nl + run.conns[s.conn as usize].dst, end + lat, id);
+                core.push_inlined(nl + run.conns[s.conn as usize].dst, end + lat, id);
             }
         } else if q < ack_q {
             let s = segs[id as usize];
+            if TS {
+                ts.delivered(s.conn as usize * qps + usize::from(s.qp), s.len);
+            }
             run.on_arrival(s.conn as usize, s.imm, s.len, now);
-            core.push(
+            core.push_inlined(
                 ack_q + u32::from(s.path.hops / 2 - 1),
                 now + rail.one_way_ps(s.path.hops),
                 id,
@@ -185,7 +222,46 @@ pub fn run_phase(
             run.on_ack(s.conn as usize, s.qp as usize, now);
         }
     }
+    if TS {
+        // The phase's final counts, at the first sample time after it ended.
+        sample(ts, rail, run, qps, &core, &segs, &out.link_bytes);
+        out.timeseries = std::mem::take(&mut ts.rows);
+    }
     out.time_ps = end_time;
     out.events = core.events;
     Ok(out)
+}
+
+/// One sample at `ts.next`: every data QP, then every link that carried bytes by then with the
+/// bytes of the segments that reached it and wait (the one on the wire excluded). A host's up
+/// link is its NIC's send FIFO: segments the engine transmitted, not yet serialized.
+fn sample(
+    ts: &mut Sampler,
+    rail: &Rail,
+    run: &PhaseRun,
+    qps: usize,
+    core: &Core<u32>,
+    segs: &[Seg],
+    link_bytes: &[u64],
+) {
+    ts.qp_rows(rail, run, qps, None);
+    let base = ts.base(rail);
+    for (l, &b) in link_bytes.iter().enumerate() {
+        if b == 0 {
+            continue;
+        }
+        let q = l as u32;
+        let waiting: u64 = core
+            .due_items(q, ts.next)
+            .map(|id| u64::from(segs[id as usize].len))
+            .sum();
+        ts.rows.push(TsRow {
+            kind: TsKind::Link(rail.kind(q)),
+            id: q,
+            bytes: b,
+            queue_bytes: waiting,
+            ..base
+        });
+    }
+    ts.advance();
 }

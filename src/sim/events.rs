@@ -4,7 +4,9 @@
 // Each queue's pushes must come in non-decreasing time order (a link serves FIFO, and every
 // producer pushes at `now + a constant`), so its head is its earliest event. A queue may also
 // carry a `not_before` time (a link busy serializing): its head fires at `max(head, not_before)`.
-// Ties break by queue id, so a run is a pure function of its inputs.
+// Ties break by queue id, so a run is a pure function of its inputs. `push_inlined` and
+// `pop_inlined` are `push` and `pop` always inlined: for B and F mode, which have two copies of
+// their loop (with and without a time series) and would otherwise call them out of line.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -62,6 +64,12 @@ impl<T: Copy> Core<T> {
     /// Adds an event at time `t` to queue `q`; `t` must not precede the queue's last push.
     #[inline]
     pub fn push(&mut self, q: u32, t: Ps, item: T) {
+        self.push_inlined(q, t, item)
+    }
+
+    /// [`Core::push`], always inlined.
+    #[inline(always)]
+    pub fn push_inlined(&mut self, q: u32, t: Ps, item: T) {
         let queue = &mut self.queues[q as usize];
         self.pending += 1;
         if queue.head.is_some() {
@@ -103,6 +111,12 @@ impl<T: Copy> Core<T> {
     /// Earliest event over all queues: `(time, queue, item)`.
     #[inline]
     pub fn pop(&mut self) -> Option<(Ps, u32, T)> {
+        self.pop_inlined()
+    }
+
+    /// [`Core::pop`], always inlined.
+    #[inline(always)]
+    pub fn pop_inlined(&mut self) -> Option<(Ps, u32, T)> {
         self.rearm();
         let Reverse((t, q)) = self.heap.pop()?;
         let queue = &mut self.queues[q as usize];
@@ -115,7 +129,8 @@ impl<T: Copy> Core<T> {
         Some((t, q, item))
     }
 
-    /// Time of the earliest pending event.
+    /// Time of the earliest pending event (always inlined: P mode's loop calls it per event).
+    #[inline(always)]
     pub fn peek_time(&mut self) -> Option<Ps> {
         self.rearm();
         self.heap.peek().map(|Reverse((t, _))| *t)
@@ -157,6 +172,18 @@ impl<T: Copy> Core<T> {
     #[inline]
     pub fn front(&self, q: u32) -> Option<(Ps, T)> {
         self.queues[q as usize].head
+    }
+
+    /// The pending items of queue `q` whose time is at or before `t`, in order (B mode's time
+    /// series: the segments that reached a link and wait for it).
+    pub fn due_items(&self, q: u32, t: Ps) -> impl Iterator<Item = T> + '_ {
+        let queue = &self.queues[q as usize];
+        queue
+            .head
+            .iter()
+            .chain(queue.rest.iter())
+            .take_while(move |&&(x, _)| x <= t)
+            .map(|&(_, item)| item)
     }
 
     /// The latest pending item of queue `q` whose time is at or before `t` (binary search: the
@@ -250,5 +277,8 @@ mod tests {
         assert_eq!(c.last_due(0, 10), Some(1));
         assert_eq!(c.last_due(0, 25), Some(3));
         assert_eq!(c.last_due(0, 30), Some(4));
+        assert_eq!(c.due_items(0, 9).count(), 0);
+        assert_eq!(c.due_items(0, 20).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(c.due_items(0, 99).collect::<Vec<_>>(), [1, 2, 3, 4]);
     }
 }

@@ -12,6 +12,7 @@ use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::fluid::{Incidence, MaxMin};
+use super::timeseries_bf::Sampler;
 use super::topology::{Ps, Rail};
 
 #[derive(Debug, Clone, Copy)]
@@ -39,11 +40,32 @@ struct FlowState {
 /// Runs one phase in F mode. `epoch_ps` = 0: re-solve whenever the set of busy QPs changed
 /// (exact). Above 0: re-solve at most once per epoch; meanwhile a QP that went idle keeps its
 /// share unused and one that comes back resumes at its last rate (a new QP always re-solves).
+/// A time series every `sample_ps` (0: none; per QP only, fluid links have no queues).
 pub fn run_phase(
     rail: &Rail,
     run: &mut PhaseRun,
     shape: &ConnShape,
     epoch_ps: Ps,
+    sample_ps: Ps,
+    phase: usize,
+) -> Result<PhaseOutcome, String> {
+    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.qps);
+    // Two copies of the loop: without samples it has no trace of them.
+    if ts.on {
+        drive::<true>(rail, run, shape, epoch_ps, &mut ts)
+    } else {
+        drive::<false>(rail, run, shape, epoch_ps, &mut ts)
+    }
+}
+
+/// The event loop of [`run_phase`], sampling into `ts` when `TS`.
+#[inline(never)]
+fn drive<const TS: bool>(
+    rail: &Rail,
+    run: &mut PhaseRun,
+    shape: &ConnShape,
+    epoch_ps: Ps,
+    ts: &mut Sampler,
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links();
     let qps = shape.qps;
@@ -95,6 +117,8 @@ pub fn run_phase(
     let (mut now, mut end_time, mut last_solve): (Ps, Ps, Ps) = (0, 0, 0);
     let (mut must_solve, mut dirty) = (false, false);
     let mut events = 0u64;
+    // The rate each QP drains at now (bytes per picosecond; 0 when idle), for the samples.
+    let mut now_rate: Vec<f64> = if TS { vec![0.0; flows] } else { Vec::new() };
     loop {
         // Re-hashed stragglers (drained, so idle): the flow takes its new path's links.
         if !run.replace.is_empty() {
@@ -193,6 +217,12 @@ pub fn run_phase(
             continue;
         }
         let Some(t) = next else { break };
+        if TS {
+            // Nothing changes before t: the samples up to t see the state now.
+            while ts.next <= t {
+                sample_all(ts, rail, run, qps, &st, &active, &mut now_rate);
+            }
+        }
         now = t;
         events += 1;
         if next_heap == Some(t) && next_core.is_none_or(|c| c > t) || next_core.is_none() {
@@ -218,7 +248,7 @@ pub fn run_phase(
                 imm,
                 len,
             };
-            core.push(u32::from(h / 2 - 1), now + rail.one_way_ps(h), seg);
+            core.push_inlined(u32::from(h / 2 - 1), now + rail.one_way_ps(h), seg);
             if s.ends.is_empty() {
                 active[f] = false;
                 s.version = s.version.wrapping_add(1);
@@ -227,18 +257,45 @@ pub fn run_phase(
                 heap.push(Reverse((t, f as u32, s.version)));
             }
         } else {
-            let Some((_, q, seg)) = core.pop() else { break };
+            let Some((_, q, seg)) = core.pop_inlined() else {
+                break;
+            };
             if q < classes {
+                if TS {
+                    ts.delivered(seg.conn as usize * qps + usize::from(seg.qp), seg.len);
+                }
                 run.on_arrival(seg.conn as usize, seg.imm, seg.len, now);
-                core.push(classes + q, now + rail.one_way_ps(seg.hops), seg);
+                core.push_inlined(classes + q, now + rail.one_way_ps(seg.hops), seg);
             } else {
                 run.on_ack(seg.conn as usize, seg.qp as usize, now);
             }
         }
     }
+    if TS {
+        // The phase's final counts, at the first sample time after it ended.
+        sample_all(ts, rail, run, qps, &st, &active, &mut now_rate);
+        out.timeseries = std::mem::take(&mut ts.rows);
+    }
     out.time_ps = end_time;
     out.events = events + core.events;
     Ok(out)
+}
+
+/// One sample at `ts.next`: every data QP with its fluid rate (0 while it has nothing queued).
+fn sample_all(
+    ts: &mut Sampler,
+    rail: &Rail,
+    run: &PhaseRun,
+    qps: usize,
+    st: &[FlowState],
+    active: &[bool],
+    now_rate: &mut [f64],
+) {
+    for (f, r) in now_rate.iter_mut().enumerate() {
+        *r = if active[f] { st[f].rate } else { 0.0 };
+    }
+    ts.qp_rows(rail, run, qps, Some(now_rate));
+    ts.advance();
 }
 
 /// Brings a busy flow's drained byte count to `now` at its current rate.

@@ -10,7 +10,8 @@
 // `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet), `sweep_profile`
 // (its DCQCN profile axis and `[dcqcn]` block);
 // P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
-// `switchq` (ECN queues), `pfc`, `timeseries`. Imports only `engine`, `dcqcn` (the
+// `switchq` (ECN queues), `pfc`, `timeseries` (its rows, CSV), `timeseries_bf` (B and F mode's
+// samples). Imports only `engine`, `dcqcn` (the
 // reaction-point model), std and serde; docs in docs/simulation.md.
 
 pub mod bmode;
@@ -36,6 +37,7 @@ pub mod switchq;
 pub mod theory;
 pub mod tier3;
 pub mod timeseries;
+pub mod timeseries_bf;
 pub mod topology;
 pub mod traffic;
 

@@ -10,6 +10,7 @@ use super::latency::{LatencyHist, LatencySummary};
 use super::packet::PacketSummary;
 use super::run::SimConfig;
 use super::theory::binomial_pmf;
+use super::timeseries::TsRow;
 use super::topology::{LinkKind, Rail};
 use super::traffic::Phase;
 
@@ -56,6 +57,10 @@ pub struct RailResult {
     /// P mode: packets, ECN marks, CNPs, rate cuts, deepest queue (and the time series).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketSummary>,
+    /// B and F mode: the time series, phases in order (P mode's is in `packet`); moved to
+    /// [`SimResult::timeseries`] when the rails are merged.
+    #[serde(skip)]
+    pub timeseries: Vec<TsRow>,
     /// Per leaf uplink, index `leaf * spines + spine`: busy fraction over the rail's simulated
     /// time (bytes carried x picoseconds per byte / simulated picoseconds, all phases).
     pub uplink_util: Vec<f64>,
@@ -91,6 +96,7 @@ impl RailResult {
             bound_lower: 0.0,
             bound_upper: 0.0,
             packet: None,
+            timeseries: Vec::new(),
             uplink_util: Vec::new(),
             uplink_failed: Vec::new(),
             uplink_busy_ps: Vec::new(),
@@ -112,6 +118,7 @@ impl RailResult {
         self.latency.merge(&run.latency);
         self.message_latency = self.latency.summary();
         self.max_queue = self.max_queue.max(out.max_queue);
+        self.timeseries.extend_from_slice(&out.timeseries);
         if let Some(b) = out.bound {
             self.bound_lower = self.bound_lower.max(b.lower);
             self.bound_upper = self.bound_upper.max(b.upper);
@@ -264,11 +271,18 @@ pub struct SimResult {
     /// P mode, over all rails (time series in rail order).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketSummary>,
+    /// B and F mode: the time series of every rail, in rail order.
+    #[serde(skip)]
+    pub timeseries: Vec<TsRow>,
     pub per_rail: Vec<RailResult>,
 }
 
 impl SimResult {
-    pub fn new(cfg: &SimConfig, phases: &[Phase], rails: Vec<RailResult>) -> SimResult {
+    pub fn new(cfg: &SimConfig, phases: &[Phase], mut rails: Vec<RailResult>) -> SimResult {
+        let timeseries: Vec<TsRow> = rails
+            .iter_mut()
+            .flat_map(|r| std::mem::take(&mut r.timeseries))
+            .collect();
         let worst = rails
             .iter()
             .max_by(|a, b| a.time_ps.total_cmp(&b.time_ps))
@@ -376,7 +390,16 @@ impl SimResult {
                     Some(a)
                 },
             ),
+            timeseries,
             per_rail: rails,
+        }
+    }
+
+    /// The time series of this run, whichever mode sampled it.
+    pub fn series(&self) -> &[TsRow] {
+        match &self.packet {
+            Some(p) => &p.timeseries,
+            None => &self.timeseries,
         }
     }
 

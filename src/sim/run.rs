@@ -120,8 +120,17 @@ fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, S
     for (pi, phase) in phases.iter().enumerate() {
         let mut run = PhaseRun::new(phase, &shape, &mut qpn_next)?;
         let out = match cfg.mode {
-            super::Mode::Burst => bmode::run_phase(&rail, &mut run, &shape, &mut rng)?,
-            super::Mode::Fluid => fmode::run_phase(&rail, &mut run, &shape, cfg.epoch_ps)?,
+            super::Mode::Burst => {
+                bmode::run_phase(&rail, &mut run, &shape, &mut rng, cfg.packet.sample_ps, pi)?
+            }
+            super::Mode::Fluid => fmode::run_phase(
+                &rail,
+                &mut run,
+                &shape,
+                cfg.epoch_ps,
+                cfg.packet.sample_ps,
+                pi,
+            )?,
             super::Mode::Packet => {
                 let (out, p) =
                     pmode::run_phase(&rail, &mut run, &shape, &cfg.packet, pi, &mut rng)?;
