@@ -462,21 +462,7 @@ fn sample(
     link_bytes: &[u64],
     rows: &mut Vec<TsRow>,
 ) {
-    let base = TsRow {
-        t_ps: t,
-        rail: rail.index as u32,
-        phase: phase as u32,
-        kind: TsKind::Qp,
-        id: 0,
-        qp: 0,
-        rate_gbps: 0.0,
-        outstanding: 0,
-        bytes: 0,
-        queue_bytes: 0,
-        ecn_marks: 0,
-        cnps: 0,
-        pfc_pauses: 0,
-    };
+    let base = TsRow::blank(t, rail.index as u32, phase as u32);
     for (g, q) in nics.qps.iter_mut().enumerate() {
         // Applying the timers due by t now is what the next send would do first anyway.
         q.rp.advance_to(t / 1000);

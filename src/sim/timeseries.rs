@@ -55,6 +55,27 @@ pub struct TsRow {
     pub pfc_pauses: u64,
 }
 
+impl TsRow {
+    /// A QP row at `t_ps` of `rail` and `phase` with every counter zero (rows fill in theirs).
+    pub fn blank(t_ps: Ps, rail: u32, phase: u32) -> TsRow {
+        TsRow {
+            t_ps,
+            rail,
+            phase,
+            kind: TsKind::Qp,
+            id: 0,
+            qp: 0,
+            rate_gbps: 0.0,
+            outstanding: 0,
+            bytes: 0,
+            queue_bytes: 0,
+            ecn_marks: 0,
+            cnps: 0,
+            pfc_pauses: 0,
+        }
+    }
+}
+
 /// Header of [`write_csv`]'s output (after the caller's prefix columns).
 pub const CSV_HEADER: &str =
     "t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses";

@@ -6,7 +6,7 @@
 // counts. Off (period 0) the drivers run a copy of their loop without any of it (`drive::<false>`).
 
 use super::conn::PhaseRun;
-use super::timeseries::{TsKind, TsRow};
+use super::timeseries::TsRow;
 use super::topology::{Ps, Rail};
 
 /// The sampling state of one phase on one rail.
@@ -48,21 +48,7 @@ impl Sampler {
 
     /// A row of this phase at the next sample time, zero counters.
     pub fn base(&self, rail: &Rail) -> TsRow {
-        TsRow {
-            t_ps: self.next,
-            rail: rail.index as u32,
-            phase: self.phase,
-            kind: TsKind::Qp,
-            id: 0,
-            qp: 0,
-            rate_gbps: 0.0,
-            outstanding: 0,
-            bytes: 0,
-            queue_bytes: 0,
-            ecn_marks: 0,
-            cnps: 0,
-            pfc_pauses: 0,
-        }
+        TsRow::blank(self.next, rail.index as u32, self.phase)
     }
 
     /// Every data QP's row at the next sample time: bytes delivered so far, segments the engine
