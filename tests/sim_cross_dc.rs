@@ -346,7 +346,8 @@ fn same_seed_same_bytes_another_seed_other_pairs() {
     assert_eq!(a.stdout, b.stdout);
 }
 
-const TWO_TIERS_DCI: [&str; 12] = [
+/// Two tiers (no pods, so no DCs), given after the preset.
+const TWO_TIERS: [&str; 10] = [
     "--hosts",
     "8",
     "--hosts-per-leaf",
@@ -357,27 +358,13 @@ const TWO_TIERS_DCI: [&str; 12] = [
     "0",
     "--cores",
     "0",
-    "--dci-latency-us",
-    "100",
-];
-const TWO_TIERS_XDC: [&str; 12] = [
-    "--hosts",
-    "8",
-    "--hosts-per-leaf",
-    "4",
-    "--spines",
-    "2",
-    "--pods",
-    "0",
-    "--cores",
-    "0",
-    "--traffic",
-    "cross-dc",
 ];
 
 #[test]
 fn bad_values_exit_2_naming_the_option() {
     let k2 = ["sim", "--preset", "fattree-k2", "--bytes", "1M"];
+    let dci = [&TWO_TIERS[..], &["--dci-latency-us", "100"]].concat();
+    let xdc = [&TWO_TIERS[..], &["--traffic", "cross-dc"]].concat();
     let cases: [(&[&str], &str); 9] = [
         (&["--dci-latency-us", "-1"], "--dci-latency-us"),
         (&["--dci-latency-us", "abc"], "--dci-latency-us"),
@@ -385,8 +372,8 @@ fn bad_values_exit_2_naming_the_option() {
         (&["--dci-oversub", "0"], "--dci-oversub"),
         (&["--dci-oversub", "x"], "--dci-oversub"),
         // Two tiers (after the preset): no DCs.
-        (&TWO_TIERS_DCI, "--dci-latency-us"),
-        (&TWO_TIERS_XDC, "--traffic cross-dc"),
+        (&dci, "--dci-latency-us"),
+        (&xdc, "--traffic cross-dc"),
         (
             &["--traffic", "cross-dc", "--background-hosts", "1"],
             "--background-hosts",
