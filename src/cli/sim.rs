@@ -69,6 +69,9 @@ P mode (per packet; DCQCN per QP, optional PFC):
   --pfc                 priority flow control: a switch pauses the sender of an ingress link
                         holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
   --start-stagger-us U  connection c starts at c x U us (0)
+  --buffer-kb K         every switch egress holds at most K kB and drops the rest (tail drop;
+                        0 = unbounded, the default); NICs recover by go-back-N (no --pfc, no spray)
+  --ib-timeout T        the QPs' local ACK timeout, 4.096 us x 2^T, as NCCL_IB_TIMEOUT (20)
 time series (any mode; the first --policy/--qps run):
   --timeseries FILE     per-QP and per-queue samples as CSV (F mode: per QP only)
   --sample-us U         sampling period (10 with --timeseries)
@@ -251,6 +254,14 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
         "pfc-xon-kb" => c.packet.pfc.xon = (num::<f64>(&opt, v)? * 1e3) as u64,
         "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
+        "buffer-kb" => {
+            let kb: f64 = num(&opt, v)?;
+            if !(kb.is_finite() && kb >= 0.0) {
+                return Err(format!("{opt} '{v}': kB, 0 (unbounded) or more"));
+            }
+            c.packet.loss.buffer_bytes = (kb * 1e3) as u64;
+        }
+        "ib-timeout" => c.packet.loss.ib_timeout = num(&opt, v)?,
         "sample-us" => {
             let us: f64 = num(&opt, v)?;
             if !(us.is_finite() && us >= 0.0) {
@@ -409,7 +420,7 @@ fn print_table(rows: &[(SimResult, f64)]) {
 }
 
 /// P mode's counters under the main table (nothing for F and B runs).
-fn print_packet_table(rows: &[(SimResult, f64)]) {
+fn print_packet_table(rows: &[(SimResult, f64)], lossy: bool) {
     let p: Vec<_> = rows
         .iter()
         .filter_map(|(r, _)| r.packet.as_ref().map(|p| (r, p)))
@@ -429,7 +440,7 @@ fn print_packet_table(rows: &[(SimResult, f64)]) {
         "max_queue_B",
         "pfc_pauses"
     );
-    for (r, p) in p {
+    for &(r, p) in &p {
         println!(
             "{:<20} {:>4} {:>12} {:>12} {:>10} {:>10} {:>10} {:>14} {:>10}",
             r.policy,
@@ -441,6 +452,26 @@ fn print_packet_table(rows: &[(SimResult, f64)]) {
             p.cnps_ignored,
             p.max_queue_bytes,
             p.pfc_pauses
+        );
+    }
+    if !lossy {
+        return;
+    }
+    println!(
+        "\n{:<20} {:>4} {:>12} {:>10} {:>12} {:>8} {:>9} {:>10}",
+        "policy", "qps", "sent_pkts", "drops", "resent_pkts", "naks", "timeouts", "discarded"
+    );
+    for (r, p) in p {
+        println!(
+            "{:<20} {:>4} {:>12} {:>10} {:>12} {:>8} {:>9} {:>10}",
+            r.policy,
+            r.qps,
+            p.sent_packets,
+            p.drops,
+            p.resent_packets,
+            p.naks,
+            p.ack_timeouts,
+            p.discarded
         );
     }
 }
@@ -544,7 +575,7 @@ pub fn run_cli(args: &[String]) -> i32 {
         }
         _ => {
             print_table(&rows);
-            print_packet_table(&rows);
+            print_packet_table(&rows, a.cfg.packet.loss.lossy());
         }
     }
     if let (Some(path), Some((r, _))) = (&a.timeseries, rows.first()) {

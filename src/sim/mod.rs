@@ -23,6 +23,7 @@ pub mod fluid;
 pub mod fmode;
 pub mod hashing;
 pub mod latency;
+pub mod loss;
 pub mod nic;
 pub mod packet;
 pub mod pfc;

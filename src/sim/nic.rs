@@ -36,6 +36,18 @@ pub struct QpTx {
     pub marked: u64,
     /// When the receiver NIC last sent a CNP for this QP.
     pub np_last_cnp: Option<Ps>,
+    /// Go-back-N (loss.rs; lossy runs only): the PSN the next segment handed over starts at,
+    /// the segments fully sent and not acknowledged (oldest first), the receiver's next
+    /// expected PSN and whether it NAKed the gap before it, the ACK timer's state and the last
+    /// acknowledgement (or NAK, or first send after an idle spell).
+    pub next_psn: u32,
+    /// One past the highest PSN sent: a packet below it is a resend.
+    pub high_psn: u32,
+    pub wire: VecDeque<u32>,
+    pub expect_psn: u32,
+    pub nak_sent: bool,
+    pub timer_armed: bool,
+    pub progress_at: Ps,
 }
 
 impl QpTx {
@@ -133,6 +145,13 @@ impl Nics {
                 cnps: 0,
                 marked: 0,
                 np_last_cnp: None,
+                next_psn: 0,
+                high_psn: 0,
+                wire: VecDeque::new(),
+                expect_psn: 0,
+                nak_sent: false,
+                timer_armed: false,
+                progress_at: 0,
             })
             .collect();
         Nics {

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::dcqcn::{AlphaSchedule, RpParams};
 
+use super::loss::LossSpec;
 use super::pfc::PfcSpec;
 use super::switchq::EcnSpec;
 use super::timeseries::TsRow;
@@ -25,6 +26,8 @@ pub struct PacketSpec {
     /// Connection c starts posting at c x this (0 = all at once).
     pub stagger_ps: Ps,
     pub pfc: PfcSpec,
+    /// Finite switch buffers and go-back-N (loss.rs); unbounded by default.
+    pub loss: LossSpec,
 }
 
 impl Default for PacketSpec {
@@ -38,6 +41,7 @@ impl Default for PacketSpec {
             sample_ps: 0,
             stagger_ps: 0,
             pfc: PfcSpec::default(),
+            loss: LossSpec::default(),
         }
     }
 }
@@ -48,7 +52,8 @@ impl PacketSpec {
             return Err(format!("MTU {} must be 1 ..= 1048576", self.mtu));
         }
         self.ecn.validate()?;
-        self.pfc.validate()
+        self.pfc.validate()?;
+        self.loss.validate(self.mtu, self.pfc.enabled)
     }
 }
 
@@ -92,6 +97,16 @@ pub struct PacketSummary {
     /// PFC pauses sent (links stopped), and the most bytes any ingress held.
     pub pfc_pauses: u64,
     pub max_ingress_bytes: u64,
+    /// Packets the NICs sent (first sends and resends); with a lossy fabric (`--buffer-kb`,
+    /// loss.rs) also those dropped at a full switch egress, sent again, NAKs, local ACK
+    /// timeouts, and packets a receiver discarded (past a gap, or already received), all 0
+    /// when lossless.
+    pub sent_packets: u64,
+    pub drops: u64,
+    pub resent_packets: u64,
+    pub naks: u64,
+    pub ack_timeouts: u64,
+    pub discarded: u64,
     #[serde(skip)]
     pub timeseries: Vec<TsRow>,
 }
@@ -106,6 +121,12 @@ impl PacketSummary {
         self.max_queue_bytes = self.max_queue_bytes.max(o.max_queue_bytes);
         self.pfc_pauses += o.pfc_pauses;
         self.max_ingress_bytes = self.max_ingress_bytes.max(o.max_ingress_bytes);
+        self.sent_packets += o.sent_packets;
+        self.drops += o.drops;
+        self.resent_packets += o.resent_packets;
+        self.naks += o.naks;
+        self.ack_timeouts += o.ack_timeouts;
+        self.discarded += o.discarded;
         self.timeseries.extend_from_slice(&o.timeseries);
     }
 }

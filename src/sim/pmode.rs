@@ -1,13 +1,14 @@
 //! P mode: every engine segment is cut into MTU packets, paced per QP by DCQCN, queued per switch
-//! egress with ECN marking; the receiver NIC returns CNPs; a segment lands with its last packet.
+//! egress with ECN marking (and drops, loss.rs); receivers return CNPs; a segment lands whole.
 
 // Event queues of the core (each pushed in time order): one per link (the switch egress FIFOs;
 // a host's up link is driven by its NIC instead), one per host for packet arrivals, two for the
 // acknowledgements and two for the CNPs (2- and 4-hop paths: each is pushed at now + a constant
 // of its queue). The NIC transmitters and the staggered connection starts use a small timer heap
 // with at most one live entry per host (and one per connection start), not one per packet.
-// Hops are cut-through as in B mode. Buffers are lossless and unbounded: without PFC a queue
-// without ECN grows until the engine's window stops its senders. With PFC, every switch counts
+// Hops are cut-through as in B mode. Buffers are lossless and unbounded unless `--buffer-kb`
+// makes them finite (loss.rs: tail drop, go-back-N): without PFC a queue without ECN grows
+// until the engine's window stops its senders. With PFC, every switch counts
 // per ingress link the bytes that link sent and the switch has not forwarded yet (the wire's
 // included); past Xoff it sends a pause to the link's sender, at Xon a resume, each arriving one
 // hop latency later (one more core queue). A paused switch egress holds its head packet in the
@@ -22,6 +23,7 @@ use super::bmode::{qp_paths, PhaseOutcome};
 use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
+use super::loss::{ack_timeout_ps, acked, in_flight, rewind, Buffers, Recovery};
 use super::nic::{Nics, Pick};
 use super::packet::{PacketSpec, PacketSummary};
 use super::pfc::Pfc;
@@ -38,6 +40,8 @@ struct Pkt {
     len: u32,
     hop: u8,
     ecn: bool,
+    /// Its QP's packet sequence number.
+    psn: u32,
     /// When its last byte left the previous hop.
     tail: Ps,
     /// The queue's byte stamp when it was queued (switchq.rs).
@@ -54,6 +58,8 @@ struct PSeg {
     npkts: u32,
     delivered: u32,
     hops: u8,
+    /// PSN of its first packet on its QP.
+    first_psn: u32,
 }
 
 /// A slab with a free list: ids stay valid until freed, freed slots are reused.
@@ -105,6 +111,8 @@ pub fn run_phase(
     let ack_q = nl + hosts;
     let cnp_q = ack_q + classes;
     let pfc_q = cnp_q + classes;
+    // NAKs back to the sender, one queue per path length (lossy runs only).
+    let nak_q = pfc_q + 2;
     let lat = rail.hop_latency_ps;
     let qps = shape.qps;
     let mut out = PhaseOutcome {
@@ -115,21 +123,31 @@ pub fn run_phase(
     let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
     out.bound = Some(multipath_bound(rail, &paths, qps, run.phase.chunk as f64));
     let spray = shape.policy == SimPolicy::Spray;
+    let lossy = spec.loss.lossy();
+    if lossy && spray {
+        return Err("--buffer-kb with spray: a spraying NIC places packets out of order, and its loss recovery is not modelled".into());
+    }
+    let rto = ack_timeout_ps(spec.loss.ib_timeout);
+    let mut bufs = Buffers::new(spec.loss.buffer_bytes, nl as usize);
+    let mut rec = Recovery::default();
+    let mut naks: Slab<(u32, u32)> = Slab::with_capacity(if lossy { 1024 } else { 0 });
     let nconn = run.conns.len();
+    // Timer ids: a host's transmitter, then connection starts, then QP ACK timers.
+    let qp_timer = hosts + nconn as u32;
     let owner: Vec<u32> = (0..nconn * qps).map(|g| run.conns[g / qps].src).collect();
     let line_mbps = 8e6 / rail.ps_per_byte[0];
     let depth = shape.outstanding as usize;
     let mut nics = Nics::new(rail.hosts, &owner, &spec.rp, line_mbps, depth);
     let mtu = spec.mtu;
     let seg_pkts = shape.segment_bytes.div_ceil(mtu).max(1) as usize;
-    let in_flight = (nconn * qps * depth).min(1 << 20);
-    let mut segs: Slab<PSeg> = Slab::with_capacity(in_flight);
-    let mut pkts: Slab<Pkt> = Slab::with_capacity((in_flight * seg_pkts).min(1 << 20));
+    let window = (nconn * qps * depth).min(1 << 20);
+    let mut segs: Slab<PSeg> = Slab::with_capacity(window);
+    let mut pkts: Slab<Pkt> = Slab::with_capacity((window * seg_pkts).min(1 << 20));
     // PFC frames: over one hop (pfc_q), and back over a DC interconnect span (pfc_q + 1).
-    let mut core: Core<u32> = Core::new(pfc_q as usize + 2);
+    let mut core: Core<u32> = Core::new((nak_q + classes) as usize);
     let mut pfc = Pfc::new(spec.pfc, nl as usize);
     for q in ack_q..cnp_q + classes {
-        core.reserve(q, in_flight.min(1 << 16));
+        core.reserve(q, window.min(1 << 16));
     }
     let mut sq = SwitchQueues::new(nl as usize);
     let mut timers: BinaryHeap<Reverse<(Ps, u32)>> = BinaryHeap::with_capacity(rail.hosts + 16);
@@ -172,16 +190,19 @@ pub fn run_phase(
             while let Some(t) = run.transmit(c, now) {
                 let conn = &run.conns[c];
                 let g = c * qps + t.qp;
+                let q = &mut nics.qps[g];
+                let npkts = t.len.div_ceil(mtu).max(1);
                 let id = segs.insert(PSeg {
                     conn: c as u32,
                     qp: t.qp as u16,
                     imm: t.imm,
                     len: t.len,
-                    npkts: t.len.div_ceil(mtu).max(1),
+                    npkts,
                     delivered: 0,
                     hops: paths[g].hops,
+                    first_psn: q.next_psn,
                 });
-                let q = &mut nics.qps[g];
+                q.next_psn += npkts;
                 q.segs.push_back(id);
                 let at = now.max(nics.free_at[conn.src as usize]).max(q.next_ok);
                 if nics.want_wake(conn.src, at) {
@@ -224,6 +245,35 @@ pub fn run_phase(
             };
             now = t;
             timer_events += 1;
+            if id >= qp_timer {
+                // A QP's local ACK timer: resend from the first PSN its receiver lacks when
+                // nothing was acknowledged for the timeout.
+                let g = (id - qp_timer) as usize;
+                let q = &mut nics.qps[g];
+                let range = |s: u32| {
+                    let x = &segs.items[s as usize];
+                    (x.first_psn, x.npkts)
+                };
+                match in_flight(q) {
+                    false => q.timer_armed = false,
+                    true if q.progress_at + rto > now => {
+                        timers.push(Reverse((q.progress_at + rto, id)));
+                    }
+                    true => {
+                        rec.timeouts += 1;
+                        let psn = q.expect_psn;
+                        rewind(q, psn, mtu, range);
+                        q.progress_at = now;
+                        timers.push(Reverse((now + rto, id)));
+                        let h = owner[g];
+                        let at = now.max(nics.free_at[h as usize]).max(q.next_ok);
+                        if nics.want_wake(h, at) {
+                            timers.push(Reverse((at, h)));
+                        }
+                    }
+                }
+                continue;
+            }
             if id >= hosts {
                 let c = (id - hosts) as usize;
                 started[c] = true;
@@ -257,12 +307,33 @@ pub fn run_phase(
                     let Some(&sid) = q.segs.front() else { continue };
                     let s = segs.items[sid as usize];
                     let len = (s.len - q.off).min(mtu);
+                    let psn = s.first_psn + q.off / mtu;
+                    if lossy {
+                        // The ACK timer counts from the oldest packet in flight.
+                        if !in_flight(q) {
+                            q.progress_at = now;
+                        }
+                        if !q.timer_armed {
+                            q.timer_armed = true;
+                            timers.push(Reverse((now + rto, qp_timer + g)));
+                        }
+                    }
                     q.off += len;
                     if q.off >= s.len {
                         q.segs.pop_front();
                         q.off = 0;
+                        if lossy {
+                            q.wire.push_back(sid);
+                        }
                     }
                     q.sent(now, len);
+                    rec.sent += 1;
+                    if psn < q.high_psn {
+                        rec.resent += 1;
+                    } else {
+                        q.high_psn = psn + 1;
+                    }
+
                     let c = s.conn as usize;
                     let path = if spray {
                         let conn = &run.conns[c];
@@ -281,21 +352,33 @@ pub fn run_phase(
                     out.link_bytes[up as usize] += u64::from(len);
                     nics.free_at[h as usize] = end;
                     let next = path.links[1];
-                    let cum = sq.enqueue(next, len);
-                    if pfc.add(up, len) {
-                        core.push(pfc_q, now + lat, up << 1);
+                    let admitted = !lossy
+                        || bufs.admit(
+                            next,
+                            now + lat,
+                            len,
+                            sq.cum[next as usize],
+                            ser_ps(next, len),
+                            end + rail.lat_out(up),
+                        );
+                    if admitted {
+                        let cum = sq.enqueue(next, len);
+                        if pfc.add(up, len) {
+                            core.push(pfc_q, now + lat, up << 1);
+                        }
+                        let pid = pkts.insert(Pkt {
+                            seg: sid,
+                            qp: g,
+                            len,
+                            hop: 1,
+                            ecn: false,
+                            psn,
+                            tail: end,
+                            cum,
+                            path,
+                        });
+                        core.push(next, now + lat, pid);
                     }
-                    let pid = pkts.insert(Pkt {
-                        seg: sid,
-                        qp: g,
-                        len,
-                        hop: 1,
-                        ecn: false,
-                        tail: end,
-                        cum,
-                        path,
-                    });
-                    core.push(next, now + lat, pid);
                     if nics.want_wake(h, end) {
                         timers.push(Reverse((end, h)));
                     }
@@ -333,24 +416,39 @@ pub fn run_phase(
             out.link_bytes[qi] += u64::from(p.len);
             out.max_queue = out.max_queue.max(core.len(q) + 1);
             let hop = p.hop + 1;
-            let pm = &mut pkts.items[id as usize];
-            pm.ecn = ecn;
-            pm.tail = end;
-            pm.hop = hop;
             if hop < p.path.hops {
                 let next = p.path.links[hop as usize];
+                let at = now + rail.lat_out(q);
+                if lossy
+                    && !bufs.admit(
+                        next,
+                        at,
+                        p.len,
+                        sq.cum[next as usize],
+                        ser_ps(next, p.len),
+                        end + rail.lat_out(q),
+                    )
+                {
+                    pkts.free.push(id);
+                    continue;
+                }
+                let pm = &mut pkts.items[id as usize];
+                pm.ecn = ecn;
+                pm.tail = end;
+                pm.hop = hop;
                 pm.cum = sq.enqueue(next, p.len);
-                core.push(next, now + rail.lat_out(q), id);
+                core.push(next, at, id);
                 if pfc.add(q, p.len) {
                     let (fq, back) = pfc_route(q);
                     core.push(fq, now + back, q << 1);
                 }
             } else {
-                core.push(
-                    arr_q + run.conns[segs.items[p.seg as usize].conn as usize].dst,
-                    end + lat,
-                    id,
-                );
+                let pm = &mut pkts.items[id as usize];
+                pm.ecn = ecn;
+                pm.tail = end;
+                pm.hop = hop;
+                // The receiver from the QP, not the segment: a resent copy may outlive it.
+                core.push(arr_q + run.conns[p.qp as usize / qps].dst, end + lat, id);
             }
         } else if q < ack_q {
             // The packet reached its receiver NIC.
@@ -369,6 +467,25 @@ pub fn run_phase(
                     core.push(cnp_q + class, now + back, p.qp);
                 }
             }
+            if lossy {
+                // Go-back-N: only the next expected PSN is taken; the first packet past a gap
+                // returns one NAK, the rest (and copies already received) are discarded.
+                let qp = &mut nics.qps[p.qp as usize];
+                if p.psn != qp.expect_psn {
+                    rec.discarded += 1;
+                    if p.psn > qp.expect_psn && !qp.nak_sent {
+                        qp.nak_sent = true;
+                        rec.naks += 1;
+                        let n = naks.insert((p.qp, qp.expect_psn));
+                        core.push(nak_q + class, now + back, n);
+                    }
+                    continue;
+                }
+                qp.expect_psn += 1;
+                qp.nak_sent = false;
+                // Its acknowledgement reaches the sender one return trip later.
+                qp.progress_at = qp.progress_at.max(now + back);
+            }
             let s = &mut segs.items[p.seg as usize];
             s.delivered += 1;
             if s.delivered == s.npkts {
@@ -379,7 +496,28 @@ pub fn run_phase(
         } else if q < cnp_q {
             let s = segs.items[id as usize];
             segs.free.push(id);
+            if lossy {
+                let qp = &mut nics.qps[s.conn as usize * qps + s.qp as usize];
+                qp.progress_at = now;
+                acked(qp, id);
+            }
             run.on_ack(s.conn as usize, s.qp as usize, now);
+        } else if q >= nak_q {
+            // A NAK reached the sender: go back to the PSN it names.
+            let (g, psn) = naks.items[id as usize];
+            naks.free.push(id);
+            let qp = &mut nics.qps[g as usize];
+            qp.progress_at = now;
+            let range = |s: u32| {
+                let x = &segs.items[s as usize];
+                (x.first_psn, x.npkts)
+            };
+            rewind(qp, psn, mtu, range);
+            let h = owner[g as usize];
+            let at = now.max(nics.free_at[h as usize]).max(qp.next_ok);
+            if nics.want_wake(h, at) {
+                timers.push(Reverse((at, h)));
+            }
         } else if q == pfc_q || q == pfc_q + 1 {
             // A pause or resume frame reached the sender of link `l`.
             let (l, resume) = (id >> 1, id & 1 == 1);
@@ -434,6 +572,12 @@ pub fn run_phase(
         max_queue_bytes: sq.max_bytes.iter().copied().max().unwrap_or(0),
         pfc_pauses: pfc.pauses.iter().sum(),
         max_ingress_bytes: pfc.max_ingress,
+        sent_packets: rec.sent,
+        drops: bufs.drops.iter().sum(),
+        resent_packets: rec.resent,
+        naks: rec.naks,
+        ack_timeouts: rec.timeouts,
+        discarded: rec.discarded,
         timeseries: series,
         ..PacketSummary::default()
     };
