@@ -370,9 +370,19 @@ fn the_command_writes_b_and_f_series_from_options_or_the_config() {
             body.lines().next(),
             Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses")
         );
-        let qp = lines_of(&body, "qp");
-        // The first policy and q only: dqplb, 2 QPs x 2 connections per sample.
-        assert!(qp.iter().all(|f| f[0] == "dqplb" && f[1] == "2"));
+        let all = lines_of(&body, "qp");
+        // Every run, one after the other: dqplb with 2 QPs x 2 connections per sample, then
+        // single-qp with 1 x 2, each from t = 0 and ending with both senders' bytes.
+        let n = all.iter().take_while(|f| f[0] == "dqplb").count();
+        let (qp, single) = all.split_at(n);
+        assert!(qp.iter().all(|f| f[1] == "2"));
+        assert!(!single.is_empty() && single.iter().all(|f| f[0] == "single-qp" && f[1] == "1"));
+        assert_eq!(single[0][2], "0.000", "{mode}");
+        let single_last: u64 = single[single.len() - 2..]
+            .iter()
+            .map(|f| f[10].parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(single_last, 2 * (8 << 20), "{mode}: single-qp's bytes");
         let samples = qp.len() / 4;
         assert_eq!(qp.len(), samples * 4);
         for (k, f) in qp.iter().enumerate() {
@@ -383,7 +393,7 @@ fn the_command_writes_b_and_f_series_from_options_or_the_config() {
             .map(|f| f[10].parse::<u64>().unwrap())
             .sum();
         assert_eq!(last, 2 * (8 << 20), "{mode}: both senders' bytes");
-        let links = body.lines().count() - 1 - qp.len();
+        let links = body.lines().count() - 1 - all.len();
         if mode == "f" {
             assert_eq!(links, 0, "F mode lists no links");
         } else {

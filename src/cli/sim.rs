@@ -72,7 +72,7 @@ P mode (per packet; DCQCN per QP, optional PFC):
   --buffer-kb K         every switch egress holds at most K kB and drops the rest (tail drop;
                         0 = unbounded, the default); NICs recover by go-back-N (no --pfc, no spray)
   --ib-timeout T        the QPs' local ACK timeout, 4.096 us x 2^T, as NCCL_IB_TIMEOUT (20)
-time series (any mode; the first --policy/--qps run):
+time series (any mode; every --policy/--qps run, its rows led by policy,qps):
   --timeseries FILE     per-QP and per-queue samples as CSV (F mode: per QP only)
   --sample-us U         sampling period (10 with --timeseries)
   --seed S              (default 1)                 --threads T      rails in parallel (2)
@@ -476,12 +476,14 @@ fn print_packet_table(rows: &[(SimResult, f64)], lossy: bool) {
     }
 }
 
-/// Writes the time series of `r` (any mode) to `path` as CSV.
-fn write_timeseries(path: &str, r: &SimResult) -> std::io::Result<()> {
+/// Writes the time series of every run (any mode) to `path` as one CSV, run after run.
+fn write_timeseries(path: &str, rows: &[(SimResult, f64)]) -> std::io::Result<()> {
     use std::io::Write;
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(w, "policy,qps,{}", timeseries::CSV_HEADER)?;
-    timeseries::write_csv(&mut w, &format!("{},{},", r.policy, r.qps), r.series())?;
+    for (r, _) in rows {
+        timeseries::write_csv(&mut w, &format!("{},{},", r.policy, r.qps), r.series())?;
+    }
     w.flush()
 }
 
@@ -538,10 +540,6 @@ pub fn run_cli(args: &[String]) -> i32 {
             let mut cfg = a.cfg.clone();
             cfg.shape.policy = p;
             cfg.shape.qps = q;
-            if !rows.is_empty() && cfg.mode != Mode::Packet {
-                // Only the first run's series is written: B and F mode sample nothing else.
-                cfg.packet.sample_ps = 0;
-            }
             let t0 = Instant::now();
             match run(&cfg) {
                 Ok(r) => rows.push((r, t0.elapsed().as_secs_f64())),
@@ -578,8 +576,8 @@ pub fn run_cli(args: &[String]) -> i32 {
             print_packet_table(&rows, a.cfg.packet.loss.lossy());
         }
     }
-    if let (Some(path), Some((r, _))) = (&a.timeseries, rows.first()) {
-        if let Err(e) = write_timeseries(path, r) {
+    if let Some(path) = &a.timeseries {
+        if let Err(e) = write_timeseries(path, &rows) {
             eprintln!("dqplb sim: {path}: {e}");
             return 2;
         }
