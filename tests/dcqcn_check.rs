@@ -352,6 +352,45 @@ fn fix_commands_print_runtime_and_firmware_forms() {
 }
 
 #[test]
+fn the_alpha_schedule_is_an_option_of_the_model() {
+    // The stock device at 100 Gb/s: per period (the default) and per CNP give the same first cut
+    // (alpha starts at 1023 either way) and differ after 5 CNPs, where per-CNP alpha has been
+    // raised at each cut; the table and the JSON name the schedule.
+    let t = stock_tree("alpha");
+    let model = |extra: &[&str]| {
+        let (code, out, err) = dqplb(&t, extra);
+        assert_eq!(code, 0, "{out}{err}");
+        out.lines()
+            .find(|l| l.trim_start().starts_with("model at"))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string()
+    };
+    let period = model(&[]);
+    let cnp = model(&["--alpha-update", "per-cnp"]);
+    assert!(period.ends_with("; alpha per-period"), "{period}");
+    assert!(cnp.ends_with("; alpha per-cnp"), "{cnp}");
+    assert_eq!(model(&["--alpha-update", "per-period"]), period);
+    let after = |l: &str, k: &str| {
+        l.split(k)
+            .nth(1)
+            .unwrap()
+            .split([',', ';'])
+            .next()
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(after(&period, "after 1 CNP"), after(&cnp, "after 1 CNP"));
+    assert_ne!(
+        after(&period, "after 5 CNPs"),
+        after(&cnp, "after 5 CNPs"),
+        "{period}\n{cnp}"
+    );
+    let (_, json, _) = dqplb(&t, &["--alpha-update", "per-cnp", "--format", "json"]);
+    assert!(json.contains("\"alpha_update\": \"per-cnp\""), "{json}");
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let t = stock_tree("usage");
     for (args, needle) in [
@@ -364,6 +403,10 @@ fn usage_errors_exit_2() {
             "cannot read the config file",
         ),
         (vec!["--hca", "mlx5_0:x"], "NCCL_IB_HCA entry 'mlx5_0:x'"),
+        (
+            vec!["--alpha-update", "per-rtt"],
+            "not per-period or per-cnp",
+        ),
     ] {
         let (code, out, err) = dqplb(&t, &args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");

@@ -5,7 +5,7 @@ use nccl_net_dqplb::config::load::{load_from_process_env, load_path, process_env
 use nccl_net_dqplb::config::schema::SiteConfig;
 use nccl_net_dqplb::dcqcn::compare::{compare, Verdict};
 use nccl_net_dqplb::dcqcn::fix::{fix_plan, format_fix_plans};
-use nccl_net_dqplb::dcqcn::model::GConvention;
+use nccl_net_dqplb::dcqcn::model::{AlphaSchedule, GConvention};
 use nccl_net_dqplb::dcqcn::profile::resolve;
 use nccl_net_dqplb::dcqcn::reader::{list_devices, read_device, Roots};
 use nccl_net_dqplb::dcqcn::report::{analyse, format_json, format_table, CheckedDevice};
@@ -28,6 +28,7 @@ pub const USAGE: &str = "\
 usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DIR]
                    [--debugfs-root DIR] [--format table|json] [--fix-commands]
                    [--watch SECONDS [--samples N]] [--dce-tcp-g one-minus|direct]
+                   [--alpha-update per-period|per-cnp]
   --config F          site config (default: $NCCL_DQPLB_CONF, /etc/nccl-dqplb.toml, built-in)
   --profile NAME      profile to check (default: [dcqcn].profile, else nvidia-default)
   --hca STRING        devices, NCCL_IB_HCA syntax (default: $NCCL_IB_HCA, else all found)
@@ -39,6 +40,8 @@ usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DI
   --samples N         stop --watch after N samples (default: run until interrupted)
   --dce-tcp-g C       how the model reads rp_dce_tcp_g: one-minus (g=(1024-v)/1024, default)
                       or direct (g=v/1024)
+  --alpha-update S    when the model updates alpha: per-period (once per rp_dce_tcp_rtt, NVIDIA's
+                      documentation, default) or per-cnp (at each cut, the DCQCN paper's)
 exit: 0 all match, 1 mismatch, 2 bad usage, 3 unverified (no mismatch, but checked values unreadable)";
 
 #[derive(Debug, Default)]
@@ -53,6 +56,7 @@ struct Options {
     watch: Option<f64>,
     samples: Option<u64>,
     convention: Option<GConvention>,
+    alpha: Option<AlphaSchedule>,
     help: bool,
 }
 
@@ -76,6 +80,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
                 | "--watch"
                 | "--samples"
                 | "--dce-tcp-g"
+                | "--alpha-update"
         );
         let value = if takes_value {
             match inline {
@@ -134,6 +139,11 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
                         ))
                     }
                 })
+            }
+            "--alpha-update" => {
+                o.alpha = Some(AlphaSchedule::parse(&value).ok_or_else(|| {
+                    format!("--alpha-update: \"{value}\" is not per-period or per-cnp")
+                })?)
             }
             "--fix-commands" => o.fix = true,
             "-h" | "--help" => o.help = true,
@@ -224,7 +234,13 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
     let convention = opts.convention.unwrap_or(GConvention::OneMinus);
     let checked: Vec<CheckedDevice> = devices
         .iter()
-        .map(|d| analyse(compare(&read_device(&roots, d), &profile), convention))
+        .map(|d| {
+            analyse(
+                compare(&read_device(&roots, d), &profile),
+                convention,
+                opts.alpha.unwrap_or(AlphaSchedule::PerPeriod),
+            )
+        })
         .collect();
     let worst = checked.iter().map(|c| c.report.verdict()).max();
     let code = match worst {

@@ -3,7 +3,7 @@
 
 use super::compare::{DeviceReport, Row, Status};
 use super::impact::{impact, params_from_lookup, Impact};
-use super::model::GConvention;
+use super::model::{AlphaSchedule, GConvention};
 use super::reader::Reading;
 use serde_json::{json, Value};
 
@@ -19,13 +19,21 @@ pub struct CheckedDevice {
     pub line_rate_assumed: bool,
     /// cc_params the model took from firmware defaults because they were not readable.
     pub defaulted: Vec<&'static str>,
+    /// The alpha update schedule the model ran (the firmware's, unless `--alpha-update`).
+    pub alpha_schedule: AlphaSchedule,
 }
 
-/// Runs the model on the device's observed parameters at its port's line rate.
-pub fn analyse(report: DeviceReport, convention: GConvention) -> CheckedDevice {
+/// Runs the model on the device's observed parameters at its port's line rate, updating alpha
+/// on `schedule` (no cc_params file holds it).
+pub fn analyse(
+    report: DeviceReport,
+    convention: GConvention,
+    schedule: AlphaSchedule,
+) -> CheckedDevice {
     let snap = &report.snapshot;
-    let (params, defaulted) =
+    let (mut params, defaulted) =
         params_from_lookup(|n| snap.cc(n).and_then(Reading::value), convention);
+    params.alpha_schedule = schedule;
     let (line, assumed) = match snap.line_rate_mbps() {
         Some(r) => (r, false),
         None => (ASSUMED_LINE_RATE_MBPS, true),
@@ -36,6 +44,7 @@ pub fn analyse(report: DeviceReport, convention: GConvention) -> CheckedDevice {
         impact,
         line_rate_assumed: assumed,
         defaulted,
+        alpha_schedule: schedule,
     }
 }
 
@@ -151,13 +160,14 @@ pub fn format_table(devices: &[CheckedDevice]) -> String {
         }
         let m = &d.impact;
         out.push_str(&format!(
-            "  model at {}{}: after 1 CNP {}, after 5 CNPs {}; back to 95% in {} (1 CNP), {} (5 CNPs)\n",
+            "  model at {}{}: after 1 CNP {}, after 5 CNPs {}; back to 95% in {} (1 CNP), {} (5 CNPs); alpha {}\n",
             fmt_rate(m.line_rate_mbps),
             if d.line_rate_assumed { " (line rate unknown, assumed)" } else { "" },
             fmt_rate(m.after_1_cnp_mbps),
             fmt_rate(m.after_5_cnps_mbps),
             fmt_time(m.recover_after_1_ns),
             fmt_time(m.recover_after_5_ns),
+            d.alpha_schedule.name(),
         ));
         if !d.defaulted.is_empty() {
             out.push_str(&format!(
@@ -251,6 +261,7 @@ pub fn format_json(devices: &[CheckedDevice]) -> String {
                     "recover_95_after_1_cnp_ns": m.recover_after_1_ns,
                     "recover_95_after_5_cnps_ns": m.recover_after_5_ns,
                     "defaulted_params": d.defaulted,
+                    "alpha_update": d.alpha_schedule.name(),
                 },
             })
         })
