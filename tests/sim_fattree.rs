@@ -371,3 +371,42 @@ fn cli_preset_and_pods_options() {
         );
     }
 }
+
+#[test]
+fn spraying_over_fewer_paths_costs_time_and_all_paths_is_unchanged() {
+    // k = 8: (k/2)^2 = 16 paths between pods. --spray-paths at or above 16 sprays over the whole
+    // group and draws the same as the default; 1 path per QP is a random static split; in the
+    // fluid model fewer paths per QP can only load the fullest link more, so time falls with K.
+    let time = |mode: Mode, k: usize| {
+        let mut c = config(8, "spray", 8, mode, 8 << 20);
+        c.fabric.spray_paths = k;
+        let r = run(&c).unwrap();
+        clean(&r);
+        r
+    };
+    for mode in [Mode::Fluid, Mode::Burst, Mode::Packet] {
+        let all = serde_json::to_string(&time(mode, 0)).unwrap();
+        assert_eq!(
+            all,
+            serde_json::to_string(&time(mode, 16)).unwrap(),
+            "{mode:?}"
+        );
+        assert_eq!(
+            all,
+            serde_json::to_string(&time(mode, 1000)).unwrap(),
+            "{mode:?}"
+        );
+    }
+    let f: Vec<f64> = [1, 2, 4, 16]
+        .iter()
+        .map(|&k| time(Mode::Fluid, k).time_us)
+        .collect();
+    assert!(f.windows(2).all(|w| w[0] >= w[1]), "{f:?}");
+    assert!(
+        f[0] > 1.5 * f[3],
+        "one path per QP is far from spraying: {f:?}"
+    );
+    let p1 = time(Mode::Packet, 1).time_us;
+    let p16 = time(Mode::Packet, 16).time_us;
+    assert!(p1 > 1.5 * p16, "P mode: {p1} vs {p16}");
+}

@@ -33,6 +33,8 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --slow-links N        switch-switch links at --slow-factor of their rate (0, factor 0.5)
   --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
   --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
+  --spray-paths K       spray: each QP sprays over K paths of its ECMP group, drawn once
+                        (htsim's -paths; 0 = all, the default)
 engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
   --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray,
                         dqplb-rehash (dqplb with the engine's straggler re-hash rule) (comma list)
@@ -231,6 +233,7 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "threads" => c.threads = num(&opt, v)?,
         "epoch-us" => c.epoch_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "rails-simulated" => c.rails_simulated = num(&opt, v)?,
+        "spray-paths" => c.fabric.spray_paths = num(&opt, v)?,
         "mtu" => c.packet.mtu = u32::try_from(parse_bytes(v)?).map_err(|_| format!("--mtu {v}"))?,
         "ecn" => {
             c.packet.ecn.enabled = match v {

@@ -7,6 +7,7 @@ use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::rng::Rng;
+use super::spray::SpraySets;
 use super::timeseries::{TsKind, TsRow};
 use super::timeseries_bf::Sampler;
 use super::topology::{Path, Ps, Rail};
@@ -71,6 +72,23 @@ pub(crate) fn qp_paths(
     Ok(paths)
 }
 
+/// Under spraying, every QP's subset of its ECMP group (`--spray-paths`), drawn from `rng`.
+pub(crate) fn spray_sets(
+    rail: &Rail,
+    run: &PhaseRun,
+    shape: &ConnShape,
+    rng: &mut Rng,
+) -> SpraySets {
+    if shape.policy != SimPolicy::Spray {
+        return SpraySets::default();
+    }
+    let ends = run
+        .conns
+        .iter()
+        .flat_map(|c| std::iter::repeat_n((c.src as usize, c.dst as usize), shape.qps));
+    SpraySets::new(rail, ends, rail.spray_paths, rng)
+}
+
 /// Runs one phase in B mode; `rng` draws the spray choices; a time series every `sample_ps`
 /// (0: none) with `phase` in its rows.
 pub fn run_phase(
@@ -119,6 +137,7 @@ fn drive<const TS: bool>(
         run.phase.chunk as f64,
     ));
     let spray = shape.policy == SimPolicy::Spray;
+    let sets = spray_sets(rail, run, shape, rng);
     let capacity = run.conns.len() * shape.qps * shape.outstanding as usize;
     let mut segs: Vec<Seg> = Vec::with_capacity(capacity);
     let mut free: Vec<u32> = Vec::with_capacity(capacity);
@@ -144,7 +163,7 @@ fn drive<const TS: bool>(
                 let path = if spray {
                     let n = rail.spines_between(conn.src as usize, conn.dst as usize);
                     let k = if n > 1 {
-                        rng.below(n as u64) as usize
+                        sets.pick(c * qps + t.qp, n, rng)
                     } else {
                         0
                     };

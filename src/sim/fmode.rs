@@ -48,13 +48,15 @@ pub fn run_phase(
     epoch_ps: Ps,
     sample_ps: Ps,
     phase: usize,
+    rng: &mut super::rng::Rng,
 ) -> Result<PhaseOutcome, String> {
     let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.qps);
     // Two copies of the loop: without samples it has no trace of them.
+    let sets = super::bmode::spray_sets(rail, run, shape, rng);
     if ts.on {
-        drive::<true>(rail, run, shape, epoch_ps, &mut ts)
+        drive::<true>(rail, run, shape, epoch_ps, &sets, &mut ts)
     } else {
-        drive::<false>(rail, run, shape, epoch_ps, &mut ts)
+        drive::<false>(rail, run, shape, epoch_ps, &sets, &mut ts)
     }
 }
 
@@ -65,6 +67,7 @@ fn drive<const TS: bool>(
     run: &mut PhaseRun,
     shape: &ConnShape,
     epoch_ps: Ps,
+    sets: &super::spray::SpraySets,
     ts: &mut Sampler,
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links();
@@ -82,14 +85,16 @@ fn drive<const TS: bool>(
         hops.push(p.hops);
         if shape.policy == SimPolicy::Spray && p.hops == 6 {
             let c = &run.conns[i / qps];
-            inc.push_flow(spread_links(rail, c.src as usize, c.dst as usize, p));
+            let (src, dst) = (c.src as usize, c.dst as usize);
+            let via = sets.of(i, rail.spines_between(src, dst));
+            inc.push_flow(spread_links(rail, src, dst, p, &via));
         } else if shape.policy == SimPolicy::Spray && p.hops == 4 {
             let c = &run.conns[i / qps];
             let (src, dst) = (c.src as usize, c.dst as usize);
-            let n = rail.spines_between(src, dst);
-            let w = 1.0 / n as f64;
+            let via = sets.of(i, rail.spines_between(src, dst));
+            let w = 1.0 / via.len() as f64;
             let mut links = vec![(p.links[0], 1.0), (p.links[3], 1.0)];
-            for k in 0..n {
+            for &k in &via {
                 let v = rail.path_via(src, dst, k);
                 links.push((v.links[1], w));
                 links.push((v.links[2], w));
@@ -322,13 +327,18 @@ fn drain_time(s: &FlowState, now: Ps) -> Option<Ps> {
     Some(now + (left / s.rate).ceil() as Ps)
 }
 
-/// Fluid spray over a third tier: the flow's share of every link of the live paths between its
-/// pods (uniform over the paths), each link once with its summed weight, first-use order.
-fn spread_links(rail: &Rail, src: usize, dst: usize, p: &super::topology::Path) -> Vec<(u32, f64)> {
-    let n = rail.spines_between(src, dst);
-    let w = 1.0 / n as f64;
+/// Fluid spray over a third tier: the flow's share of every link of its paths `via` between its
+/// pods (uniform over them), each link once with its summed weight, first-use order.
+fn spread_links(
+    rail: &Rail,
+    src: usize,
+    dst: usize,
+    p: &super::topology::Path,
+    via: &[usize],
+) -> Vec<(u32, f64)> {
+    let w = 1.0 / via.len() as f64;
     let mut links = vec![(p.links[0], 1.0), (p.links[5], 1.0)];
-    for k in 0..n {
+    for &k in via {
         let v = rail.path_via(src, dst, k);
         for &l in &v.links[1..5] {
             match links[2..].iter_mut().find(|e| e.0 == l) {

@@ -31,6 +31,7 @@ pub mod pmode;
 pub mod report;
 pub mod rng;
 pub mod run;
+pub mod spray;
 pub mod svg;
 pub mod sweep;
 pub mod sweep_profile;

@@ -19,7 +19,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::bmode::{qp_paths, PhaseOutcome};
+use super::bmode::{qp_paths, spray_sets, PhaseOutcome};
 use super::bound::multipath_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
@@ -127,6 +127,7 @@ pub fn run_phase(
     if lossy && spray {
         return Err("--buffer-kb with spray: a spraying NIC places packets out of order, and its loss recovery is not modelled".into());
     }
+    let sets = spray_sets(rail, run, shape, rng);
     let rto = ack_timeout_ps(spec.loss.ib_timeout);
     let mut bufs = Buffers::new(spec.loss.buffer_bytes, nl as usize);
     let mut rec = Recovery::default();
@@ -339,7 +340,7 @@ pub fn run_phase(
                         let conn = &run.conns[c];
                         let n = rail.spines_between(conn.src as usize, conn.dst as usize);
                         let k = if n > 1 {
-                            rng.below(n as u64) as usize
+                            sets.pick(g as usize, n, rng)
                         } else {
                             0
                         };

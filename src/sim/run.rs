@@ -130,6 +130,7 @@ fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, S
                 cfg.epoch_ps,
                 cfg.packet.sample_ps,
                 pi,
+                &mut rng,
             )?,
             super::Mode::Packet => {
                 let (out, p) =

@@ -38,6 +38,9 @@ pub struct FabricSpec {
     pub dci_latency_ps: Ps,
     /// Aggregation-core capacity divided by this (1 = the tier's non-blocking rate).
     pub dci_oversub: f64,
+    /// Spraying NICs spray each QP over this many paths of its ECMP group, drawn once (spray.rs;
+    /// 0 = the whole group).
+    pub spray_paths: usize,
 }
 
 impl Default for FabricSpec {
@@ -58,6 +61,7 @@ impl Default for FabricSpec {
             cores: 0,
             dci_latency_ps: 0,
             dci_oversub: 1.0,
+            spray_paths: 0,
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct Rail {
     pub pods: usize,
     pub leaves_per_pod: usize,
     pub cores_per_agg: usize,
+    /// `FabricSpec::spray_paths`.
+    pub spray_paths: usize,
 }
 
 /// A path: up to 6 link ids (host up, leaf up, [agg up, core down,] spine down, host down).
@@ -179,6 +185,7 @@ impl Rail {
             pods: spec.pods,
             leaves_per_pod: spec.leaves_per_pod(),
             cores_per_agg: spec.cores_per_agg(),
+            spray_paths: spec.spray_paths,
         };
         // Draw distinct switch pairs (leaf-spine, then agg-core): the first `failed` fail, the
         // next `slow` are slow. Two tiers: the same draws as before the third tier existed.
