@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+mod sim_support;
+
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::packet::dcqcn_profile;
 use nccl_net_dqplb::sim::timeseries::{qp_gbps, TsKind};
@@ -512,15 +514,8 @@ fn p_mode_from_a_fabric_sim_block_and_the_json_counts() {
     // per connection). 4-to-1 under one leaf: without ECN nothing is marked, so no CNP; four
     // line-rate senders into one downlink fill it past Xoff = 200 kB, so PFC must pause; the
     // JSON carries the counts.
-    let dir = std::env::temp_dir().join(format!("dqplb-pmode-toml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let conf = dir.join("site.toml");
     let sim = "\n[fabric.sim]\nmode = \"p\"\nhosts = 5\nrails = 1\nhosts-per-leaf = 8\nspines = 1\ntraffic = \"incast\"\nbytes = \"8M\"\necn = \"off\"\npfc = true\npfc-xoff-kb = 200\npfc-xon-kb = 100\ndcqcn = \"paper\"\n";
-    std::fs::write(&conf, format!("{base}{sim}")).unwrap();
+    let (dir, conf) = sim_support::site_toml("pmode-toml", sim);
     let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
         .args([
             "sim",

@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+mod sim_support;
+
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::loss::{ack_timeout_ps, LossSpec};
 use nccl_net_dqplb::sim::{
@@ -238,15 +240,8 @@ fn the_command_refuses_what_the_model_does_not_cover() {
 fn a_fabric_sim_block_sets_the_buffer_and_the_timeout() {
     // The [fabric.sim] keys are the options' names. 4-to-1 under one leaf with ECN off into a
     // 200 kB buffer: drops, and the JSON carries every recovery count.
-    let dir = std::env::temp_dir().join(format!("dqplb-loss-toml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let conf = dir.join("site.toml");
     let block = "\n[fabric.sim]\nmode = \"p\"\nhosts = 5\nrails = 1\nhosts-per-leaf = 8\nspines = 1\ntraffic = \"incast\"\nbytes = \"8M\"\necn = \"off\"\nbuffer-kb = 200\nib-timeout = 12\n";
-    std::fs::write(&conf, format!("{base}{block}")).unwrap();
+    let (dir, conf) = sim_support::site_toml("loss-toml", block);
     let out = sim(&["--config", conf.to_str().unwrap(), "--format", "json"]);
     assert!(
         out.status.success(),
