@@ -251,10 +251,6 @@ pub fn run_phase(
                 // nothing was acknowledged for the timeout.
                 let g = (id - qp_timer) as usize;
                 let q = &mut nics.qps[g];
-                let range = |s: u32| {
-                    let x = &segs.items[s as usize];
-                    (x.first_psn, x.npkts)
-                };
                 match in_flight(q) {
                     false => q.timer_armed = false,
                     true if q.progress_at + rto > now => {
@@ -263,14 +259,18 @@ pub fn run_phase(
                     true => {
                         rec.timeouts += 1;
                         let psn = q.expect_psn;
-                        rewind(q, psn, mtu, range);
                         q.progress_at = now;
                         timers.push(Reverse((now + rto, id)));
-                        let h = owner[g];
-                        let at = now.max(nics.free_at[h as usize]).max(q.next_ok);
-                        if nics.want_wake(h, at) {
-                            timers.push(Reverse((at, h)));
-                        }
+                        go_back(
+                            &mut nics,
+                            &mut timers,
+                            owner[g],
+                            g,
+                            psn,
+                            mtu,
+                            &segs.items,
+                            now,
+                        );
                     }
                 }
                 continue;
@@ -334,7 +334,6 @@ pub fn run_phase(
                     } else {
                         q.high_psn = psn + 1;
                     }
-
                     let c = s.conn as usize;
                     let path = if spray {
                         let conn = &run.conns[c];
@@ -507,18 +506,18 @@ pub fn run_phase(
             // A NAK reached the sender: go back to the PSN it names.
             let (g, psn) = naks.items[id as usize];
             naks.free.push(id);
-            let qp = &mut nics.qps[g as usize];
-            qp.progress_at = now;
-            let range = |s: u32| {
-                let x = &segs.items[s as usize];
-                (x.first_psn, x.npkts)
-            };
-            rewind(qp, psn, mtu, range);
-            let h = owner[g as usize];
-            let at = now.max(nics.free_at[h as usize]).max(qp.next_ok);
-            if nics.want_wake(h, at) {
-                timers.push(Reverse((at, h)));
-            }
+            let g = g as usize;
+            nics.qps[g].progress_at = now;
+            go_back(
+                &mut nics,
+                &mut timers,
+                owner[g],
+                g,
+                psn,
+                mtu,
+                &segs.items,
+                now,
+            );
         } else if q == pfc_q || q == pfc_q + 1 {
             // A pause or resume frame reached the sender of link `l`.
             let (l, resume) = (id >> 1, id & 1 == 1);
@@ -589,6 +588,30 @@ pub fn run_phase(
         sum.cnps_ignored += ignored;
     }
     Ok((out, sum))
+}
+
+/// Go-back-N at the sender (a NAK or an ACK timeout): QP `g` of host `h` resends from `psn`,
+/// and the host's transmitter wakes for it.
+#[allow(clippy::too_many_arguments)]
+fn go_back(
+    nics: &mut Nics,
+    timers: &mut BinaryHeap<Reverse<(Ps, u32)>>,
+    h: u32,
+    g: usize,
+    psn: u32,
+    mtu: u32,
+    segs: &[PSeg],
+    now: Ps,
+) {
+    let q = &mut nics.qps[g];
+    rewind(q, psn, mtu, |s| {
+        let x = &segs[s as usize];
+        (x.first_psn, x.npkts)
+    });
+    let at = now.max(nics.free_at[h as usize]).max(q.next_ok);
+    if nics.want_wake(h, at) {
+        timers.push(Reverse((at, h)));
+    }
 }
 
 /// One time-series sample at `t`: every data QP, and every switch egress that carried bytes.
