@@ -84,6 +84,14 @@ fn bench(c: &mut Criterion) {
             1u64 << 20,
         ),
         (
+            "dqplb_led_16qp_x8_64KiB_1MiB",
+            PolicyKind::DqplbLed,
+            16,
+            8,
+            64 << 10,
+            1u64 << 20,
+        ),
+        (
             "static_split_16qp_x8_1MiB",
             PolicyKind::StaticSplit,
             16,

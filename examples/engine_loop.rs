@@ -1,6 +1,7 @@
 //! Runs N segments through the engine (sender and receiver of one connection, 16 QPs x 8
 //! outstanding, 64 KiB segments, 1 MiB messages) for instruction counting under callgrind.
-//! Usage: engine_loop [messages]   (16 segments per message; default 10000 messages)
+//! Usage: engine_loop [messages] [policy]   (16 segments per message; default 10000 messages of
+//! dqplb)
 
 use nccl_net_dqplb::engine::{EngineParams, PolicyKind, Receiver, Sender, Transmit};
 use std::hint::black_box;
@@ -14,12 +15,20 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let policy = match std::env::args().nth(2).map(|a| a.parse::<PolicyKind>()) {
+        None => PolicyKind::Dqplb,
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            eprintln!("engine_loop: {e}");
+            std::process::exit(2);
+        }
+    };
     let p = EngineParams {
         qps: 16,
         max_outstanding: 8,
         segment_bytes: 64 << 10,
         max_messages: 16,
-        policy: PolicyKind::Dqplb,
+        policy,
     };
     let len = 1u64 << 20;
     let mut tx = Sender::new(&p).expect("params");

@@ -124,7 +124,7 @@ fn bad_values_name_variable_key_and_range() {
     assert_eq!(
         e.to_string(),
         "environment: NCCL_DQPLB_POLICY: key 'engine.policy': 'fast' is not accepted (accepted: \
-         one of \"dqplb\", \"static-split\", \"round-robin-message\", \"single-qp\")"
+         one of \"dqplb\", \"dqplb-led\", \"static-split\", \"round-robin-message\", \"single-qp\")"
     );
     let e = load(&[("NCCL_DQPLB_SEGMENT_BYTES", "1000")]).expect_err("bad segment");
     assert!(

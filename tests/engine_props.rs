@@ -221,6 +221,20 @@ impl Sim {
                     .unwrap_or(usize::MAX);
                 (q, piece(u64::from(self.c.segment_bytes)))
             }
+            // Least expected delay: (outstanding + 1) x the engine's latency EWMA, the first
+            // minimum in round-robin order after the last QP used.
+            PolicyKind::DqplbLed => {
+                let stats = self.tx.qp_stats();
+                let mut best = (usize::MAX, f64::INFINITY);
+                for q in (1..=self.c.qps).map(|k| (self.last_dqplb_qp + k) % self.c.qps) {
+                    let o = self.outstanding(q);
+                    let cost = f64::from(o + 1) * stats[q].latency_ewma;
+                    if o < self.c.cap && cost < best.1 {
+                        best = (q, cost);
+                    }
+                }
+                (best.0, piece(u64::from(self.c.segment_bytes)))
+            }
             PolicyKind::StaticSplit => {
                 let chunk = size.div_ceil(self.c.qps as u64).div_ceil(128) * 128;
                 (self.cut_idx as usize, piece(chunk))
@@ -293,7 +307,7 @@ impl Sim {
         self.segs_cut[i] += 1;
         self.cut_off = end;
         self.cut_idx += 1;
-        if self.c.policy == PolicyKind::Dqplb {
+        if matches!(self.c.policy, PolicyKind::Dqplb | PolicyKind::DqplbLed) {
             self.last_dqplb_qp = t.qp;
         }
         if last {

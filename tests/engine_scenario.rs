@@ -1,5 +1,6 @@
 //! Deterministic discrete-event simulation (in the test, not the engine) of one connection over 4
-//! QPs where QP 3 serves bytes 4x slower: DQPLB shifts load off QP 3, static split cannot.
+//! QPs where QP 3 serves bytes 4x slower: DQPLB shifts load off QP 3, static split cannot; with
+//! a window above the data in flight only dqplb-led still does.
 
 use nccl_net_dqplb::engine::{EngineParams, PolicyKind, QpStats, Receiver, Sender};
 use std::cmp::Reverse;
@@ -19,11 +20,17 @@ struct Outcome {
 /// Runs MESSAGES messages of 1 MiB through sender and receiver; each QP serves its segments one
 /// at a time in FIFO order, a segment lands and completes when its service ends.
 fn simulate(policy: PolicyKind) -> Outcome {
+    simulate_held(policy, 8, 4)
+}
+
+/// [`simulate`] with at most `max_messages` messages held (posted and not yet released) and
+/// `max_outstanding` segments per QP.
+fn simulate_held(policy: PolicyKind, max_messages: usize, max_outstanding: u32) -> Outcome {
     let p = EngineParams {
         qps: QPS,
-        max_outstanding: 4,
+        max_outstanding,
         segment_bytes: 64 << 10,
-        max_messages: 8,
+        max_messages,
         policy,
     };
     let mut tx = Sender::new(&p).unwrap();
@@ -128,4 +135,34 @@ fn round_robin_message_and_single_qp_complete_in_order() {
     let s = simulate(PolicyKind::SingleQp);
     assert_eq!(s.stats[0].segments, u64::from(MESSAGES));
     assert!(s.stats[1..].iter().all(|q| q.segments == 0));
+}
+
+#[test]
+fn with_room_on_every_qp_only_dqplb_led_steers() {
+    // One 1 MiB message (16 segments) held at a time, 32 segments of window: no QP ever fills,
+    // so dqplb rotates 4 segments onto each QP, like the static split.
+    let d = simulate_held(PolicyKind::Dqplb, 1, 8);
+    let dsegs: Vec<u64> = d.stats.iter().map(|s| s.segments).collect();
+    assert_eq!(dsegs, vec![u64::from(MESSAGES) * 4; QPS]);
+    // Each message then waits for QP 3's 4 segments: 4 x 64 KiB x 4 units.
+    assert_eq!(d.makespan, u64::from(MESSAGES) * 4 * (64 << 10) * COST[3]);
+    let l = simulate_held(PolicyKind::DqplbLed, 1, 8);
+    let lsegs: Vec<u64> = l.stats.iter().map(|s| s.segments).collect();
+    eprintln!(
+        "one message held: dqplb {dsegs:?} in {}, dqplb-led {lsegs:?} in {}",
+        d.makespan, l.makespan
+    );
+    assert_eq!(lsegs.iter().sum::<u64>(), u64::from(MESSAGES) * 16);
+    // dqplb-led measures QP 3 on the first message (EWMA 0 until then), then passes it over
+    // while a fast QP's (outstanding + 1) x latency is lower: 2 segments per message on QP 3
+    // instead of 4 (the latency of a queued segment includes its wait, so not the 1.2 of the
+    // rate split), pinned exactly, and so half the time.
+    assert_eq!(lsegs, [299, 299, 298, 128]);
+    assert!(l.stats.iter().all(|s| s.peak_outstanding <= 8));
+    assert!(
+        l.makespan * 19 < d.makespan * 10,
+        "dqplb-led {} vs dqplb {}",
+        l.makespan,
+        d.makespan
+    );
 }

@@ -165,6 +165,7 @@ fn every_traffic_policy_and_mode_delivers_exactly_once() {
             "static-split",
             "round-robin-message",
             "dqplb",
+            "dqplb-led",
             "spray",
         ] {
             for mode in [Mode::Burst, Mode::Fluid] {

@@ -7,7 +7,8 @@ use std::collections::{HashSet, VecDeque};
 use arbitrary::{Arbitrary, Unstructured};
 use nccl_net_dqplb::engine::imm::{decode, seq_add, seq_distance};
 use nccl_net_dqplb::engine::{
-    EngineError, EngineParams, PolicyKind, Receiver, Sender, Transmit, REORDER_SLACK, SEGMENT_ALIGN,
+    EngineError, EngineParams, PolicyKind, Receiver, Sender, Transmit, MAX_SEGMENT_BYTES,
+    REORDER_SLACK, SEGMENT_ALIGN,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -97,7 +98,7 @@ pub fn check(data: &[u8]) {
         max_outstanding: 1 + u32::from(input.outstanding % 16),
         segment_bytes: SEGMENT_ALIGN * (1 + u32::from(input.seg_units % 64)),
         max_messages: 1 + usize::from(input.max_messages % 16),
-        policy: PolicyKind::ALL[usize::from(input.policy % 4)],
+        policy: PolicyKind::ALL[usize::from(input.policy) % PolicyKind::ALL.len()],
     };
     let seq0 = input.initial_seq & nccl_net_dqplb::engine::imm::SEQ_MASK;
     let window = p.window() as u32;
@@ -236,13 +237,19 @@ impl World {
                 "unaligned inner boundary"
             );
         }
+        let whole = (m.len - t.offset).min(u64::from(MAX_SEGMENT_BYTES));
         match p.policy {
-            PolicyKind::SingleQp => assert_eq!(t.qp, 0),
+            // NCCL's baselines post each message as one work request (policy/mod.rs): the
+            // engine cuts them in MAX_SEGMENT_BYTES pieces, not segment_bytes.
+            PolicyKind::SingleQp => {
+                assert_eq!(t.qp, 0);
+                assert_eq!(u64::from(t.len), whole);
+            }
             PolicyKind::RoundRobinMessage => {
                 assert_eq!(t.qp as u64, m.serial % p.qps as u64);
-                assert!(t.len <= p.segment_bytes);
+                assert_eq!(u64::from(t.len), whole);
             }
-            PolicyKind::Dqplb => assert!(t.len <= p.segment_bytes),
+            PolicyKind::Dqplb | PolicyKind::DqplbLed => assert!(t.len <= p.segment_bytes),
             PolicyKind::StaticSplit => {
                 assert_eq!(t.qp as u64, m.segs_cut, "chunk i goes on QP i");
                 let chunk = m.len.div_ceil(p.qps as u64).div_ceil(128) * 128;

@@ -71,7 +71,13 @@ const fn optional(path: &'static str, kind: KeyKind) -> KeySpec {
 }
 
 /// Accepted `engine.policy` values.
-pub const POLICY_NAMES: &[&str] = &["dqplb", "static-split", "round-robin-message", "single-qp"];
+pub const POLICY_NAMES: &[&str] = &[
+    "dqplb",
+    "dqplb-led",
+    "static-split",
+    "round-robin-message",
+    "single-qp",
+];
 
 macro_rules! class_keys {
     ($c:literal) => {
@@ -123,6 +129,7 @@ const CROSS_DC: [KeySpec; 11] = class_keys!("cross-dc");
 pub const PATTERN_POLICY_NAMES: &[&str] = &[
     "default",
     "dqplb",
+    "dqplb-led",
     "static-split",
     "round-robin-message",
     "single-qp",

@@ -99,6 +99,9 @@ pub enum PolicyName {
     /// Dynamic QP load balancing: segments go to whichever QP has room (NCCLX's DQPLB).
     #[default]
     Dqplb,
+    /// DQPLB choosing, among QPs with room, the one with the lowest expected completion
+    /// (outstanding + 1) x completion-latency EWMA: steers with any window size.
+    DqplbLed,
     /// Each message split evenly over all QPs (NCCL_IB_SPLIT_DATA_ON_QPS=1).
     StaticSplit,
     /// Each whole message on one QP, rotating (NCCL's default since 2.20).
@@ -109,8 +112,9 @@ pub enum PolicyName {
 
 impl PolicyName {
     /// Every policy, in documentation order.
-    pub const ALL: [PolicyName; 4] = [
+    pub const ALL: [PolicyName; 5] = [
         PolicyName::Dqplb,
+        PolicyName::DqplbLed,
         PolicyName::StaticSplit,
         PolicyName::RoundRobinMessage,
         PolicyName::SingleQp,
@@ -120,6 +124,7 @@ impl PolicyName {
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyName::Dqplb => "dqplb",
+            PolicyName::DqplbLed => "dqplb-led",
             PolicyName::StaticSplit => "static-split",
             PolicyName::RoundRobinMessage => "round-robin-message",
             PolicyName::SingleQp => "single-qp",
@@ -135,6 +140,7 @@ pub enum PatternPolicy {
     #[default]
     Default,
     Dqplb,
+    DqplbLed,
     StaticSplit,
     RoundRobinMessage,
     SingleQp,
@@ -146,6 +152,7 @@ impl PatternPolicy {
         match self {
             PatternPolicy::Default => engine,
             PatternPolicy::Dqplb => PolicyName::Dqplb,
+            PatternPolicy::DqplbLed => PolicyName::DqplbLed,
             PatternPolicy::StaticSplit => PolicyName::StaticSplit,
             PatternPolicy::RoundRobinMessage => PolicyName::RoundRobinMessage,
             PatternPolicy::SingleQp => PolicyName::SingleQp,

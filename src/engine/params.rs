@@ -27,6 +27,9 @@ pub(crate) const MAX_SPAN: u64 = 1 << (SEQ_BITS - 1);
 pub enum PolicyKind {
     /// Dynamic QP load balancing: `segment_bytes` pieces round-robin over QPs with room.
     Dqplb,
+    /// DQPLB choosing, among QPs with room, the lowest expected completion
+    /// `(outstanding + 1) x latency EWMA`, ties round robin.
+    DqplbLed,
     /// NCCL_IB_SPLIT_DATA_ON_QPS=1: each message split evenly, chunk i on QP i.
     StaticSplit,
     /// NCCL default: a whole message on one QP, rotating per message.
@@ -37,8 +40,9 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// All policies, in documentation order.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 5] = [
         PolicyKind::Dqplb,
+        PolicyKind::DqplbLed,
         PolicyKind::StaticSplit,
         PolicyKind::RoundRobinMessage,
         PolicyKind::SingleQp,
@@ -48,6 +52,7 @@ impl PolicyKind {
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Dqplb => "dqplb",
+            PolicyKind::DqplbLed => "dqplb-led",
             PolicyKind::StaticSplit => "static-split",
             PolicyKind::RoundRobinMessage => "round-robin-message",
             PolicyKind::SingleQp => "single-qp",

@@ -239,7 +239,9 @@ impl Sender {
         };
         // The route index was checked at post; `get_mut` keeps a corrupt one from panicking.
         let r = self.routes.get_mut(msg.route as usize)?;
-        let (qp, len) = r.policy.choose(&cursor, self.room.and(r.qps))?;
+        let (qp, len) = r
+            .policy
+            .choose(&cursor, self.room.and(r.qps), &self.stats)?;
         let seq = self.next_seq;
         self.next_seq = imm::seq_add(seq, 1);
         let offset = msg.cut;

@@ -254,6 +254,7 @@ fn tcp_options(cfg: &SiteConfig) -> TcpOptions {
 pub fn policy_kind(p: config::PolicyName) -> PolicyKind {
     match p {
         config::PolicyName::Dqplb => PolicyKind::Dqplb,
+        config::PolicyName::DqplbLed => PolicyKind::DqplbLed,
         config::PolicyName::StaticSplit => PolicyKind::StaticSplit,
         config::PolicyName::RoundRobinMessage => PolicyKind::RoundRobinMessage,
         config::PolicyName::SingleQp => PolicyKind::SingleQp,

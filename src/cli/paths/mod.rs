@@ -51,7 +51,7 @@ pub fn policy_segment(policy: PolicyKind, sc: &Scenario) -> u32 {
             let whole = sc.message_bytes.div_ceil(128) * 128;
             u32::try_from(whole).unwrap_or(u32::MAX / 128 * 128)
         }
-        PolicyKind::Dqplb | PolicyKind::StaticSplit => sc.segment_bytes,
+        PolicyKind::Dqplb | PolicyKind::DqplbLed | PolicyKind::StaticSplit => sc.segment_bytes,
     }
 }
 

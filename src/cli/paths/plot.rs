@@ -18,6 +18,7 @@ const SMOOTH_PATH_BINS: usize = 5;
 fn color(p: PolicyKind) -> RGBColor {
     match p {
         PolicyKind::Dqplb => RGBColor(31, 119, 180),
+        PolicyKind::DqplbLed => RGBColor(148, 103, 189),
         PolicyKind::StaticSplit => RGBColor(255, 127, 14),
         PolicyKind::RoundRobinMessage => RGBColor(44, 160, 44),
         PolicyKind::SingleQp => RGBColor(214, 39, 40),

@@ -1,7 +1,7 @@
 //! DQPLB: fixed-size segments placed round-robin over QPs, starting after the last QP used and
 //! skipping full ones, so a completion refills whichever QP freed room and fast QPs carry more.
 
-use super::{fixed_piece, Cursor, Policy, Room};
+use super::{fixed_piece, Cursor, Policy, QpStats, Room};
 
 /// Round-robin over QPs with room.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ impl Dqplb {
 
 impl Policy for Dqplb {
     #[inline]
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+    fn choose(&mut self, msg: &Cursor, room: Room, _stats: &[QpStats]) -> Option<(usize, u32)> {
         // QPs after the last one used first, then wrap around to the lowest with room.
         let qp = room.next_from(self.last + 1)?;
         self.last = qp;
@@ -48,23 +48,23 @@ mod tests {
     fn rotates_and_skips_full_qps() {
         let mut p = Dqplb::new(4, 256);
         let all = Room::from_bits(0b1111);
-        assert_eq!(p.choose(&cur(1000, 0), all), Some((0, 256)));
-        assert_eq!(p.choose(&cur(1000, 256), all), Some((1, 256)));
+        assert_eq!(p.choose(&cur(1000, 0), all, &[]), Some((0, 256)));
+        assert_eq!(p.choose(&cur(1000, 256), all, &[]), Some((1, 256)));
         // QP 2 full: skip to 3, then wrap to 0.
         assert_eq!(
-            p.choose(&cur(1000, 512), Room::from_bits(0b1011)),
+            p.choose(&cur(1000, 512), Room::from_bits(0b1011), &[]),
             Some((3, 256))
         );
         assert_eq!(
-            p.choose(&cur(1000, 768), Room::from_bits(0b1011)),
+            p.choose(&cur(1000, 768), Room::from_bits(0b1011), &[]),
             Some((0, 232))
         );
-        assert_eq!(p.choose(&cur(0, 0), Room::default()), None);
+        assert_eq!(p.choose(&cur(0, 0), Room::default(), &[]), None);
         let mut wide = Dqplb::new(128, 128);
         assert_eq!(
-            wide.choose(&cur(0, 0), Room::from_bits(1 << 127)),
+            wide.choose(&cur(0, 0), Room::from_bits(1 << 127), &[]),
             Some((127, 0))
         );
-        assert_eq!(wide.choose(&cur(5, 0), Room::all(128)), Some((0, 5)));
+        assert_eq!(wide.choose(&cur(5, 0), Room::all(128), &[]), Some((0, 5)));
     }
 }

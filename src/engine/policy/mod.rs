@@ -2,16 +2,18 @@
 //! cut, given which QPs have room; `None` stalls the sender in order until a completion frees room.
 
 mod dqplb;
+mod dqplb_led;
 mod round_robin_message;
 mod single_qp;
 mod static_split;
 
 pub use dqplb::Dqplb;
+pub use dqplb_led::DqplbLed;
 pub use round_robin_message::RoundRobinMessage;
 pub use single_qp::SingleQp;
 pub use static_split::StaticSplit;
 
-use super::{EngineError, EngineParams, PolicyKind, MAX_SEGMENT_BYTES, SEGMENT_ALIGN};
+use super::{EngineError, EngineParams, PolicyKind, QpStats, MAX_SEGMENT_BYTES, SEGMENT_ALIGN};
 
 /// The message the sender is cutting, as a policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,8 +112,9 @@ impl Room {
 
 /// Picks (QP, segment length) for the next segment, or `None` to stall until a completion.
 pub trait Policy {
-    /// Called once per segment; a `Some` answer is always transmitted.
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)>;
+    /// Called once per segment; a `Some` answer is always transmitted. `stats` holds every data
+    /// QP's counters, indexed by QP (their occupancy and completion latency).
+    fn choose(&mut self, msg: &Cursor, room: Room, stats: &[QpStats]) -> Option<(usize, u32)>;
 
     /// Rejects at post time a message this policy could not cut into 32-bit segments.
     fn check_len(&self, _len: u64) -> Result<(), EngineError> {
@@ -130,10 +133,11 @@ pub(crate) fn fixed_piece(msg: &Cursor, segment_bytes: u32) -> u32 {
     }
 }
 
-/// Static dispatch over the four policies.
+/// Static dispatch over the five policies.
 #[derive(Debug, Clone)]
 pub enum AnyPolicy {
     Dqplb(Dqplb),
+    DqplbLed(DqplbLed),
     StaticSplit(StaticSplit),
     RoundRobinMessage(RoundRobinMessage),
     SingleQp(SingleQp),
@@ -144,6 +148,7 @@ impl AnyPolicy {
     pub fn new(p: &EngineParams) -> AnyPolicy {
         match p.policy {
             PolicyKind::Dqplb => AnyPolicy::Dqplb(Dqplb::new(p.qps, p.segment_bytes)),
+            PolicyKind::DqplbLed => AnyPolicy::DqplbLed(DqplbLed::new(p.qps, p.segment_bytes)),
             PolicyKind::StaticSplit => AnyPolicy::StaticSplit(StaticSplit::new(p.qps)),
             // NCCL posts each isend as one work request: these baselines send whole messages as
             // one segment, so consecutive messages run on their QPs concurrently.
@@ -157,18 +162,20 @@ impl AnyPolicy {
 
 impl Policy for AnyPolicy {
     #[inline]
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+    fn choose(&mut self, msg: &Cursor, room: Room, stats: &[QpStats]) -> Option<(usize, u32)> {
         match self {
-            AnyPolicy::Dqplb(p) => p.choose(msg, room),
-            AnyPolicy::StaticSplit(p) => p.choose(msg, room),
-            AnyPolicy::RoundRobinMessage(p) => p.choose(msg, room),
-            AnyPolicy::SingleQp(p) => p.choose(msg, room),
+            AnyPolicy::Dqplb(p) => p.choose(msg, room, stats),
+            AnyPolicy::DqplbLed(p) => p.choose(msg, room, stats),
+            AnyPolicy::StaticSplit(p) => p.choose(msg, room, stats),
+            AnyPolicy::RoundRobinMessage(p) => p.choose(msg, room, stats),
+            AnyPolicy::SingleQp(p) => p.choose(msg, room, stats),
         }
     }
 
     fn check_len(&self, len: u64) -> Result<(), EngineError> {
         match self {
             AnyPolicy::Dqplb(p) => p.check_len(len),
+            AnyPolicy::DqplbLed(p) => p.check_len(len),
             AnyPolicy::StaticSplit(p) => p.check_len(len),
             AnyPolicy::RoundRobinMessage(p) => p.check_len(len),
             AnyPolicy::SingleQp(p) => p.check_len(len),

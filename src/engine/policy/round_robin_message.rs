@@ -1,7 +1,7 @@
 //! Round-robin per message (NCCL's default): a whole message goes on one QP, the QP rotating with
 //! each message; the engine uses one segment per message (one work request, as NCCL posts it).
 
-use super::{fixed_piece, Cursor, Policy, Room};
+use super::{fixed_piece, Cursor, Policy, QpStats, Room};
 
 /// Message `n` on QP `n % qps`.
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ impl RoundRobinMessage {
 
 impl Policy for RoundRobinMessage {
     #[inline]
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+    fn choose(&mut self, msg: &Cursor, room: Room, _stats: &[QpStats]) -> Option<(usize, u32)> {
         let qp = (msg.serial % self.qps) as usize;
         if !room.has(qp) {
             return None;
@@ -44,8 +44,14 @@ mod tests {
             index: 0,
             serial,
         };
-        assert_eq!(p.choose(&c(4, 0), Room::from_bits(0b111)), Some((1, 128)));
-        assert_eq!(p.choose(&c(4, 128), Room::from_bits(0b111)), Some((1, 72)));
-        assert_eq!(p.choose(&c(5, 0), Room::from_bits(0b011)), None);
+        assert_eq!(
+            p.choose(&c(4, 0), Room::from_bits(0b111), &[]),
+            Some((1, 128))
+        );
+        assert_eq!(
+            p.choose(&c(4, 128), Room::from_bits(0b111), &[]),
+            Some((1, 72))
+        );
+        assert_eq!(p.choose(&c(5, 0), Room::from_bits(0b011), &[]), None);
     }
 }

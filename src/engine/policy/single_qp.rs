@@ -1,7 +1,7 @@
 //! Single QP: every message on QP 0 (the engine uses one segment per message, one work request
 //! as NCCL posts it); the baseline that shows what multi-QP policies gain.
 
-use super::{fixed_piece, Cursor, Policy, Room};
+use super::{fixed_piece, Cursor, Policy, QpStats, Room};
 
 /// Everything on QP 0.
 #[derive(Debug, Clone)]
@@ -18,7 +18,7 @@ impl SingleQp {
 
 impl Policy for SingleQp {
     #[inline]
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+    fn choose(&mut self, msg: &Cursor, room: Room, _stats: &[QpStats]) -> Option<(usize, u32)> {
         if !room.has(0) {
             return None;
         }
@@ -39,7 +39,7 @@ mod tests {
             index: 1,
             serial: 9,
         };
-        assert_eq!(p.choose(&c, Room::from_bits(0b11)), Some((0, 1)));
-        assert_eq!(p.choose(&c, Room::from_bits(0b10)), None);
+        assert_eq!(p.choose(&c, Room::from_bits(0b11), &[]), Some((0, 1)));
+        assert_eq!(p.choose(&c, Room::from_bits(0b10), &[]), None);
     }
 }

@@ -1,7 +1,7 @@
 //! Static split (NCCL_IB_SPLIT_DATA_ON_QPS=1): each message is cut into at most `qps` equal
 //! 128-aligned chunks, chunk i on QP i, one segment per chunk, no refill: a full QP blocks.
 
-use super::{align_up, Cursor, Policy, Room, MAX_PIECE};
+use super::{align_up, Cursor, Policy, QpStats, Room, MAX_PIECE};
 use crate::engine::EngineError;
 
 /// Even split of every message over all QPs.
@@ -25,7 +25,7 @@ impl StaticSplit {
 
 impl Policy for StaticSplit {
     #[inline]
-    fn choose(&mut self, msg: &Cursor, room: Room) -> Option<(usize, u32)> {
+    fn choose(&mut self, msg: &Cursor, room: Room, _stats: &[QpStats]) -> Option<(usize, u32)> {
         // Chunk i goes on QP i; a zero-byte message is one segment on QP 0.
         let qp = msg.index as usize;
         if !room.has(qp) {
@@ -66,13 +66,19 @@ mod tests {
             index,
             serial: 0,
         };
-        assert_eq!(p.choose(&c(0, 0), Room::from_bits(0b1111)), Some((0, 128)));
         assert_eq!(
-            p.choose(&c(128, 1), Room::from_bits(0b1111)),
+            p.choose(&c(0, 0), Room::from_bits(0b1111), &[]),
+            Some((0, 128))
+        );
+        assert_eq!(
+            p.choose(&c(128, 1), Room::from_bits(0b1111), &[]),
             Some((1, 128))
         );
-        assert_eq!(p.choose(&c(256, 2), Room::from_bits(0b1011)), None);
-        assert_eq!(p.choose(&c(256, 2), Room::from_bits(0b0100)), Some((2, 44)));
+        assert_eq!(p.choose(&c(256, 2), Room::from_bits(0b1011), &[]), None);
+        assert_eq!(
+            p.choose(&c(256, 2), Room::from_bits(0b0100), &[]),
+            Some((2, 44))
+        );
         assert!(p.check_len(4 * MAX_PIECE).is_ok());
         assert_eq!(
             p.check_len(4 * MAX_PIECE + 1),

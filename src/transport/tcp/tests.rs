@@ -163,12 +163,7 @@ const SIZES: &[usize] = &[
 
 #[test]
 fn every_policy_moves_bytes_exactly() {
-    for policy in [
-        PolicyKind::Dqplb,
-        PolicyKind::StaticSplit,
-        PolicyKind::RoundRobinMessage,
-        PolicyKind::SingleQp,
-    ] {
+    for policy in PolicyKind::ALL {
         let (mut s, mut r) = pair(params(policy, 4));
         transfer(&mut s, &mut r, SIZES, 0);
         transfer(&mut s, &mut r, SIZES, 1000);

@@ -72,6 +72,7 @@ fn policy_code(p: PolicyKind) -> u8 {
         PolicyKind::StaticSplit => 1,
         PolicyKind::RoundRobinMessage => 2,
         PolicyKind::SingleQp => 3,
+        PolicyKind::DqplbLed => 4,
     }
 }
 
@@ -81,9 +82,10 @@ fn policy_from(code: u8) -> NetResult<PolicyKind> {
         1 => PolicyKind::StaticSplit,
         2 => PolicyKind::RoundRobinMessage,
         3 => PolicyKind::SingleQp,
+        4 => PolicyKind::DqplbLed,
         c => {
             return Err(NetError::remote(format!(
-                "peer sent unknown policy code {c} (accepted 0..=3)"
+                "peer sent unknown policy code {c} (accepted 0..=4)"
             )))
         }
     })
