@@ -3,7 +3,7 @@
 # loopback it shapes per data stream with tc HTB; nothing leaves the machine, the namespace is
 # removed on exit (also on failure or Ctrl-C).
 #
-#   sudo scripts/paths-bench.sh                  # all 5 scenarios x 4 policies -> docs/data, docs/img
+#   sudo scripts/paths-bench.sh                  # all scenarios x 5 policies -> docs/data, docs/img
 #   sudo scripts/paths-bench.sh --scenario 2 --policy dqplb --duration-ms 2000   # any paths-bench options
 #
 # Environment: DQPLB_BIN (use this binary instead of building one), DQPLB_PROFILE (cargo profile

@@ -236,6 +236,11 @@ fn policy_dqplb_all_protocols() {
 }
 
 #[test]
+fn policy_dqplb_led_all_protocols() {
+    policy("dqplb-led");
+}
+
+#[test]
 fn policy_static_split_all_protocols() {
     policy("static-split");
 }

@@ -97,6 +97,11 @@ fn transfer_policy_dqplb() {
 }
 
 #[test]
+fn transfer_policy_dqplb_led() {
+    transfer_all_sizes("dqplb-led");
+}
+
+#[test]
 fn transfer_policy_static_split() {
     transfer_all_sizes("static-split");
 }

@@ -68,7 +68,13 @@ fn sweep(extra: &[&str]) -> String {
 
 #[test]
 fn every_policy_moves_checked_data() {
-    for policy in ["dqplb", "static-split", "round-robin-message", "single-qp"] {
+    for policy in [
+        "dqplb",
+        "dqplb-led",
+        "static-split",
+        "round-robin-message",
+        "single-qp",
+    ] {
         let out = sweep(&["--policy", policy, "--qps", "2", "--segment", "4K"]);
         let head = out.lines().next().unwrap_or("");
         assert!(head.contains(&format!("policy {policy}")), "{head}");

@@ -36,8 +36,9 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --spray-paths K       spray: each QP sprays over K paths of its ECMP group, drawn once
                         (htsim's -paths; 0 = all, the default)
 engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
-  --policy LIST         single-qp, static-split, round-robin-message, dqplb, spray,
-                        dqplb-rehash (dqplb with the engine's straggler re-hash rule) (comma list)
+  --policy LIST         single-qp, static-split, round-robin-message, dqplb, dqplb-led (least
+                        expected delay), spray, dqplb-rehash (dqplb with the engine's straggler
+                        re-hash rule) (comma list)
   --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
   --rehash-window W     ... for W consecutive completions (16)
   --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)

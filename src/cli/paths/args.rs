@@ -15,7 +15,8 @@ pub const USAGE: &str =
                            hash each data stream's source port onto a path, as ECMP does, and
                            run their own variants (dqplb, +rehash, +isolation, static-split,
                            round-robin-message) whatever --policy says
-  --policy LIST            dqplb,static-split,round-robin-message,single-qp or all (default all)
+  --policy LIST            dqplb,dqplb-led,static-split,round-robin-message,single-qp or all
+                           (default all)
   --buckets N              hashed paths of scenarios 6/7 (power of two; default 16 / 8)
   --rehash-ratio F         re-hash variant: k (default 1.5)
   --rehash-window N        re-hash variant: W slow completions in a row (default 4)

@@ -74,7 +74,13 @@ impl fmt::Display for ArgError {
     }
 }
 
-pub const POLICIES: [&str; 4] = ["dqplb", "static-split", "round-robin-message", "single-qp"];
+pub const POLICIES: [&str; 5] = [
+    "dqplb",
+    "dqplb-led",
+    "static-split",
+    "round-robin-message",
+    "single-qp",
+];
 
 /// Largest message the v8 ABI can carry (isend's size is a C int).
 pub const MAX_MESSAGE: u64 = i32::MAX as u64;
@@ -323,7 +329,7 @@ impl PerfArgs {
     }
 }
 
-pub const USAGE: &str = "usage: dqplb perf [--transport socket|verbs] [--policy dqplb|static-split|round-robin-message|single-qp]
+pub const USAGE: &str = "usage: dqplb perf [--transport socket|verbs] [--policy dqplb|dqplb-led|static-split|round-robin-message|single-qp]
                   [--qps N] [--segment BYTES] [--min-bytes BYTES] [--max-bytes BYTES]
                   [--step-factor F] [--iters N] [--warmup N] [--inflight N] [--peers local]
                   [--raw-tcp [--raw-threads per-stream|one]] [--latency] [--no-check] [--format table|csv|json]
