@@ -10,6 +10,11 @@ use nccl_net_dqplb::sim::{
 /// steps, 8 QPs of `outstanding` x 128 KiB: the measured case of docs/simulation.md's
 /// "Least expected delay" section.
 fn ring(policy: &str, outstanding: u32, mode: Mode) -> SimResult {
+    ring_of(policy, outstanding, mode, 64 << 20, 16)
+}
+
+/// [`ring`] of `bytes` over its first `steps` steps.
+fn ring_of(policy: &str, outstanding: u32, mode: Mode, bytes: u64, steps: u32) -> SimResult {
     let cfg = SimConfig {
         fabric: FabricSpec {
             hosts: 64,
@@ -20,9 +25,9 @@ fn ring(policy: &str, outstanding: u32, mode: Mode) -> SimResult {
         },
         traffic: TrafficSpec {
             kind: TrafficKind::Ring,
-            bytes: 64 << 20,
+            bytes,
             placement: Placement::Fragmented,
-            max_steps: 16,
+            max_steps: steps,
             ..TrafficSpec::default()
         },
         shape: ConnShape {
@@ -43,8 +48,13 @@ fn ring(policy: &str, outstanding: u32, mode: Mode) -> SimResult {
     let r = run(&cfg).unwrap();
     assert_eq!(r.errors.total(), 0, "{policy} {mode:?}: {:?}", r.errors);
     assert_eq!(r.missing, 0, "{policy} {mode:?}: messages not released");
-    // 16 steps of one 64 MiB / 64 = 1 MiB chunk, in 512 KiB messages, per connection.
-    assert_eq!(r.messages, 64 * 2 * 16 * 2, "{policy} {mode:?}");
+    // `steps` steps of one bytes / 64 chunk, in 512 KiB messages, per connection.
+    let per_step = (bytes / 64).div_ceil(512 << 10);
+    assert_eq!(
+        r.messages,
+        64 * 2 * u64::from(steps) * per_step,
+        "{policy} {mode:?}"
+    );
     assert!(
         r.time_over_ideal >= r.bound_lower - 1e-9,
         "{policy} {mode:?}"
@@ -105,4 +115,21 @@ fn above_the_data_in_flight_dqplb_is_a_static_split_and_dqplb_led_is_not() {
         l.time_us,
         s.time_us
     );
+}
+
+#[test]
+fn the_rehash_rule_finds_no_straggler_under_dqplb_led() {
+    // dqplb-led sends less where completions are slow until the QPs' latencies meet, which
+    // removes the straggler rule's signal (a QP at 2x the median for 16 completions): on this
+    // ring (256 MiB: 4 MiB steps, 32 of them) dqplb-rehash re-hashes and dqplb-led-rehash never
+    // does, so it runs as dqplb-led.
+    let at = |p: &str| ring_of(p, 2, Mode::Burst, 256 << 20, 32);
+    let (r, l, lr) = (at("dqplb-rehash"), at("dqplb-led"), at("dqplb-led-rehash"));
+    eprintln!(
+        "dqplb-rehash {} re-hashes {:.2}%, dqplb-led {:.2}%, dqplb-led-rehash {} {:.2}%",
+        r.rehashes, r.pct_of_ideal, l.pct_of_ideal, lr.rehashes, lr.pct_of_ideal
+    );
+    assert!(r.rehashes > 0, "dqplb-rehash found no straggler");
+    assert_eq!(lr.rehashes, 0);
+    assert_eq!(lr.time_us, l.time_us);
 }

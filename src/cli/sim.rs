@@ -38,7 +38,7 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
 engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
   --policy LIST         single-qp, static-split, round-robin-message, dqplb, dqplb-led (least
                         expected delay), spray, dqplb-rehash (dqplb with the engine's straggler
-                        re-hash rule) (comma list)
+                        re-hash rule), dqplb-led-rehash (comma list)
   --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
   --rehash-window W     ... for W consecutive completions (16)
   --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)

@@ -18,6 +18,8 @@ pub enum SimPolicy {
     /// DQPLB with the engine's straggler re-hash rule: a drained straggler QP is replaced by a
     /// QP with new QPNs, hence a new source port and a new ECMP path.
     DqplbRehash,
+    /// dqplb-led (least expected delay) with the same re-hash rule.
+    DqplbLedRehash,
 }
 
 impl SimPolicy {
@@ -28,9 +30,12 @@ impl SimPolicy {
         if s.trim().eq_ignore_ascii_case("dqplb-rehash") {
             return Ok(SimPolicy::DqplbRehash);
         }
+        if s.trim().eq_ignore_ascii_case("dqplb-led-rehash") {
+            return Ok(SimPolicy::DqplbLedRehash);
+        }
         s.parse::<PolicyKind>()
             .map(SimPolicy::Engine)
-            .map_err(|e| format!("{e}, spray, dqplb-rehash"))
+            .map_err(|e| format!("{e}, spray, dqplb-rehash, dqplb-led-rehash"))
     }
 
     pub fn name(self) -> &'static str {
@@ -38,6 +43,7 @@ impl SimPolicy {
             SimPolicy::Engine(k) => k.name(),
             SimPolicy::Spray => "spray",
             SimPolicy::DqplbRehash => "dqplb-rehash",
+            SimPolicy::DqplbLedRehash => "dqplb-led-rehash",
         }
     }
 
@@ -45,7 +51,13 @@ impl SimPolicy {
         match self {
             SimPolicy::Engine(k) => k,
             SimPolicy::Spray | SimPolicy::DqplbRehash => PolicyKind::Dqplb,
+            SimPolicy::DqplbLedRehash => PolicyKind::DqplbLed,
         }
+    }
+
+    /// The engine's straggler re-hash rule is installed.
+    pub fn rehashes(self) -> bool {
+        matches!(self, SimPolicy::DqplbRehash | SimPolicy::DqplbLedRehash)
     }
 }
 
@@ -56,7 +68,8 @@ pub struct ConnShape {
     pub qps: usize,
     pub outstanding: u32,
     pub segment_bytes: u32,
-    /// Installed under [`SimPolicy::DqplbRehash`] (times in picoseconds).
+    /// Installed under [`SimPolicy::DqplbRehash`] and [`SimPolicy::DqplbLedRehash`] (times in
+    /// picoseconds).
     pub rehash: RehashRule,
 }
 
@@ -171,7 +184,7 @@ impl<'a> PhaseRun<'a> {
             let rqpn = qpn_next[dst as usize] + 1;
             qpn_next[dst as usize] = (qpn_next[dst as usize] + step) & 0xFF_FFFF;
             let mut sender = Sender::new(&params).map_err(|e| e.to_string())?;
-            if shape.policy == SimPolicy::DqplbRehash {
+            if shape.policy.rehashes() {
                 sender
                     .set_rehash_rule(shape.rehash)
                     .map_err(|e| e.to_string())?;

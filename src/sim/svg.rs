@@ -63,6 +63,8 @@ fn policy_colour(p: &str) -> &'static str {
         "round-robin-message" => "#76b7b2",
         "dqplb" => "#e15759",
         "dqplb-rehash" => "#f28e2b",
+        "dqplb-led" => "#9c6ade",
+        "dqplb-led-rehash" => "#ff9da7",
         "spray" => "#59a14f",
         _ => "#b07aa1",
     }
