@@ -130,3 +130,60 @@ fn bad_input_exits_2_naming_the_option() {
         );
     }
 }
+
+/// `[fabric.sim]` first, then plugin-conf/default.toml with `engine.policy` set to `policy`.
+fn sim_block_then_default(tag: &str, policy: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("dqplb-sim-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
+    )
+    .unwrap();
+    let base = base.replace("policy = \"dqplb\"", &format!("policy = \"{policy}\""));
+    let conf = dir.join("site.toml");
+    std::fs::write(
+        &conf,
+        format!("[fabric.sim]\nhosts = 16\nrails = 1\nhosts-per-leaf = 4\nspines = 4\nbytes = \"1M\"\ntraffic = \"leaf-shift\"\n\n{base}"),
+    )
+    .unwrap();
+    (dir, conf)
+}
+
+#[test]
+fn config_errors_name_the_files_own_line_and_env_overrides_apply() {
+    // The plugin's parser reads the file with [fabric.sim] blanked line for line: its message
+    // names the line of the bad value in the file itself, not in a copy.
+    let (dir, conf) = sim_block_then_default("cfg-line", "fast");
+    let file = std::fs::read_to_string(&conf).unwrap();
+    let line = 1 + file.lines().position(|l| l == "policy = \"fast\"").unwrap();
+    let out = dqplb(&["sim", "--config", conf.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    let want = format!("{}:{line}:10: key 'engine.policy'", conf.display());
+    assert!(err.contains(&want), "{want} not in {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // NCCL_DQPLB_* overrides apply as in the plugin, and say so on stderr.
+    let (dir, conf) = sim_block_then_default("cfg-env", "dqplb");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dqplb"))
+        .args([
+            "sim",
+            "--config",
+            conf.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .env("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v[0]["policy"], "dqplb-led");
+    assert_eq!(v[0]["hosts"], 16);
+    assert!(
+        text(&out.stderr).contains("NCCL_DQPLB_ENGINE_POLICY=dqplb-led applies"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use nccl_net_dqplb::config::{parse_str, ConnClass};
+use nccl_net_dqplb::config::load::{load_text, process_env_vars};
+use nccl_net_dqplb::config::ConnClass;
 use nccl_net_dqplb::dcqcn::AlphaSchedule;
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::timeseries;
@@ -81,7 +82,8 @@ time series (any mode; every --policy/--qps run, its rows led by policy,qps):
   --seed S              (default 1)                 --threads T      rails in parallel (2)
   --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
   --rails-simulated N   simulate only N rails (they are identical up to hashing)
-  --config FILE         site TOML (as dqplb plan reads it) with an optional [fabric.sim] block
+  --config FILE         site TOML (as dqplb plan reads it, NCCL_DQPLB_* overrides applied)
+                        with an optional [fabric.sim] block
   --format F            table (default), json or csv
   --svg DIR             also write DIR/ideal.svg (% of ideal per policy and q), and per run
                         DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv
@@ -286,7 +288,8 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
     Ok(())
 }
 
-/// Reads the site TOML: engine shape from the same-rail class plan, then `[fabric.sim]` keys.
+/// Reads the site TOML as the plugin does (NCCL_DQPLB_* overrides from the environment
+/// applied): engine shape from the same-rail class plan, then `[fabric.sim]` keys.
 fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let mut table: toml::Table = text.parse().map_err(|e| format!("{path}: {e}"))?;
@@ -294,8 +297,19 @@ fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<
         .get_mut("fabric")
         .and_then(|f| f.as_table_mut())
         .and_then(|f| f.remove("sim"));
-    let rest = toml::to_string(&table).map_err(|e| format!("{path}: {e}"))?;
-    let site = parse_str(&rest, path).map_err(|e| e.to_string())?;
+    // The plugin's parser knows no [fabric.sim]: give it the file with that block blanked out,
+    // line for line, so its messages point at the file's own lines; a block written another way
+    // (dotted keys, an inline table) falls back to a re-serialized copy.
+    let blanked = without_sim_block(&text);
+    let site_text = match blanked.parse::<toml::Table>() {
+        Ok(t) if !has_sim(&t) => blanked,
+        _ => toml::to_string(&table).map_err(|e| format!("{path}: {e}"))?,
+    };
+    let loaded = load_text(&site_text, path, &process_env_vars()).map_err(|e| e.to_string())?;
+    for (var, value) in &loaded.overrides {
+        eprintln!("# dqplb sim: {path}: {var}={value} applies");
+    }
+    let site = loaded.config;
     let plan = site.plan(ConnClass::SameRail);
     a.cfg.shape.qps = plan.qps as usize;
     a.qps = vec![plan.qps as usize];
@@ -315,6 +329,37 @@ fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<
         }
     }
     Ok(())
+}
+
+/// `text` with every line of a `[fabric.sim]` (or `[fabric.sim.*]`) table emptied.
+fn without_sim_block(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_sim = false;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            let header: String = t
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .filter(|c| !c.is_whitespace() && *c != '[')
+                .collect();
+            in_sim = header == "fabric.sim" || header.starts_with("fabric.sim.");
+        }
+        if in_sim {
+            out.push_str(if line.ends_with('\n') { "\n" } else { "" });
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+fn has_sim(t: &toml::Table) -> bool {
+    t.get("fabric")
+        .and_then(|f| f.as_table())
+        .is_some_and(|f| f.contains_key("sim"))
 }
 
 pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {

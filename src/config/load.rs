@@ -35,7 +35,9 @@ fn read_file(path: &Path, how: &str) -> Result<String, ConfigError> {
     })
 }
 
-fn finish(
+/// Parses `text` (named `origin` in messages) and applies the NCCL_DQPLB_* overrides in
+/// `vars`: what every loader here ends with, for callers that hold the text themselves.
+pub fn load_text(
     text: &str,
     origin: &str,
     vars: &[(String, String)],
@@ -67,12 +69,12 @@ pub fn load_with(
         }
         let path = Path::new(&conf);
         let text = read_file(path, CONF_VAR)?;
-        return finish(&text, &conf, env_vars);
+        return load_text(&text, &conf, env_vars);
     }
     match std::fs::read_to_string(etc_path) {
-        Ok(text) => finish(&text, &etc_path.display().to_string(), env_vars),
+        Ok(text) => load_text(&text, &etc_path.display().to_string(), env_vars),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            finish(EMBEDDED_DEFAULT, EMBEDDED_ORIGIN, env_vars)
+            load_text(EMBEDDED_DEFAULT, EMBEDDED_ORIGIN, env_vars)
         }
         Err(e) => Err(ConfigError::new(
             ConfigErrorKind::Unreadable,
@@ -85,7 +87,7 @@ pub fn load_with(
 /// Loads an explicit file (e.g. `dqplb plan --config F`), still applying NCCL_DQPLB_* overrides.
 pub fn load_path(path: &Path, env_vars: &[(String, String)]) -> Result<LoadedConfig, ConfigError> {
     let text = read_file(path, "--config")?;
-    finish(&text, &path.display().to_string(), env_vars)
+    load_text(&text, &path.display().to_string(), env_vars)
 }
 
 /// The process environment as (name, value) pairs, skipping names or values that are not UTF-8.
