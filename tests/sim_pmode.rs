@@ -482,14 +482,14 @@ fn timeseries_csv_from_the_command() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses")
+        Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses,drops,resent")
     );
     // Per sample: 4 connections x 2 QPs, and the one link that carries bytes by then (the
     // receiver's leaf downlink; acknowledgements and CNPs are not put on links).
     let mut per_t: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
-        assert_eq!(f.len(), 15, "{l}");
+        assert_eq!(f.len(), 17, "{l}");
         let e = per_t.entry(f[2].to_string()).or_default();
         if f[5] == "qp" {
             e.0 += 1;

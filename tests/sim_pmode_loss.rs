@@ -7,6 +7,7 @@ mod sim_support;
 
 use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::loss::{ack_timeout_ps, LossSpec};
+use nccl_net_dqplb::sim::timeseries::{TsKind, TsRow};
 use nccl_net_dqplb::sim::{
     run, ConnShape, FabricSpec, Mode, PacketSpec, PacketSummary, SimConfig, SimPolicy, SimResult,
     TrafficKind, TrafficSpec, SIM_REHASH,
@@ -186,6 +187,44 @@ fn lossy_runs_are_deterministic_and_deliver_every_message_once() {
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
+}
+
+#[test]
+fn the_time_series_drops_and_resends_add_up_to_the_summary() {
+    // The lossy 4-to-1 above, sampled every 50 us: at the last sample the per-link drops and the
+    // per-QP drops both sum to the run's drops, and the per-QP resends to its resent packets.
+    let mut cfg = incast(4, 8 << 20, 200_000);
+    cfg.traffic.step_bytes = 1 << 20;
+    cfg.traffic.slots = 8;
+    cfg.shape.outstanding = 8;
+    cfg.shape.segment_bytes = 128 * 1024;
+    cfg.packet.sample_ps = 50_000_000;
+    let r = run(&cfg).unwrap();
+    let p = r.packet.as_ref().unwrap();
+    let last = p.timeseries.iter().map(|x| x.t_ps).max().unwrap();
+    let at_end = || p.timeseries.iter().filter(move |x| x.t_ps == last);
+    let sum = |kind_is_qp: bool, f: fn(&TsRow) -> u64| -> u64 {
+        at_end()
+            .filter(|x| (x.kind == TsKind::Qp) == kind_is_qp)
+            .map(f)
+            .sum()
+    };
+    assert!(p.drops > 100, "{p:?}");
+    assert_eq!(sum(false, |x| x.drops), p.drops, "link rows");
+    assert_eq!(sum(true, |x| x.drops), p.drops, "QP rows");
+    assert_eq!(sum(true, |x| x.resent), p.resent_packets);
+    assert_eq!(sum(false, |x| x.resent), 0);
+    // Counters only grow: each QP's drops never fall from one sample to the next.
+    let mut seen = std::collections::HashMap::new();
+    for x in p.timeseries.iter().filter(|x| x.kind == TsKind::Qp) {
+        let before = seen.insert((x.id, x.qp), x.drops).unwrap_or(0);
+        assert!(x.drops >= before, "{x:?}");
+    }
+    // A lossless run writes zeros there.
+    cfg.packet.loss.buffer_bytes = 0;
+    let r = run(&cfg).unwrap();
+    let rows = &r.packet.as_ref().unwrap().timeseries;
+    assert!(!rows.is_empty() && rows.iter().all(|x| x.drops == 0 && x.resent == 0));
 }
 
 fn sim(args: &[&str]) -> std::process::Output {

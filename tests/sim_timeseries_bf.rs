@@ -368,7 +368,7 @@ fn the_command_writes_b_and_f_series_from_options_or_the_config() {
         let body = std::fs::read_to_string(&file).unwrap();
         assert_eq!(
             body.lines().next(),
-            Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses")
+            Some("policy,qps,t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses,drops,resent")
         );
         let all = lines_of(&body, "qp");
         // Every run, one after the other: dqplb with 2 QPs x 2 connections per sample, then

@@ -34,6 +34,9 @@ pub struct QpTx {
     pub cnps: u64,
     /// CE-marked packets that reached this QP's receiver.
     pub marked: u64,
+    /// Lossy runs: this QP's packets tail-dropped at a switch, and packets it sent again.
+    pub drops: u64,
+    pub resent: u64,
     /// When the receiver NIC last sent a CNP for this QP.
     pub np_last_cnp: Option<Ps>,
     /// Go-back-N (loss.rs; lossy runs only): the PSN the next segment handed over starts at,
@@ -147,6 +150,8 @@ impl Nics {
                 np_last_cnp: None,
                 next_psn: 0,
                 high_psn: 0,
+                drops: 0,
+                resent: 0,
                 wire: VecDeque::new(),
                 expect_psn: 0,
                 nak_sent: false,

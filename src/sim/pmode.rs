@@ -235,6 +235,7 @@ pub fn run_phase(
                 &pkts.items,
                 &sq,
                 &pfc.pauses,
+                &bufs.drops,
                 &out.link_bytes,
                 &mut series,
             );
@@ -331,6 +332,7 @@ pub fn run_phase(
                     rec.sent += 1;
                     if psn < q.high_psn {
                         rec.resent += 1;
+                        q.resent += 1;
                     } else {
                         q.high_psn = psn + 1;
                     }
@@ -378,6 +380,8 @@ pub fn run_phase(
                             path,
                         });
                         core.push(next, now + lat, pid);
+                    } else {
+                        nics.qps[g as usize].drops += 1;
                     }
                     if nics.want_wake(h, end) {
                         timers.push(Reverse((end, h)));
@@ -429,6 +433,7 @@ pub fn run_phase(
                         end + rail.lat_out(q),
                     )
                 {
+                    nics.qps[p.qp as usize].drops += 1;
                     pkts.free.push(id);
                     continue;
                 }
@@ -560,6 +565,7 @@ pub fn run_phase(
             &pkts.items,
             &sq,
             &pfc.pauses,
+            &bufs.drops,
             &out.link_bytes,
             &mut series,
         );
@@ -627,6 +633,7 @@ fn sample(
     pkts: &[Pkt],
     sq: &SwitchQueues,
     pauses: &[u64],
+    drops: &[u64],
     link_bytes: &[u64],
     rows: &mut Vec<TsRow>,
 ) {
@@ -643,6 +650,8 @@ fn sample(
             bytes: q.bytes,
             ecn_marks: q.marked,
             cnps: q.cnps,
+            drops: q.drops,
+            resent: q.resent,
             ..base
         });
     }
@@ -673,6 +682,7 @@ fn sample(
             queue_bytes: depth,
             ecn_marks: sq.marks[l],
             pfc_pauses: pauses.get(l).copied().unwrap_or(0),
+            drops: drops.get(l).copied().unwrap_or(0),
             ..base
         });
     }

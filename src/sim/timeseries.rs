@@ -53,6 +53,11 @@ pub struct TsRow {
     pub cnps: u64,
     /// Link rows: PFC pauses this link received (its sender stopped).
     pub pfc_pauses: u64,
+    /// Lossy P-mode runs (`--buffer-kb`): QP rows: this QP's packets tail-dropped anywhere;
+    /// link rows: packets this egress dropped.
+    pub drops: u64,
+    /// QP rows: packets this QP sent again (go-back-N).
+    pub resent: u64,
 }
 
 impl TsRow {
@@ -72,20 +77,22 @@ impl TsRow {
             ecn_marks: 0,
             cnps: 0,
             pfc_pauses: 0,
+            drops: 0,
+            resent: 0,
         }
     }
 }
 
 /// Header of [`write_csv`]'s output (after the caller's prefix columns).
 pub const CSV_HEADER: &str =
-    "t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses";
+    "t_us,rail,phase,kind,id,qp,rate_gbps,outstanding,bytes,queue_bytes,ecn_marks,cnps,pfc_pauses,drops,resent";
 
 /// Writes `rows` as CSV lines, each starting with `prefix` (e.g. "dqplb,8,"; may be empty).
 pub fn write_csv<W: Write>(w: &mut W, prefix: &str, rows: &[TsRow]) -> io::Result<()> {
     for r in rows {
         writeln!(
             w,
-            "{prefix}{:.3},{},{},{},{},{},{:.3},{},{},{},{},{},{}",
+            "{prefix}{:.3},{},{},{},{},{},{:.3},{},{},{},{},{},{},{},{}",
             r.t_ps as f64 / 1e6,
             r.rail,
             r.phase,
@@ -98,7 +105,9 @@ pub fn write_csv<W: Write>(w: &mut W, prefix: &str, rows: &[TsRow]) -> io::Resul
             r.queue_bytes,
             r.ecn_marks,
             r.cnps,
-            r.pfc_pauses
+            r.pfc_pauses,
+            r.drops,
+            r.resent
         )?;
     }
     Ok(())
@@ -143,6 +152,8 @@ mod tests {
             ecn_marks: 0,
             cnps: 0,
             pfc_pauses: 0,
+            drops: 0,
+            resent: 0,
         }
     }
 
@@ -161,7 +172,7 @@ mod tests {
         write_csv(&mut out, "dqplb,1,", &rows[1..2]).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "dqplb,1,10.000,0,0,qp,3,1,100.000,2,125000,0,0,0,0\n"
+            "dqplb,1,10.000,0,0,qp,3,1,100.000,2,125000,0,0,0,0,0,0\n"
         );
     }
 }
