@@ -6,7 +6,7 @@ mod sim_support;
 use std::path::Path;
 
 use serde_json::Value;
-use sim_support::{dqplb, text};
+use sim_support::{dqplb, dqplb_env, text};
 
 const SMALL: [&str; 10] = [
     "sim",
@@ -165,17 +165,16 @@ fn config_errors_name_the_files_own_line_and_env_overrides_apply() {
 
     // NCCL_DQPLB_* overrides apply as in the plugin, and say so on stderr.
     let (dir, conf) = sim_block_then_default("cfg-env", "dqplb");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args([
+    let out = dqplb_env(
+        &[
             "sim",
             "--config",
             conf.to_str().unwrap(),
             "--format",
             "json",
-        ])
-        .env("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")
-        .output()
-        .unwrap();
+        ],
+        &[("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v[0]["policy"], "dqplb-led");

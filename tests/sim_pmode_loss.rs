@@ -170,14 +170,20 @@ fn an_ample_buffer_changes_nothing() {
     assert!(pc.drops > 0 && pc.resent_packets >= pc.drops, "{pc:?}");
 }
 
-#[test]
-fn lossy_runs_are_deterministic_and_deliver_every_message_once() {
-    // 4-to-1 with ECN off and a 200 kB buffer: heavy loss, go-back-N, every message once.
+/// 4 senders of 8 MiB (1 MiB messages, 8 x 128 KiB per QP) into a 200 kB buffer, ECN off.
+fn lossy_4_to_1() -> SimConfig {
     let mut cfg = incast(4, 8 << 20, 200_000);
     cfg.traffic.step_bytes = 1 << 20;
     cfg.traffic.slots = 8;
     cfg.shape.outstanding = 8;
     cfg.shape.segment_bytes = 128 * 1024;
+    cfg
+}
+
+#[test]
+fn lossy_runs_are_deterministic_and_deliver_every_message_once() {
+    // 4-to-1 with ECN off and a 200 kB buffer: heavy loss, go-back-N, every message once.
+    let cfg = lossy_4_to_1();
     let a = run(&cfg).unwrap();
     clean(&a, 4 * (8 << 20) / u64::from(MTU));
     let p = a.packet.as_ref().unwrap();
@@ -193,11 +199,7 @@ fn lossy_runs_are_deterministic_and_deliver_every_message_once() {
 fn the_time_series_drops_and_resends_add_up_to_the_summary() {
     // The lossy 4-to-1 above, sampled every 50 us: at the last sample the per-link drops and the
     // per-QP drops both sum to the run's drops, and the per-QP resends to its resent packets.
-    let mut cfg = incast(4, 8 << 20, 200_000);
-    cfg.traffic.step_bytes = 1 << 20;
-    cfg.traffic.slots = 8;
-    cfg.shape.outstanding = 8;
-    cfg.shape.segment_bytes = 128 * 1024;
+    let mut cfg = lossy_4_to_1();
     cfg.packet.sample_ps = 50_000_000;
     let r = run(&cfg).unwrap();
     let p = r.packet.as_ref().unwrap();

@@ -8,8 +8,14 @@ use serde_json::Value;
 
 /// Runs the built `dqplb` with `args`.
 pub fn dqplb(args: &[&str]) -> Output {
+    dqplb_env(args, &[])
+}
+
+/// Runs the built `dqplb` with `args` and the extra environment variables `env`.
+pub fn dqplb_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     match Command::new(env!("CARGO_BIN_EXE_dqplb"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
     {
         Ok(out) => out,

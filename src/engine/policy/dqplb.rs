@@ -33,16 +33,8 @@ impl Policy for Dqplb {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cur;
     use super::*;
-
-    fn cur(len: u64, offset: u64) -> Cursor {
-        Cursor {
-            len,
-            offset,
-            index: 0,
-            serial: 0,
-        }
-    }
 
     #[test]
     fn rotates_and_skips_full_qps() {

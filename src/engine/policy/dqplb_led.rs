@@ -76,16 +76,8 @@ fn bits_between(from: usize, to: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cur;
     use super::*;
-
-    fn cur(len: u64, offset: u64) -> Cursor {
-        Cursor {
-            len,
-            offset,
-            index: 0,
-            serial: 0,
-        }
-    }
 
     fn qp(outstanding: u32, latency: f64) -> QpStats {
         let mut s = QpStats::new();

@@ -183,6 +183,17 @@ impl Policy for AnyPolicy {
     }
 }
 
+/// Tests: the first segment's cursor of a `len`-byte message, `offset` bytes cut.
+#[cfg(test)]
+pub(crate) fn cur(len: u64, offset: u64) -> Cursor {
+    Cursor {
+        len,
+        offset,
+        index: 0,
+        serial: 0,
+    }
+}
+
 /// Rounds `x` up to a multiple of 128.
 #[inline]
 pub(crate) fn align_up(x: u64) -> u64 {
