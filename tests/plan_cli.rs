@@ -16,7 +16,9 @@ fn default_conf() -> String {
 /// Runs the binary with no NCCL_IB_HCA / NCCL_DQPLB_* from the test's own environment.
 fn dqplb(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dqplb"));
-    cmd.args(args).env_remove("NCCL_IB_HCA");
+    cmd.args(args)
+        .env_remove("NCCL_IB_HCA")
+        .env_remove("NCCL_BUFFSIZE");
     for (k, _) in std::env::vars() {
         if k.starts_with("NCCL_DQPLB_") {
             cmd.env_remove(k);
@@ -194,4 +196,69 @@ fn json_output_has_exact_figures() {
     assert_eq!(classes[2]["within_budget"], true);
     assert_eq!(classes[0]["budget_note"], Value::Null);
     assert_eq!(classes[1]["rtt_us"], 12.0);
+}
+
+#[test]
+fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
+    let conf = default_conf();
+    let json = |env: &[(&str, &str)]| -> Value {
+        let out = dqplb(&["plan", "--config", &conf, "--format", "json"], env);
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let steer = |v: &Value| -> Vec<(String, u64, u64, bool)> {
+        v["steering"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                (
+                    s["class"].as_str().unwrap_or("?").to_string(),
+                    s["window_bytes"].as_u64().unwrap_or(0),
+                    s["nccl_buffsize"].as_u64().unwrap_or(0),
+                    s["steers"].as_bool().unwrap_or(true),
+                )
+            })
+            .collect()
+    };
+    // NCCL's default 4 MiB: every default class's window (8 MiB, 32 MiB, 1 GiB) holds it.
+    let v = json(&[]);
+    let mib = 1u64 << 20;
+    assert_eq!(
+        steer(&v),
+        vec![
+            ("same-rail".into(), 8 * mib, 4 * mib, false),
+            ("cross-rail".into(), 32 * mib, 4 * mib, false),
+            ("cross-dc".into(), 1024 * mib, 4 * mib, false),
+        ]
+    );
+    // Same-rail: 4 QPs x 512 KiB per depth, so depth 1 (2 MiB) stays under 4 MiB.
+    let note = v["steering"][0]["note"].as_str().unwrap_or("");
+    assert!(
+        note.contains("set policy dqplb-led, or outstanding <= 1"),
+        "{note}"
+    );
+    // NCCL_BUFFSIZE = 64 MiB: only cross-dc's 1 GiB still holds it (8 MiB per depth -> 7).
+    let v = json(&[("NCCL_BUFFSIZE", "67108864")]);
+    let s = steer(&v);
+    assert_eq!(
+        s.iter().map(|x| x.3).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    let note = v["steering"][2]["note"].as_str().unwrap_or("");
+    assert!(note.contains("outstanding <= 7"), "{note}");
+    assert!(v["steering"][0]["note"].is_null());
+    // dqplb-led steers at any window: no note.
+    let v = json(&[("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")]);
+    assert!(steer(&v).iter().all(|x| x.3), "{v}");
+    // A bad NCCL_BUFFSIZE is named, and NCCL's default used.
+    let out = dqplb(&["plan", "--config", &conf], &[("NCCL_BUFFSIZE", "4M")]);
+    assert_eq!(out.status.code(), Some(0));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("note: NCCL_BUFFSIZE '4M' is not a positive byte count; NCCL's default 4194304 B assumed"),
+        "{t}"
+    );
+    assert!(t.contains("outstanding <= 1"), "{t}");
 }

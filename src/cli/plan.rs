@@ -105,6 +105,64 @@ struct Override {
     value: String,
 }
 
+/// Whether the engine policy can steer a class's connections: dqplb only moves segments off a
+/// slow QP when QPs fill, which they seldom do when the window holds all the data NCCL keeps in
+/// flight per connection (its SIMPLE buffer, NCCL_BUFFSIZE; docs/simulation.md, "Sizing").
+#[derive(Debug, Serialize)]
+struct Steering {
+    class: &'static str,
+    window_bytes: u64,
+    nccl_buffsize: u64,
+    /// False: the window holds all NCCL keeps in flight, so dqplb splits about like
+    /// static-split.
+    steers: bool,
+    note: Option<String>,
+}
+
+/// NCCL's default SIMPLE-protocol buffer per connection (src/init.cc, DEFAULT_BUFFSIZE 1 << 22,
+/// NCCL 2.x master 5067397), which `NCCL_BUFFSIZE` replaces.
+const NCCL_DEFAULT_BUFFSIZE: u64 = 1 << 22;
+
+/// NCCL_BUFFSIZE as NCCL reads it (a byte count; unset or unparsable: the default, with a
+/// note for the latter).
+fn nccl_buffsize(env: Option<&str>) -> (u64, Option<String>) {
+    match env.map(str::trim) {
+        None | Some("") => (NCCL_DEFAULT_BUFFSIZE, None),
+        Some(v) => match v.parse::<u64>() {
+            Ok(b) if b > 0 => (b, None),
+            _ => (
+                NCCL_DEFAULT_BUFFSIZE,
+                Some(format!(
+                    "NCCL_BUFFSIZE '{v}' is not a positive byte count; NCCL's default {NCCL_DEFAULT_BUFFSIZE} B assumed"
+                )),
+            ),
+        },
+    }
+}
+
+fn steering(policy: &str, c: &ClassPlan, buffsize: u64) -> Steering {
+    let window = c.inflight_bytes;
+    let steers = policy != "dqplb" || window < buffsize;
+    let note = (!steers).then(|| {
+        let per_depth = u64::from(c.qps) * c.segment_bytes;
+        let fix = match (buffsize - 1) / per_depth.max(1) {
+            0 => "fewer QPs or smaller segments (one segment on each QP already holds it)"
+                .to_string(),
+            d => format!("outstanding <= {d}"),
+        };
+        format!(
+            "window {window} B >= NCCL_BUFFSIZE {buffsize} B (NCCL's data in flight per connection): the window holds all of it, QPs seldom fill, and dqplb splits about like static-split; set policy dqplb-led, or {fix} (docs/simulation.md, Sizing)"
+        )
+    });
+    Steering {
+        class: c.class.as_str(),
+        window_bytes: window,
+        nccl_buffsize: buffsize,
+        steers,
+        note,
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct PlanReport {
     source: String,
@@ -116,6 +174,9 @@ struct PlanReport {
     hca: Option<HcaReport>,
     pairs: Vec<PairRow>,
     classes: Vec<ClassPlan>,
+    /// NCCL_BUFFSIZE's note, if it was unusable.
+    buffsize_note: Option<String>,
+    steering: Vec<Steering>,
 }
 
 fn device_label(name: &str, port: Option<u32>) -> String {
@@ -125,8 +186,19 @@ fn device_label(name: &str, port: Option<u32>) -> String {
     }
 }
 
-fn build_report(loaded: LoadedConfig, hca: Option<(String, HcaList)>) -> PlanReport {
+fn build_report(
+    loaded: LoadedConfig,
+    hca: Option<(String, HcaList)>,
+    buffsize_env: Option<&str>,
+) -> PlanReport {
     let cfg = &loaded.config;
+    let (buffsize, buffsize_note) = nccl_buffsize(buffsize_env);
+    let policy = cfg.engine.policy.as_str();
+    let steer = cfg
+        .plans()
+        .iter()
+        .map(|c| steering(policy, c, buffsize))
+        .collect();
     let mut pairs = Vec::new();
     let hca = hca.map(|(value, list)| {
         let with_ids: Vec<(String, FabricId)> = list
@@ -179,6 +251,8 @@ fn build_report(loaded: LoadedConfig, hca: Option<(String, HcaList)>) -> PlanRep
         hca,
         pairs,
         classes: cfg.plans().to_vec(),
+        buffsize_note,
+        steering: steer,
     }
 }
 
@@ -273,12 +347,27 @@ fn render_table(r: &PlanReport) -> String {
         if let Some(note) = &c.budget_note {
             let _ = writeln!(s, "  note: {note}");
         }
+        let steer = r.steering.iter().find(|x| x.class == c.class.as_str());
+        if let Some(note) = steer.and_then(|x| x.note.as_ref()) {
+            let _ = writeln!(s, "  note: {note}");
+        }
+    }
+    if let Some(note) = &r.buffsize_note {
+        let _ = writeln!(
+            s,
+            "
+note: {note}"
+        );
     }
     s
 }
 
 /// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok(stdout text) or Err(message).
-fn plan_output(args: &[String], ib_hca_env: Option<String>) -> Result<String, String> {
+fn plan_output(
+    args: &[String],
+    ib_hca_env: Option<String>,
+    buffsize_env: Option<String>,
+) -> Result<String, String> {
     let a = parse_args(args)?;
     if a.help {
         return Ok(format!("{USAGE}\n"));
@@ -298,7 +387,7 @@ fn plan_output(args: &[String], ib_hca_env: Option<String>) -> Result<String, St
         }
         None => None,
     };
-    let report = build_report(loaded, hca);
+    let report = build_report(loaded, hca, buffsize_env.as_deref());
     if a.json {
         serde_json::to_string_pretty(&report)
             .map(|j| j + "\n")
@@ -310,7 +399,11 @@ fn plan_output(args: &[String], ib_hca_env: Option<String>) -> Result<String, St
 
 /// `dqplb plan [--config F] [--hca STRING] [--format table|json]`; returns the exit code.
 pub fn run(args: &[String]) -> i32 {
-    match plan_output(args, std::env::var("NCCL_IB_HCA").ok()) {
+    match plan_output(
+        args,
+        std::env::var("NCCL_IB_HCA").ok(),
+        std::env::var("NCCL_BUFFSIZE").ok(),
+    ) {
         Ok(text) => {
             print!("{text}");
             0
