@@ -644,3 +644,27 @@ pub fn run_cli(args: &[String]) -> i32 {
     let bad = rows.iter().any(|(r, _)| r.errors.total() + r.missing > 0);
     i32::from(bad)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sim_block_is_blanked_line_for_line() {
+        let text = "[fabric]\nmax-rails = 8\n[ fabric.sim ] # the simulator's\nhosts = 16\n\n[fabric.sim.extra]\nx = 1\n[engine]\npolicy = \"dqplb\"\n";
+        let out = without_sim_block(text);
+        assert_eq!(out.lines().count(), text.lines().count());
+        assert_eq!(
+            out,
+            "[fabric]\nmax-rails = 8\n\n\n\n\n\n[engine]\npolicy = \"dqplb\"\n"
+        );
+        let t: toml::Table = out.parse().unwrap();
+        assert!(!has_sim(&t));
+        // Dotted keys under [fabric] are not a header: left alone, and has_sim sees them.
+        let dotted = "[fabric]\nsim.hosts = 16\n";
+        assert_eq!(without_sim_block(dotted), dotted);
+        assert!(has_sim(&dotted.parse::<toml::Table>().unwrap()));
+        // No trailing newline: the last blanked line adds none.
+        assert_eq!(without_sim_block("[fabric.sim]\nhosts = 1"), "\n");
+    }
+}
