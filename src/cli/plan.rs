@@ -353,11 +353,7 @@ fn render_table(r: &PlanReport) -> String {
         }
     }
     if let Some(note) = &r.buffsize_note {
-        let _ = writeln!(
-            s,
-            "
-note: {note}"
-        );
+        let _ = writeln!(s, "\nnote: {note}");
     }
     s
 }
