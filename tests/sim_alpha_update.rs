@@ -3,7 +3,7 @@
 
 mod sim_support;
 
-use sim_support::{dqplb, text};
+use sim_support::{default_toml, dqplb, text, toml_file};
 
 /// 4-to-1 incast under one leaf, 4 MiB per sender, 16 x 4 MiB windows (milliseconds in debug).
 const INCAST: [&str; 21] = [
@@ -77,13 +77,8 @@ fn alpha_update_option_overrides_the_profile_in_any_order() {
 
 #[test]
 fn alpha_update_key_of_fabric_sim() {
-    let dir = std::env::temp_dir().join(format!("dqplb-alpha-update-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let conf = dir.join("site.toml");
+    let base = default_toml();
+    let (dir, conf) = toml_file("alpha-update", &base);
     let write = |value: &str| {
         let sim = format!(
             "\n[fabric.sim]\nmode = \"p\"\nhosts = 5\nrails = 1\nhosts-per-leaf = 16\nspines = 1\n\

@@ -3,10 +3,8 @@
 
 mod sim_support;
 
-use std::path::Path;
-
 use serde_json::Value;
-use sim_support::{dqplb, dqplb_env, text};
+use sim_support::{default_toml, dqplb, dqplb_env, site_toml, text, toml_file};
 
 const SMALL: [&str; 10] = [
     "sim",
@@ -69,20 +67,13 @@ fn json_and_csv_carry_the_same_run() {
     assert!(row.contains(&format!("{pct:.3}")), "{row} vs {pct}");
 }
 
+/// A 16-host, 1-rail leaf-shift of 1 MiB as a `[fabric.sim]` table.
+const SIM_BLOCK: &str = "[fabric.sim]\nhosts = 16\nrails = 1\nhosts-per-leaf = 4\nspines = 4\nbytes = \"1M\"\ntraffic = \"leaf-shift\"\n";
+
 #[test]
 fn site_toml_with_a_fabric_sim_block() {
-    let dir = std::env::temp_dir().join(format!("dqplb-sim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let conf = dir.join("site.toml");
     // A sub-table of [fabric] may come anywhere after it: at the end of the file.
-    let with_sim = format!(
-        "{base}\n[fabric.sim]\nhosts = 16\nrails = 1\nhosts-per-leaf = 4\nspines = 4\nbytes = \"1M\"\ntraffic = \"leaf-shift\"\n"
-    );
-    std::fs::write(&conf, with_sim).unwrap();
+    let (dir, conf) = site_toml("sim-cli", &format!("\n{SIM_BLOCK}"));
     let out = dqplb(&[
         "sim",
         "--config",
@@ -133,20 +124,8 @@ fn bad_input_exits_2_naming_the_option() {
 
 /// `[fabric.sim]` first, then plugin-conf/default.toml with `engine.policy` set to `policy`.
 fn sim_block_then_default(tag: &str, policy: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("dqplb-sim-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let base = base.replace("policy = \"dqplb\"", &format!("policy = \"{policy}\""));
-    let conf = dir.join("site.toml");
-    std::fs::write(
-        &conf,
-        format!("[fabric.sim]\nhosts = 16\nrails = 1\nhosts-per-leaf = 4\nspines = 4\nbytes = \"1M\"\ntraffic = \"leaf-shift\"\n\n{base}"),
-    )
-    .unwrap();
-    (dir, conf)
+    let base = default_toml().replace("policy = \"dqplb\"", &format!("policy = \"{policy}\""));
+    toml_file(&format!("sim-{tag}"), &format!("{SIM_BLOCK}\n{base}"))
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use nccl_net_dqplb::config::load::{load_from_process_env, load_path, process_env_vars};
-use nccl_net_dqplb::config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig};
+use nccl_net_dqplb::config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig, PolicyName};
 
 /// Usage text of `dqplb plan`.
 pub const USAGE: &str = "\
@@ -140,9 +140,9 @@ fn nccl_buffsize(env: Option<&str>) -> (u64, Option<String>) {
     }
 }
 
-fn steering(policy: &str, c: &ClassPlan, buffsize: u64) -> Steering {
+fn steering(policy: PolicyName, c: &ClassPlan, buffsize: u64) -> Steering {
     let window = c.inflight_bytes;
-    let steers = policy != "dqplb" || window < buffsize;
+    let steers = policy != PolicyName::Dqplb || window < buffsize;
     let note = (!steers).then(|| {
         let per_depth = u64::from(c.qps) * c.segment_bytes;
         let fix = match (buffsize - 1) / per_depth.max(1) {
@@ -193,11 +193,10 @@ fn build_report(
 ) -> PlanReport {
     let cfg = &loaded.config;
     let (buffsize, buffsize_note) = nccl_buffsize(buffsize_env);
-    let policy = cfg.engine.policy.as_str();
-    let steer = cfg
-        .plans()
+    let classes = cfg.plans().to_vec();
+    let steer = classes
         .iter()
-        .map(|c| steering(policy, c, buffsize))
+        .map(|c| steering(cfg.engine.policy, c, buffsize))
         .collect();
     let mut pairs = Vec::new();
     let hca = hca.map(|(value, list)| {
@@ -250,7 +249,7 @@ fn build_report(
         max_messages: cfg.engine.max_messages,
         hca,
         pairs,
-        classes: cfg.plans().to_vec(),
+        classes,
         buffsize_note,
         steering: steer,
     }
@@ -313,7 +312,8 @@ fn render_table(r: &PlanReport) -> String {
             let _ = writeln!(s, "  {} <-> {}: {}", p.local, p.remote, p.class.as_str());
         }
     }
-    for c in &r.classes {
+    // One steering entry per class, in the same order.
+    for (c, steer) in r.classes.iter().zip(&r.steering) {
         let status = if !c.within_budget {
             "OVER BUDGET"
         } else if c.budget_note.is_some() {
@@ -347,8 +347,7 @@ fn render_table(r: &PlanReport) -> String {
         if let Some(note) = &c.budget_note {
             let _ = writeln!(s, "  note: {note}");
         }
-        let steer = r.steering.iter().find(|x| x.class == c.class.as_str());
-        if let Some(note) = steer.and_then(|x| x.note.as_ref()) {
+        if let Some(note) = &steer.note {
             let _ = writeln!(s, "  note: {note}");
         }
     }

@@ -400,6 +400,15 @@ mod tests {
             Err("'x' is not an integer".to_string())
         );
         assert_eq!(KeyKind::Bool.parse_env("off"), Ok(Value::Boolean(false)));
+        // The accepted spellings are the schema's policies, in its order (and `default` first
+        // for the patterns).
+        let names: Vec<&str> = super::super::schema::PolicyName::ALL
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        assert_eq!(POLICY_NAMES, names.as_slice());
+        assert_eq!(PATTERN_POLICY_NAMES[0], "default");
+        assert_eq!(&PATTERN_POLICY_NAMES[1..], names.as_slice());
         let policy = KeyKind::Choice(POLICY_NAMES);
         assert_eq!(
             policy.parse_env("Single-QP"),

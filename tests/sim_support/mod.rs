@@ -47,16 +47,26 @@ pub fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
 }
 
+/// plugin-conf/default.toml's text.
+pub fn default_toml() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
+    )
+    .unwrap()
+}
+
+/// `text` as site.toml in a fresh temp directory named after `tag`; returns the directory
+/// (remove it) and the file.
+pub fn toml_file(tag: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("dqplb-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("site.toml");
+    std::fs::write(&conf, text).unwrap();
+    (dir, conf)
+}
+
 /// A site config in a fresh temp directory named after `tag`: plugin-conf/default.toml followed
 /// by `block` (a `[fabric.sim]` table); returns the directory (remove it) and the file.
 pub fn site_toml(tag: &str, block: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("dqplb-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin-conf/default.toml"),
-    )
-    .unwrap();
-    let conf = dir.join("site.toml");
-    std::fs::write(&conf, format!("{base}{block}")).unwrap();
-    (dir, conf)
+    toml_file(tag, &format!("{}{block}", default_toml()))
 }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use nccl_net_dqplb::config::PolicyName;
+
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -74,14 +76,6 @@ impl fmt::Display for ArgError {
     }
 }
 
-pub const POLICIES: [&str; 5] = [
-    "dqplb",
-    "dqplb-led",
-    "static-split",
-    "round-robin-message",
-    "single-qp",
-];
-
 /// Largest message the v8 ABI can carry (isend's size is a C int).
 pub const MAX_MESSAGE: u64 = i32::MAX as u64;
 
@@ -147,10 +141,12 @@ impl PerfArgs {
                 }
                 "--policy" => {
                     let v = value(opt)?;
-                    if !POLICIES.contains(&v.as_str()) {
+                    // The config's policy names: the plugin reads the value from there.
+                    let names = PolicyName::ALL.map(PolicyName::as_str);
+                    if !names.contains(&v.as_str()) {
                         return Err(ArgError(format!(
                             "--policy: '{v}' is not one of {}",
-                            POLICIES.join(", ")
+                            names.join(", ")
                         )));
                     }
                     a.policy = Some(v);
