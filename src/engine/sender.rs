@@ -59,44 +59,46 @@ struct Seg {
     len: u32,
 }
 
-/// Sender state machine of one connection.
+/// Sender state machine of one connection. Laid out for the data path (`repr(C)`, hot fields
+/// first): what every post and completion reads fits the first lines; route 0 follows.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 pub struct Sender {
-    /// Route 0 is the configured policy over every QP; `add_route` appends others.
-    routes: ArrayVec<Route, MAX_ROUTES>,
-    qps: usize,
-    max_outstanding: u32,
-    max_messages: usize,
-    /// Message ring, power-of-two capacity >= max_messages.
-    msgs: Vec<Msg>,
-    msg_mask: u64,
     /// Absolute message counters: released < cut-complete (cursor) <= posted.
     msg_head: u64,
     msg_cursor: u64,
     msg_tail: u64,
-    /// Per-QP in-flight rings, `stride` entries each, flattened.
-    segs: Vec<Seg>,
-    stride_shift: u32,
-    stride_mask: u32,
-    qp_head: Vec<u32>,
-    stats: Vec<QpStats>,
+    msg_mask: u64,
     /// Bit q set: QP q has room.
     room: Room,
+    /// QPs that get no new segment: draining stragglers and failed paths.
+    blocked: Room,
     outstanding: usize,
     next_seq: u32,
     /// A sequence number at or before the oldest incomplete segment.
     oldest_hint: u32,
     span: u32,
-    /// QPs that get no new segment: draining stragglers and failed paths.
-    blocked: Room,
-    draining: Room,
-    dead: Room,
-    /// Draining QPs already reported by `poll_path_event`.
-    reported: Room,
+    stride_shift: u32,
+    stride_mask: u32,
+    max_outstanding: u32,
+    qps: usize,
+    /// Message ring, power-of-two capacity >= max_messages.
+    msgs: Vec<Msg>,
+    /// Per-QP in-flight rings, `stride` entries each, flattened.
+    segs: Vec<Seg>,
+    qp_head: Vec<u32>,
+    stats: Vec<QpStats>,
+    /// Route 0 is the configured policy over every QP; `add_route` appends others.
+    routes: ArrayVec<Route, MAX_ROUTES>,
     /// Segments of failed QPs waiting to go out again (capacity: one QP's in-flight ring; a
     /// second QP failing while the first one's segments still wait may grow it, off the data
     /// path).
     resend: VecDeque<Seg>,
+    draining: Room,
+    dead: Room,
+    /// Draining QPs already reported by `poll_path_event`.
+    reported: Room,
+    max_messages: usize,
     straggler: Option<Straggler>,
 }
 

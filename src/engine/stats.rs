@@ -8,8 +8,10 @@ pub const LATENCY_BUCKETS: usize = 32;
 /// Weight of a new sample in the latency EWMA.
 const EWMA_WEIGHT: f64 = 1.0 / 8.0;
 
-/// Counters of one data QP.
+/// Counters of one data QP. Laid out for the data path: the counters a post or a completion
+/// updates share the first cache line (the histogram's bucket is the only other line touched).
 #[derive(Debug, Clone, PartialEq)]
+#[repr(C, align(64))]
 pub struct QpStats {
     /// Segments posted on this QP.
     pub segments: u64,
@@ -23,16 +25,16 @@ pub struct QpStats {
     pub peak_outstanding: u32,
     /// EWMA (weight 1/8) of post-to-completion latency, driver units; 0 before any completion.
     pub latency_ewma: f64,
-    /// Log2 histogram of post-to-completion latency, driver units.
-    pub latency_log2: [u64; LATENCY_BUCKETS],
+    /// Driver time of the latest completion (0 before any).
+    pub last_completed_at: u64,
     /// Segments this QP carried again after another QP failed.
     pub resent: u64,
     /// Times this QP was replaced after draining as a straggler.
     pub rehashes: u64,
     /// Times this QP's path failed.
     pub failures: u64,
-    /// Driver time of the latest completion (0 before any).
-    pub last_completed_at: u64,
+    /// Log2 histogram of post-to-completion latency, driver units.
+    pub latency_log2: [u64; LATENCY_BUCKETS],
 }
 
 impl QpStats {

@@ -1,5 +1,5 @@
 //! The discrete-event core: one FIFO of pending events per queue (a link, a host's arrivals, the
-//! acknowledgements) and a heap over queues, so the heap holds one entry per busy queue, not per event.
+//! acknowledgements) and a radix heap over queues (radix.rs): one entry per busy queue, not per event.
 
 // Each queue's pushes must come in non-decreasing time order (a link serves FIFO, and every
 // producer pushes at `now + a constant`), so its head is its earliest event. A queue may also
@@ -8,8 +8,9 @@
 // `pop_inlined` are `push` and `pop` always inlined: for B and F mode, which have two copies of
 // their loop (with and without a time series) and would otherwise call them out of line.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
+
+use super::radix::RadixQueue;
 
 use super::topology::Ps;
 
@@ -25,11 +26,11 @@ struct Queue<T: Copy> {
     rest: VecDeque<(Ps, T)>,
 }
 
-/// Per-queue FIFOs of `(time, item)` and the heap that orders their heads.
+/// Per-queue FIFOs of `(time, item)` and the priority queue that orders their heads.
 #[derive(Debug)]
 pub struct Core<T: Copy> {
     queues: Vec<Queue<T>>,
-    heap: BinaryHeap<Reverse<(Ps, u32)>>,
+    heap: RadixQueue,
     /// The queue popped last: re-armed at the next `pop`, after its owner updated `not_before`.
     rearm: Option<u32>,
     /// The pushed time of the item popped last (for `hold`).
@@ -48,7 +49,7 @@ impl<T: Copy> Core<T> {
                     rest: VecDeque::new(),
                 })
                 .collect(),
-            heap: BinaryHeap::with_capacity(queues),
+            heap: RadixQueue::with_capacity(queues),
             rearm: None,
             popped_at: 0,
             pending: 0,
@@ -87,7 +88,7 @@ impl<T: Copy> Core<T> {
         queue.head = Some((t, item));
         if self.rearm != Some(q) {
             let key = t.max(queue.not_before);
-            self.heap.push(Reverse((key, q)));
+            self.heap.push(key, q);
         }
     }
 
@@ -103,7 +104,7 @@ impl<T: Copy> Core<T> {
         if let Some(q) = self.rearm.take() {
             let queue = &self.queues[q as usize];
             if let Some((t, _)) = queue.head {
-                self.heap.push(Reverse((t.max(queue.not_before), q)));
+                self.heap.push(t.max(queue.not_before), q);
             }
         }
     }
@@ -118,7 +119,7 @@ impl<T: Copy> Core<T> {
     #[inline(always)]
     pub fn pop_inlined(&mut self) -> Option<(Ps, u32, T)> {
         self.rearm();
-        let Reverse((t, q)) = self.heap.pop()?;
+        let (t, q) = self.heap.pop()?;
         let queue = &mut self.queues[q as usize];
         let (at, item) = queue.head.take()?;
         queue.head = queue.rest.pop_front();
@@ -133,7 +134,7 @@ impl<T: Copy> Core<T> {
     #[inline(always)]
     pub fn peek_time(&mut self) -> Option<Ps> {
         self.rearm();
-        self.heap.peek().map(|Reverse((t, _))| *t)
+        self.heap.peek_time()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -164,7 +165,7 @@ impl<T: Copy> Core<T> {
         let queue = &mut self.queues[q as usize];
         queue.not_before = queue.not_before.max(t);
         if let Some((h, _)) = queue.head {
-            self.heap.push(Reverse((h.max(queue.not_before), q)));
+            self.heap.push(h.max(queue.not_before), q);
         }
     }
 

@@ -28,6 +28,7 @@ pub mod nic;
 pub mod packet;
 pub mod pfc;
 pub mod pmode;
+pub mod radix;
 pub mod report;
 pub mod rng;
 pub mod run;
