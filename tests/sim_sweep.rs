@@ -267,7 +267,10 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
         (vec!["--policy", "dqplb,static-split"], "one policy"),
         (vec!["--qps", ""], "--qps"),
         (vec!["--bound-pct", "x"], "--bound-pct"),
-        (vec!["--svg", "/tmp/x"], "--svg"),
+        (
+            vec!["--svg", "/proc/dqplb-no-such-dir"],
+            "/proc/dqplb-no-such-dir/sweep.svg",
+        ),
     ] {
         let mut args = vec!["sim", "sweep"];
         args.extend(FABRIC);
@@ -280,4 +283,67 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
             text(&out.stderr)
         );
     }
+}
+
+/// `--svg DIR`: one cell per grid point, carrying the point's % of ideal exactly as the JSON
+/// reports it; the cells within the bound criterion and the one chosen point marked as the
+/// findings say; the JSON itself the same as without the option.
+#[test]
+fn svg_draws_every_point_and_marks_the_choice() {
+    let dir = std::env::temp_dir().join(format!("dqplb-sweep-svg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().to_string();
+    let v = sweep(&["--svg", &d]);
+    assert_eq!(v, sweep(&[]));
+    let svg = std::fs::read_to_string(dir.join("sweep.svg")).unwrap();
+    let cells: Vec<&str> = svg
+        .lines()
+        .filter(|l| l.starts_with("<rect class=\"cell\""))
+        .collect();
+    let pts = v["points"].as_array().unwrap();
+    assert_eq!(cells.len(), pts.len());
+    let attr = |l: &str, k: &str| -> String {
+        let key = format!(" data-{k}=\"");
+        let rest = &l[l.find(&key).unwrap_or_else(|| panic!("{k} in {l}")) + key.len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    };
+    let fi = &v["findings"];
+    let limit = (1.0 + f(&fi["criteria"]["bound_pct"]) / 100.0) * f(&fi["bound_over_ideal"]);
+    let mut chosen = 0;
+    for p in pts {
+        let key = (u(&p["qps"]), u(&p["outstanding"]), u(&p["segment_bytes"]));
+        let l = cells
+            .iter()
+            .find(|l| {
+                (attr(l, "qps"), attr(l, "outstanding"), attr(l, "segment"))
+                    == (key.0.to_string(), key.1.to_string(), key.2.to_string())
+            })
+            .unwrap_or_else(|| panic!("no cell for {key:?}"));
+        // Both are the same f64 printed shortest; serde_json's parser may round the last bit.
+        let (drawn, reported) = (
+            attr(l, "pct").parse::<f64>().unwrap(),
+            f(&p["pct_of_ideal"]),
+        );
+        assert!(
+            (drawn - reported).abs() <= 1e-12 * reported,
+            "{key:?}: {drawn} {reported}"
+        );
+        let within = u(&p["faults"]) == 0 && f(&p["time_over_ideal"]) <= limit;
+        assert_eq!(attr(l, "within"), if within { "1" } else { "0" }, "{key:?}");
+        let is_choice = key
+            == (
+                u(&fi["qps"]),
+                u(&fi["outstanding"]),
+                u(&fi["segment_bytes"]),
+            );
+        assert_eq!(
+            attr(l, "chosen"),
+            if is_choice { "1" } else { "0" },
+            "{key:?}"
+        );
+        chosen += usize::from(is_choice);
+    }
+    assert_eq!(chosen, 1);
+    assert_eq!(svg.matches("<g class=\"panel\"").count(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use nccl_net_dqplb::sim::svg_sweep::sweep_grid;
 use nccl_net_dqplb::sim::sweep::{analyse, class_snippet, Criteria, Findings, SweepPoint};
 use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
 
@@ -49,6 +50,8 @@ DCQCN profile axis (--mode p only):
   --alpha-update S      per-cnp or per-period for every profile (default: each profile's own:
                         paper per-cnp, firmware and site files per-period)
   --format F            table (default), json, or csv (the points; findings on stderr)
+  --svg DIR             also write DIR/sweep.svg: per segment a q x outstanding grid of % of
+                        ideal, the cells within --bound-pct and the chosen point marked
 every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
 a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
 --placement fragmented --bytes 128M --mode b (seconds for the default grid in release).
@@ -89,6 +92,8 @@ struct Sweep {
     profiles: Vec<SimProfile>,
     tie_pct: f64,
     class: Class,
+    /// `--svg DIR`: where sweep.svg goes.
+    svg: Option<String>,
 }
 
 fn list<T>(opt: &str, v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -126,6 +131,7 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         profiles: Vec::new(),
         tie_pct: 0.5,
         class: Class::SameRail,
+        svg: None,
     };
     // Which grid axes the command line set (the cross-dc class has its own defaults).
     let mut set = [false; 3];
@@ -151,10 +157,8 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
                 | "--dcqcn"
                 | "--profile-tie-pct"
                 | "--class"
+                | "--svg"
         );
-        if name == "--svg" {
-            return Err("--svg is for dqplb sim, not the sweep".into());
-        }
         if !ours {
             rest.push(arg.clone());
             continue;
@@ -177,6 +181,7 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
             "--loss-pct" => grid.criteria.loss_pct = num(&name, &v)?,
             "--dcqcn" => dcqcn = Some(v),
             "--profile-tie-pct" => grid.tie_pct = num(&name, &v)?,
+            "--svg" => grid.svg = Some(v),
             _ => grid.criteria.hol_pct = num(&name, &v)?,
         }
     }
@@ -442,6 +447,15 @@ pub fn run_cli(args: &[String]) -> i32 {
             return 1;
         }
     };
+    if let Some(dir) = &g.svg {
+        let path = std::path::Path::new(dir).join("sweep.svg");
+        let body = sweep_grid(&analysed, &f, &describe(&g.base));
+        if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, body)) {
+            eprintln!("dqplb sim sweep: --svg {dir}: {}: {e}", path.display());
+            return 2;
+        }
+        eprintln!("dqplb sim sweep: wrote {}", path.display());
+    }
     let (rtt_us, rtt_note) = class::rtt(g.class, &g.base);
     let snippet = class_snippet(
         &f,

@@ -34,6 +34,7 @@ pub mod rng;
 pub mod run;
 pub mod spray;
 pub mod svg;
+pub mod svg_sweep;
 pub mod sweep;
 pub mod sweep_profile;
 pub mod switchq;
