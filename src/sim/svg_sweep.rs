@@ -182,22 +182,12 @@ pub fn sweep_grid(points: &[SweepPoint], f: &Findings, about: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::sweep::{analyse, Criteria};
+    use crate::sim::sweep::{analyse, test_point, Criteria};
 
     fn pt(q: usize, d: u32, s: u32, t: f64, faults: u64) -> SweepPoint {
-        SweepPoint {
-            qps: q,
-            outstanding: d,
-            segment_bytes: s,
-            time_over_ideal: t,
-            pct_of_ideal: 100.0 / t,
-            bound_upper: 1.0 + 1.0 / q as f64,
-            bound_lower: 1.0,
-            p50_us: 10.0,
-            p99_us: 20.0,
-            faults,
-            events: 1,
-        }
+        let mut p = test_point(q, d, s, t, 1.0 + 1.0 / q as f64, 20.0);
+        p.faults = faults;
+        p
     }
 
     #[test]

@@ -302,25 +302,28 @@ fn toml_number(x: f64) -> String {
     }
 }
 
+/// Tests: a clean grid point of time `t` over ideal, bound `bound`, message p99 `p99` us.
+#[cfg(test)]
+pub(crate) fn test_point(q: usize, d: u32, s: u32, t: f64, bound: f64, p99: f64) -> SweepPoint {
+    SweepPoint {
+        qps: q,
+        outstanding: d,
+        segment_bytes: s,
+        time_over_ideal: t,
+        pct_of_ideal: 100.0 / t,
+        bound_upper: bound,
+        bound_lower: 1.0,
+        p50_us: p99 / 2.0,
+        p99_us: p99,
+        faults: 0,
+        events: 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_point as pt;
     use super::*;
-
-    fn pt(q: usize, d: u32, s: u32, t: f64, bound: f64, p99: f64) -> SweepPoint {
-        SweepPoint {
-            qps: q,
-            outstanding: d,
-            segment_bytes: s,
-            time_over_ideal: t,
-            pct_of_ideal: 100.0 / t,
-            bound_upper: bound,
-            bound_lower: 1.0,
-            p50_us: p99 / 2.0,
-            p99_us: p99,
-            faults: 0,
-            events: 1,
-        }
-    }
 
     #[test]
     fn picks_by_the_stated_rules() {
