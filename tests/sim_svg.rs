@@ -352,5 +352,6 @@ fn the_example_charts_in_docs_are_well_formed() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 4, "docs/img/sim-*.svg");
+    // The four charts of `dqplb sim --svg` and the sweep grid of `dqplb sim sweep --svg`.
+    assert_eq!(seen, 5, "docs/img/sim-*.svg");
 }
