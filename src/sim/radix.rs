@@ -29,7 +29,6 @@ pub struct RadixQueue {
     full: u128,
     /// Keys below `last`, ordered as the binary heap would.
     below: BinaryHeap<Reverse<(Ps, u32)>>,
-    len: usize,
 }
 
 impl RadixQueue {
@@ -41,16 +40,16 @@ impl RadixQueue {
             mins: [Ps::MAX; BUCKETS],
             full: 0,
             below: BinaryHeap::new(),
-            len: 0,
         }
     }
 
+    /// Keys held (counts every bucket: for tests and reports, not the event loop).
     pub fn len(&self) -> usize {
-        self.len
+        self.below.len() + self.at_last.len() + self.buckets.iter().map(Vec::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.full == 0 && self.at_last.is_empty() && self.below.is_empty()
     }
 
     /// The bucket of `key` (> `last`).
@@ -61,7 +60,6 @@ impl RadixQueue {
 
     #[inline]
     pub fn push(&mut self, key: Ps, id: u32) {
-        self.len += 1;
         if key == self.last {
             self.at_last.push(Reverse(id));
         } else if key > self.last {
@@ -93,7 +91,6 @@ impl RadixQueue {
     #[inline]
     pub fn pop(&mut self) -> Option<(Ps, u32)> {
         if let Some(Reverse(e)) = self.below.pop() {
-            self.len -= 1;
             return Some(e);
         }
         if self.at_last.is_empty() {
@@ -107,13 +104,11 @@ impl RadixQueue {
                 self.last = key;
                 self.mins[b] = Ps::MAX;
                 self.full &= !(1 << b);
-                self.len -= 1;
                 return Some((key, id));
             }
             self.redistribute(b);
         }
         let Reverse(id) = self.at_last.pop()?;
-        self.len -= 1;
         Some((self.last, id))
     }
 

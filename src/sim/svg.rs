@@ -31,7 +31,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// A finite number for an attribute (0 for NaN or infinities, which SVG cannot take).
-fn fin(x: f64) -> f64 {
+pub(crate) fn fin(x: f64) -> f64 {
     if x.is_finite() {
         x
     } else {
@@ -39,16 +39,29 @@ fn fin(x: f64) -> f64 {
     }
 }
 
-fn open(w: f64, h: f64) -> String {
+pub(crate) fn open(w: f64, h: f64) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w:.0}\" height=\"{h:.0}\" viewBox=\"0 0 {w:.0} {h:.0}\">\n<rect x=\"0\" y=\"0\" width=\"{w:.0}\" height=\"{h:.0}\" fill=\"white\"/>\n"
     )
 }
 
 fn text(s: &mut String, x: f64, y: f64, anchor: &str, t: &str) {
+    text_filled(s, x, y, anchor, None, t);
+}
+
+/// A text node at (x, y), in `fill` when given (the default black otherwise).
+pub(crate) fn text_filled(
+    s: &mut String,
+    x: f64,
+    y: f64,
+    anchor: &str,
+    fill: Option<&str>,
+    t: &str,
+) {
+    let fill = fill.map_or(String::new(), |f| format!(" fill=\"{f}\""));
     let _ = writeln!(
         s,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" {FONT}>{}</text>",
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\"{fill} {FONT}>{}</text>",
         fin(x),
         fin(y),
         esc(t)

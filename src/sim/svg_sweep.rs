@@ -7,10 +7,9 @@
 
 use std::fmt::Write;
 
-use super::svg::{esc, human_bytes};
-use super::sweep::{Findings, SweepPoint};
+use super::svg::{fin, human_bytes, open, text_filled};
+use super::sweep::{sorted_unique as sorted, Findings, SweepPoint};
 
-const FONT: &str = "font-family=\"sans-serif\" font-size=\"11\"";
 const CELL_W: f64 = 46.0;
 const CELL_H: f64 = 22.0;
 /// Left margin of a panel (its q labels).
@@ -18,11 +17,7 @@ const LABEL_W: f64 = 116.0;
 
 /// Colour of a fraction of ideal in 0..=1: white to dark green.
 pub fn score_colour(x: f64) -> String {
-    let x = if x.is_finite() {
-        x.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
+    let x = fin(x).clamp(0.0, 1.0);
     let (from, to) = ([255.0, 255.0, 255.0], [20.0, 110.0, 50.0]);
     let c: [f64; 3] = [0, 1, 2].map(|i| from[i] + x * (to[i] - from[i]));
     format!(
@@ -33,19 +28,9 @@ pub fn score_colour(x: f64) -> String {
     )
 }
 
+/// Black text, or `fill`.
 fn text(s: &mut String, x: f64, y: f64, anchor: &str, fill: &str, t: &str) {
-    let _ = writeln!(
-        s,
-        "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"{anchor}\" fill=\"{fill}\" {FONT}>{}</text>",
-        esc(t)
-    );
-}
-
-fn sorted<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T> {
-    let mut v: Vec<T> = it.collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    text_filled(s, x, y, anchor, (fill != "black").then_some(fill), t);
 }
 
 /// The grid of `points` (one per q x outstanding x segment, as `analyse` took them) with the
@@ -59,9 +44,7 @@ pub fn sweep_grid(points: &[SweepPoint], f: &Findings, about: &str) -> String {
     let top = 92.0;
     let w = (20.0 + ss.len() as f64 * panel_w).max(7.0 * about.len() as f64 + 40.0);
     let h = top + 30.0 + qs.len() as f64 * CELL_H + 30.0;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w:.0}\" height=\"{h:.0}\" viewBox=\"0 0 {w:.0} {h:.0}\">\n<rect x=\"0\" y=\"0\" width=\"{w:.0}\" height=\"{h:.0}\" fill=\"white\"/>\n"
-    );
+    let mut s = open(w, h);
     text(
         &mut s,
         20.0,
@@ -156,7 +139,7 @@ pub fn sweep_grid(points: &[SweepPoint], f: &Findings, about: &str) -> String {
                 let _ = writeln!(
                     s,
                     "<rect class=\"cell\" data-qps=\"{q}\" data-outstanding=\"{d}\" data-segment=\"{seg}\" data-pct=\"{}\" data-within=\"{}\" data-chosen=\"{}\" data-faults=\"{}\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{CELL_W:.1}\" height=\"{CELL_H:.1}\" fill=\"{fill}\" {stroke}><title>q {q}, outstanding {d}, segment {}: {:.2}% of ideal</title></rect>",
-                    if p.pct_of_ideal.is_finite() { p.pct_of_ideal } else { 0.0 },
+                    fin(p.pct_of_ideal),
                     u8::from(within),
                     u8::from(chosen),
                     p.faults,

@@ -105,7 +105,7 @@ pub struct Findings {
     pub time_over_ideal: f64,
 }
 
-fn sorted_unique<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T> {
+pub(crate) fn sorted_unique<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = it.collect();
     v.sort_unstable();
     v.dedup();
