@@ -47,14 +47,15 @@ engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's sa
   --outstanding D       segments in flight per QP
   --segment B           segment bytes (multiple of 128; K/M/G suffixes)
 traffic:
-  --traffic T           ring (all-reduce, default), permutation, leaf-shift, all-to-all,
+  --traffic T           ring (all-reduce, default), tree (NCCL's double binary tree
+                        all-reduce), permutation, leaf-shift, all-to-all,
                         incast (every host sends --bytes to the first one: N-to-1),
                         cross-dc (every host to a seeded host of the next pod: needs --pods)
-  --bytes B             ring: buffer per GPU; permutation/leaf-shift: per connection;
+  --bytes B             ring, tree: buffer per GPU; permutation/leaf-shift: per connection;
                         all-to-all: send buffer per GPU (default 1G)
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
   --placement P         contiguous (default) or fragmented (seeded random host order)
-  --max-steps N         ring: simulate N of the 2(n-1) steps and scale the time (0 = all)
+  --max-steps N         ring only: simulate N of the 2(n-1) steps and scale the time (0 = all)
   --background-hosts N  a second job: the last N hosts of the placement run a permutation of
                         step-size messages while the collective runs on the others (endless;
                         --background-messages N: N each, 0: idle hosts)

@@ -135,6 +135,7 @@ fn drive<const TS: bool>(
         &paths,
         shape.qps,
         run.phase.chunk as f64,
+        run.phase.ideal_bytes_per_step(),
     ));
     let spray = shape.policy == SimPolicy::Spray;
     let sets = spray_sets(rail, run, shape, rng);

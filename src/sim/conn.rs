@@ -1,5 +1,5 @@
 //! One phase's connections, each a real engine `Sender`/`Receiver` pair, and the traffic rules
-//! that feed them: ring dependencies, NCCL's receive slots, exactly-once in-order checks.
+//! that feed them: ring and tree dependencies, NCCL's receive slots, exactly-once in-order checks.
 
 use crate::engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
 
@@ -251,9 +251,16 @@ impl<'a> PhaseRun<'a> {
         }
     }
 
-    /// Posts every message connection `c` may post now (ring dependency, free slot, engine room).
+    /// Posts every message connection `c` may post now (ring or tree dependency, free slot,
+    /// engine room).
     pub fn try_post(&mut self, c: usize, now: u64) {
-        let ring = self.phase.ring && c < self.fg;
+        let phase: &'a Phase = self.phase;
+        let ring = phase.ring && c < self.fg;
+        let deps = if c < self.fg {
+            phase.deps.as_ref()
+        } else {
+            None
+        };
         let messages = self.messages_of(c);
         loop {
             let j = self.conns[c].posted;
@@ -261,11 +268,20 @@ impl<'a> PhaseRun<'a> {
                 return;
             }
             // Message j of step k >= 1 reduces message j - width of step k - 1 from upstream.
-            let (step, _, width) = if ring { self.phase.place(j) } else { (0, 0, 0) };
+            let (step, _, width) = if ring { phase.place(j) } else { (0, 0, 0) };
             if step >= 1 && self.conns[self.up(c)].received < j - width + 1 {
                 return;
             }
-            let (fg, phase) = (self.fg, self.phase);
+            // A tree edge's chunk j reduces (or forwards) chunk j of each of its inputs.
+            if let Some(d) = deps {
+                if d.inputs(c)
+                    .iter()
+                    .any(|&u| self.conns[u as usize].received <= j)
+                {
+                    return;
+                }
+            }
+            let fg = self.fg;
             let conn = &mut self.conns[c];
             if j >= conn.freed + phase.slots
                 || conn.sender.messages() >= self.max_messages
@@ -290,6 +306,22 @@ impl<'a> PhaseRun<'a> {
                 self.conns[u].freed += 1;
                 self.wake.push(u as u32);
             }
+            if let Some(d) = deps {
+                // An input's chunk is consumed once every edge that reads it has posted it.
+                for &u in d.inputs(c) {
+                    let u = u as usize;
+                    let done = d
+                        .consumers(u)
+                        .iter()
+                        .map(|&k| self.conns[k as usize].posted)
+                        .min()
+                        .unwrap_or(0);
+                    if done > self.conns[u].freed {
+                        self.conns[u].freed = done;
+                        self.wake.push(u as u32);
+                    }
+                }
+            }
         }
     }
 
@@ -299,9 +331,14 @@ impl<'a> PhaseRun<'a> {
             self.errors.protocol += 1;
         }
         let fg = c < self.fg;
-        let ring = self.phase.ring && fg;
+        let phase: &'a Phase = self.phase;
+        let ring = phase.ring && fg;
+        let users = match (&phase.deps, fg) {
+            (Some(d), true) => d.consumers(c),
+            _ => &[],
+        };
         let messages = self.messages_of(c);
-        let last_step = self.phase.steps - 1;
+        let last_step = phase.steps - 1;
         while let Some((tok, size)) = self.conns[c].receiver.poll_done() {
             let want = self.len_of(c, tok);
             let conn = &mut self.conns[c];
@@ -309,7 +346,9 @@ impl<'a> PhaseRun<'a> {
                 self.errors.order += 1;
             }
             conn.received += 1;
-            if !ring || self.phase.place(tok).0 == last_step {
+            // Freed on arrival unless a later post reads it (the ring's next step, a tree
+            // node's send up or down).
+            if (!ring || phase.place(tok).0 == last_step) && users.is_empty() {
                 conn.freed += 1;
                 self.wake.push(c as u32);
             }
@@ -325,6 +364,7 @@ impl<'a> PhaseRun<'a> {
             if ring {
                 self.wake.push(self.down(c) as u32);
             }
+            self.wake.extend(users.iter().copied());
         }
     }
 

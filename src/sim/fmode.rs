@@ -78,7 +78,13 @@ fn drive<const TS: bool>(
         ..PhaseOutcome::default()
     };
     let paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(multipath_bound(rail, &paths, qps, run.phase.chunk as f64));
+    out.bound = Some(multipath_bound(
+        rail,
+        &paths,
+        qps,
+        run.phase.chunk as f64,
+        run.phase.ideal_bytes_per_step(),
+    ));
     let mut inc = Incidence::new();
     let mut hops = Vec::with_capacity(paths.len());
     for (i, p) in paths.iter().enumerate() {

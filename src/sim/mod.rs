@@ -44,6 +44,7 @@ pub mod timeseries;
 pub mod timeseries_bf;
 pub mod topology;
 pub mod traffic;
+pub mod tree;
 
 pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
 pub use hashing::{HashFields, SourcePort};

@@ -121,7 +121,13 @@ pub fn run_phase(
         ..PhaseOutcome::default()
     };
     let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(multipath_bound(rail, &paths, qps, run.phase.chunk as f64));
+    out.bound = Some(multipath_bound(
+        rail,
+        &paths,
+        qps,
+        run.phase.chunk as f64,
+        run.phase.ideal_bytes_per_step(),
+    ));
     let spray = shape.policy == SimPolicy::Spray;
     let lossy = spec.loss.lossy();
     if lossy && spray {

@@ -107,7 +107,7 @@ impl RailResult {
         let scale = f64::from(phase.total_steps) / f64::from(phase.steps);
         self.time_ps += out.time_ps as f64 * scale;
         let host_ppb = rail.ps_per_byte[0];
-        self.ideal_ps += (phase.chunk * u64::from(phase.total_steps)) as f64 * host_ppb;
+        self.ideal_ps += phase.nic_bytes as f64 * host_ppb;
         self.simulated_ps += out.time_ps;
         self.events += out.events;
         self.solves += out.solves;

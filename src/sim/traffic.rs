@@ -1,7 +1,8 @@
-//! Collective traffic as phases of connections: a pipelined ring all-reduce (NCCL's step size and
-//! slots), a permutation, a leaf shift, all-to-all as shift permutations, and a background job.
+//! Collective traffic as phases of connections: a pipelined ring or double-binary-tree all-reduce
+//! (NCCL's step size and slots), a permutation, a leaf shift, all-to-all, and a background job.
 
 use super::rng::Rng;
+use super::tree::{double_tree, Deps};
 
 /// NCCL's default Simple-protocol step: a 4 MiB buffer over NCCL_STEPS = 8 slots.
 pub const NCCL_STEP_BYTES: u64 = 512 * 1024;
@@ -14,6 +15,9 @@ pub const NCCL_SLOTS: u32 = 8;
 pub enum TrafficKind {
     /// Ring all-reduce over each rail's hosts: 2(n-1) steps of bytes/n per rank.
     Ring,
+    /// NCCL's double binary tree all-reduce over each rail's hosts (tree.rs): each tree carries
+    /// half the buffer up (reduce) and down (broadcast) in step-size chunks, pipelined.
+    Tree,
     /// Every host sends `bytes` to one random other host (a derangement).
     Permutation,
     /// Host i sends `bytes` to host i + hosts_per_leaf: every flow leaves its leaf.
@@ -31,6 +35,7 @@ impl TrafficKind {
     pub fn parse(s: &str) -> Result<TrafficKind, String> {
         Ok(match s {
             "ring" | "allreduce" | "all-reduce" => TrafficKind::Ring,
+            "tree" => TrafficKind::Tree,
             "permutation" => TrafficKind::Permutation,
             "leaf-shift" | "shift" => TrafficKind::LeafShift,
             "all-to-all" | "alltoall" => TrafficKind::AllToAll,
@@ -38,8 +43,8 @@ impl TrafficKind {
             "cross-dc" => TrafficKind::CrossDc,
             other => {
                 return Err(format!(
-                    "unknown traffic '{other}' (ring, permutation, leaf-shift, all-to-all, incast, \
-                     cross-dc)"
+                    "unknown traffic '{other}' (ring, tree, permutation, leaf-shift, all-to-all, \
+                     incast, cross-dc)"
                 ))
             }
         })
@@ -48,6 +53,7 @@ impl TrafficKind {
     pub fn name(self) -> &'static str {
         match self {
             TrafficKind::Ring => "ring",
+            TrafficKind::Tree => "tree",
             TrafficKind::Permutation => "permutation",
             TrafficKind::LeafShift => "leaf-shift",
             TrafficKind::AllToAll => "all-to-all",
@@ -122,6 +128,12 @@ pub struct Phase {
     pub slots: u32,
     /// Ring: connection i's receiver is connection (i + 1)'s sender.
     pub ring: bool,
+    /// Tree: which connections' messages each connection's message j reduces or forwards, and
+    /// whose posts free them (tree.rs); None for every other traffic.
+    pub deps: Option<Deps>,
+    /// Bytes one NIC must send in the whole collective, the ideal's numerator: a connection's
+    /// bytes, or for the all-reduces NCCL's bus bytes, 2(n-1) x bytes/n.
+    pub nic_bytes: u64,
     /// The background job's connections (after `pairs` in the run): `step_bytes` messages,
     /// `slots` in flight, no end.
     pub bg_pairs: Vec<(u32, u32)>,
@@ -153,9 +165,14 @@ impl Phase {
         (self.chunk - start).min(self.step_bytes)
     }
 
-    /// Bytes one connection moves in the whole collective (all steps, scaled).
+    /// The ideal's bytes for one simulated step (the whole phase unless ring).
+    pub fn ideal_bytes_per_step(&self) -> f64 {
+        self.nic_bytes as f64 / f64::from(self.total_steps.max(1))
+    }
+
+    /// Bytes one NIC sends in the whole collective at the ideal (all steps, scaled).
     pub fn bytes_per_conn_total(&self) -> u64 {
-        self.chunk * u64::from(self.total_steps)
+        self.nic_bytes
     }
 }
 
@@ -210,6 +227,8 @@ pub fn phases(
             step_bytes: step,
             slots: spec.slots,
             ring: false,
+            deps: None,
+            nic_bytes: chunk,
             bg_pairs: bg_pairs.clone(),
             bg_messages: spec.background_messages,
         }
@@ -235,9 +254,19 @@ pub fn phases(
                 step_bytes: step,
                 slots: spec.slots,
                 ring: true,
+                deps: None,
+                nic_bytes: chunk * u64::from(total),
                 bg_pairs,
                 bg_messages: spec.background_messages,
             }]
+        }
+        TrafficKind::Tree => {
+            let (ranks, deps) = double_tree(n);
+            let pairs = ranks.iter().map(|&(a, b)| (at(a), at(b))).collect();
+            let mut p = single(pairs, spec.bytes.div_ceil(2));
+            p.deps = Some(deps);
+            p.nic_bytes = round128(spec.bytes.div_ceil(u64::from(n))) * u64::from(2 * (n - 1));
+            vec![p]
         }
         TrafficKind::Permutation => {
             let perm = derangement(n as usize, rng);
@@ -278,8 +307,16 @@ pub fn phases(
 }
 
 impl TrafficSpec {
-    /// What the traffic needs of the fabric: `cross-dc` two or more full pods and no second job.
+    /// What the traffic needs of the fabric: `cross-dc` two or more full pods and no second job;
+    /// `--max-steps` only for the ring (a tree's pipeline has no steps to scale).
     pub fn check(&self, f: &super::topology::FabricSpec) -> Result<(), String> {
+        if self.max_steps != 0 && self.kind != TrafficKind::Ring {
+            return Err(format!(
+                "--max-steps {} applies to --traffic ring only, not {}",
+                self.max_steps,
+                self.kind.name()
+            ));
+        }
         if self.kind != TrafficKind::CrossDc {
             return Ok(());
         }
