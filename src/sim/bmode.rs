@@ -3,7 +3,7 @@
 
 // Links are lossless with unbounded FIFOs (no ECN, PFC or DCQCN; ECN and DCQCN: see pmode.rs).
 
-use super::bound::multipath_bound;
+use super::bound::phase_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::rng::Rng;
@@ -130,13 +130,7 @@ fn drive<const TS: bool>(
         ..PhaseOutcome::default()
     };
     let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(multipath_bound(
-        rail,
-        &paths,
-        shape.qps,
-        run.phase.chunk as f64,
-        run.phase.ideal_bytes_per_step(),
-    ));
+    out.bound = Some(phase_bound(rail, &paths, shape.qps, run.phase));
     let spray = shape.policy == SimPolicy::Spray;
     let sets = spray_sets(rail, run, shape, rng);
     let capacity = run.conns.len() * shape.qps * shape.outstanding as usize;

@@ -7,6 +7,7 @@
 // for every split; y is a soft-max of the greedy loads at a few temperatures, the best kept.
 
 use super::topology::{Path, Rail};
+use super::traffic::Phase;
 
 const ROUNDS: usize = 64;
 
@@ -15,6 +16,18 @@ const ROUNDS: usize = 64;
 pub struct Bracket {
     pub lower: f64,
     pub upper: f64,
+}
+
+/// [`multipath_bound`] of one simulated step of `phase`: each connection's chunk against the
+/// phase's ideal bytes per step.
+pub fn phase_bound(rail: &Rail, paths: &[Path], qps: usize, phase: &Phase) -> Bracket {
+    multipath_bound(
+        rail,
+        paths,
+        qps,
+        phase.chunk as f64,
+        phase.ideal_bytes_per_step(),
+    )
 }
 
 /// `paths[c * qps + k]`: QP k of connection c; every connection moves `bytes`, and the ideal

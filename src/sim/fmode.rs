@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::bmode::{qp_paths, PhaseOutcome};
-use super::bound::multipath_bound;
+use super::bound::phase_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::fluid::{Incidence, MaxMin};
@@ -78,13 +78,7 @@ fn drive<const TS: bool>(
         ..PhaseOutcome::default()
     };
     let paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(multipath_bound(
-        rail,
-        &paths,
-        qps,
-        run.phase.chunk as f64,
-        run.phase.ideal_bytes_per_step(),
-    ));
+    out.bound = Some(phase_bound(rail, &paths, qps, run.phase));
     let mut inc = Incidence::new();
     let mut hops = Vec::with_capacity(paths.len());
     for (i, p) in paths.iter().enumerate() {

@@ -20,7 +20,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::bmode::{qp_paths, spray_sets, PhaseOutcome};
-use super::bound::multipath_bound;
+use super::bound::phase_bound;
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::loss::{ack_timeout_ps, acked, in_flight, rewind, Buffers, Recovery};
@@ -121,13 +121,7 @@ pub fn run_phase(
         ..PhaseOutcome::default()
     };
     let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(multipath_bound(
-        rail,
-        &paths,
-        qps,
-        run.phase.chunk as f64,
-        run.phase.ideal_bytes_per_step(),
-    ));
+    out.bound = Some(phase_bound(rail, &paths, qps, run.phase));
     let spray = shape.policy == SimPolicy::Spray;
     let lossy = spec.loss.lossy();
     if lossy && spray {

@@ -405,6 +405,43 @@ mod tests {
     }
 
     #[test]
+    fn a_tree_phase_is_both_trees_edges_on_the_placement_with_the_ring_s_ideal() {
+        let spec = TrafficSpec {
+            kind: TrafficKind::Tree,
+            bytes: 10 << 20,
+            placement: Placement::Fragmented,
+            ..TrafficSpec::default()
+        };
+        let mut rng = Rng::new(7);
+        let p = &phases(&spec, 4, 2, 4, &mut rng)[0];
+        let ord = order(4, Placement::Fragmented, &mut Rng::new(7));
+        let (ranks, deps) = double_tree(4);
+        let mapped: Vec<_> = ranks
+            .iter()
+            .map(|&(a, b)| (ord[a as usize], ord[b as usize]))
+            .collect();
+        assert_eq!(p.pairs, mapped);
+        assert_eq!(p.deps.as_ref(), Some(&deps));
+        // Each tree carries half: 5 MiB per edge in 10 chunks of 512 KiB, in one step.
+        assert_eq!((p.chunk, p.per_step, p.steps, p.total_steps), (5 << 20, 10, 1, 1));
+        assert!(!p.ring);
+        // The ideal is the ring's bus bytes: 2 (n - 1) x bytes / n.
+        assert_eq!(p.nic_bytes, 6 * ((10 << 20) / 4));
+        let ring = &phases(
+            &TrafficSpec {
+                kind: TrafficKind::Ring,
+                ..spec.clone()
+            },
+            4,
+            2,
+            4,
+            &mut Rng::new(7),
+        )[0];
+        assert_eq!(ring.nic_bytes, p.nic_bytes);
+        assert_eq!(ring.bytes_per_conn_total(), ring.chunk * 6);
+    }
+
+    #[test]
     fn cross_dc_pairs_every_host_with_one_in_the_next_pod() {
         let spec = TrafficSpec {
             kind: TrafficKind::CrossDc,
