@@ -198,3 +198,27 @@ fn the_command_takes_traffic_tree() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("unknown traffic 'trees' (ring, tree,"));
 }
+
+#[test]
+fn a_lossy_tree_waits_for_the_ack_timeout_and_still_delivers_every_chunk_once() {
+    // 16 hosts, 4 per leaf, 200 KB per switch egress: a parent's downlink takes 3 chunks at
+    // once and drops. A dropped tail has no later packet to reveal its gap, so only the QP's
+    // ACK timeout (4.096 us x 2^10 = 4.19 ms here) recovers it: go-back-N without a tail
+    // probe, as RoCE NICs have. The ring on the same fabric drops nothing (no incast).
+    let mut cfg = config(16, 4, 1, 2 << 20, "dqplb", 2);
+    cfg.fabric.spines = 2;
+    cfg.traffic.placement = Placement::Contiguous;
+    cfg.mode = Mode::Packet;
+    cfg.threads = 1;
+    cfg.packet.loss.buffer_bytes = 200_000;
+    cfg.packet.loss.ib_timeout = 10;
+    let r = clean(&cfg);
+    let p = r.packet.as_ref().expect("P mode's packet summary");
+    assert!(p.drops > 0 && p.ack_timeouts > 0, "{p:?}");
+    let timeout_us = 4.096 * 1024.0;
+    assert!(r.time_us > timeout_us, "{} us", r.time_us);
+    cfg.traffic.kind = TrafficKind::Ring;
+    let ring = run(&cfg).unwrap();
+    let q = ring.packet.as_ref().unwrap();
+    assert_eq!((q.drops, q.ack_timeouts, ring.missing), (0, 0, 0));
+}
