@@ -1,13 +1,14 @@
 //! NCCL's double binary tree over a rail's hosts, and the dependency graph of its edges: which
 //! received messages an edge's next post waits for, and which posts free a received message.
 //!
-//! The trees follow NCCL 2.30.7 src/graph/trees.cc (`ncclGetBtree`, `ncclGetDtree`, unchanged
-//! in shape since 2.4): tree 0 is a binary tree over ranks rooted at rank 0 built on the lowest
-//! set bit of each rank; tree 1 mirrors it (`n - 1 - r`) for even n, or shifts it by one rank
-//! for odd n. src/graph/connect.cc (`connectTrees`) gives channel c tree 0 and channel
+//! The trees follow NCCL 2.30.7 src/graph/trees.cc (`ncclGetBtree`, `ncclGetDtree`; the same
+//! rules in 2.4's src/misc/trees.cu and in trees.cc of 2.5, 2.7-2.12 and 2.19, checked): tree 0
+//! is a binary tree over ranks rooted at rank 0 built on the lowest set bit of each rank; tree
+//! 1 mirrors it (`n - 1 - r`) for even n, or shifts it by one rank for odd n.
+//! src/graph/connect.cc (`connectTrees`) gives channel c tree 0 and channel
 //! c + nChannels tree 1, so each tree carries half of the buffer. The edge semantics follow
-//! src/device/all_reduce.h (`runTreeSplit`, the Simple protocol's path on every CUDA but
-//! 11.2-11.3): a node reduces chunk j from its children and sends it up; the root reduces it
+//! src/device/all_reduce.h (`runTreeSplit`, the Simple protocol's path except CUDA 11.2-11.3 on
+//! sm_80 and newer): a node reduces chunk j from its children and sends it up; the root reduces it
 //! and sends it down; any other node forwards chunk j from its parent to its children, while
 //! the up half is still working on later chunks.
 
