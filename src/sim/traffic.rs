@@ -423,7 +423,10 @@ mod tests {
         assert_eq!(p.pairs, mapped);
         assert_eq!(p.deps.as_ref(), Some(&deps));
         // Each tree carries half: 5 MiB per edge in 10 chunks of 512 KiB, in one step.
-        assert_eq!((p.chunk, p.per_step, p.steps, p.total_steps), (5 << 20, 10, 1, 1));
+        assert_eq!(
+            (p.chunk, p.per_step, p.steps, p.total_steps),
+            (5 << 20, 10, 1, 1)
+        );
         assert!(!p.ring);
         // The ideal is the ring's bus bytes: 2 (n - 1) x bytes / n.
         assert_eq!(p.nic_bytes, 6 * ((10 << 20) / 4));
