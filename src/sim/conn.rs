@@ -281,7 +281,7 @@ impl<'a> PhaseRun<'a> {
                     return;
                 }
             }
-            let fg = self.fg;
+            let len = self.len_of(c, j);
             let conn = &mut self.conns[c];
             if j >= conn.freed + phase.slots
                 || conn.sender.messages() >= self.max_messages
@@ -289,11 +289,6 @@ impl<'a> PhaseRun<'a> {
             {
                 return;
             }
-            let len = if c < fg {
-                phase.message_len(j)
-            } else {
-                phase.step_bytes
-            };
             if conn.receiver.post(j, len).is_err() || conn.sender.post(j, len).is_err() {
                 self.errors.engine += 1;
                 return;
