@@ -392,7 +392,7 @@ fn bad_values_exit_2_naming_the_option() {
         );
     }
     let sweeps: [(&[&str], &str); 4] = [
-        (&["--class", "cross-rail"], "--class"),
+        (&["--class", "cross-rails"], "--class 'cross-rails'"),
         (
             &["--class", "cross-dc", "--traffic", "ring"],
             "--class cross-dc",

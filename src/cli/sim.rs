@@ -1,5 +1,5 @@
 //! `dqplb sim`: runs the fabric simulator (src/sim) for one or more policies and QP counts and
-//! prints a table, JSON or CSV; defaults from the site TOML's same-rail class and `[fabric.sim]`.
+//! prints a table, JSON or CSV; defaults from the site TOML's class of the traffic and `[fabric.sim]`.
 
 use std::time::Instant;
 
@@ -36,7 +36,8 @@ fabric (rail-optimized leaf-spine, one fabric per rail):
   --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
   --spray-paths K       spray: each QP sprays over K paths of its ECMP group, drawn once
                         (htsim's -paths; 0 = all, the default)
-engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's same-rail class):
+engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's plan for the
+        traffic's class: cross-rail, cross-dc, or same-rail for the others):
   --policy LIST         single-qp, static-split, round-robin-message, dqplb, dqplb-led (least
                         expected delay), spray, dqplb-rehash (dqplb with the engine's straggler
                         re-hash rule), dqplb-led-rehash (comma list)
@@ -50,7 +51,9 @@ traffic:
   --traffic T           ring (all-reduce, default), tree (NCCL's double binary tree
                         all-reduce), permutation, leaf-shift, all-to-all,
                         incast (every host sends --bytes to the first one: N-to-1),
-                        cross-dc (every host to a seeded host of the next pod: needs --pods)
+                        cross-dc (every host to a seeded host of the next pod: needs --pods),
+                        cross-rail (one round of an all-to-all without PXN: rail r's GPU to
+                        rail r+1's GPU of a seeded other host; all rails under one spine tier)
   --bytes B             ring, tree: buffer per GPU; permutation/leaf-shift: per connection;
                         all-to-all: send buffer per GPU (default 1G)
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
@@ -289,9 +292,42 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
     Ok(())
 }
 
+/// The connection class whose plan a run's engine takes from the site config: the class of the
+/// traffic's connections (cross-rail, cross-DC), same-rail for all the others.
+fn class_of(kind: TrafficKind) -> ConnClass {
+    match kind {
+        TrafficKind::CrossRail => ConnClass::CrossRail,
+        TrafficKind::CrossDc => ConnClass::CrossDc,
+        _ => ConnClass::SameRail,
+    }
+}
+
+/// The last `--traffic` of the command line, if any (read before the config is applied, so the
+/// config's class plan follows the traffic the run will have).
+fn cli_traffic(args: &[String]) -> Result<Option<TrafficKind>, String> {
+    let mut kind = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg == "--traffic" {
+            if let Some(v) = it.next() {
+                kind = Some(TrafficKind::parse(v)?);
+            }
+        } else if let Some(v) = arg.strip_prefix("--traffic=") {
+            kind = Some(TrafficKind::parse(v)?);
+        }
+    }
+    Ok(kind)
+}
+
 /// Reads the site TOML as the plugin does (NCCL_DQPLB_* overrides from the environment
-/// applied): engine shape from the same-rail class plan, then `[fabric.sim]` keys.
-fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<(), String> {
+/// applied): engine shape from the plan of the traffic's class (`cli` or the `[fabric.sim]`
+/// traffic key; same-rail by default), then `[fabric.sim]` keys.
+fn apply_config(
+    a: &mut Args,
+    path: &str,
+    cli: Option<TrafficKind>,
+    leaves: &mut Option<usize>,
+) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let mut table: toml::Table = text.parse().map_err(|e| format!("{path}: {e}"))?;
     let sim = table
@@ -311,7 +347,17 @@ fn apply_config(a: &mut Args, path: &str, leaves: &mut Option<usize>) -> Result<
         eprintln!("# dqplb sim: {path}: {var}={value} applies");
     }
     let site = loaded.config;
-    let plan = site.plan(ConnClass::SameRail);
+    let sim_traffic = match sim.as_ref().and_then(|t| t.get("traffic")) {
+        Some(toml::Value::String(v)) => {
+            Some(TrafficKind::parse(v).map_err(|e| format!("{path}: [fabric.sim] {e}"))?)
+        }
+        _ => None,
+    };
+    let class = class_of(cli.or(sim_traffic).unwrap_or(a.cfg.traffic.kind));
+    if class != ConnClass::SameRail {
+        eprintln!("# dqplb sim: {path}: class {}", class.as_str());
+    }
+    let plan = site.plan(class);
     a.cfg.shape.qps = plan.qps as usize;
     a.qps = vec![plan.qps as usize];
     a.cfg.shape.outstanding = plan.outstanding;
@@ -376,13 +422,14 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
     };
     let mut leaves = None;
     // The config file first, so command-line options override it wherever they appear.
+    let traffic = cli_traffic(args)?;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         if arg == "--config" {
             let p = it.next().ok_or("option --config needs a value")?;
-            apply_config(&mut a, p, &mut leaves)?;
+            apply_config(&mut a, p, traffic, &mut leaves)?;
         } else if let Some(p) = arg.strip_prefix("--config=") {
-            apply_config(&mut a, p, &mut leaves)?;
+            apply_config(&mut a, p, traffic, &mut leaves)?;
         }
     }
     let mut it = args.iter();

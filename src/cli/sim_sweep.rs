@@ -1,6 +1,6 @@
 //! `dqplb sim sweep`: runs the simulator over a qps x outstanding x segment grid, applies the
 //! criteria of src/sim/sweep.rs and prints the findings and a ready `[class.same-rail]` table
-//! (`[class.cross-dc]` with `--class cross-dc`, sim_sweep_class.rs).
+//! (`[class.cross-dc]` / `[class.cross-rail]` with `--class`, sim_sweep_class.rs).
 
 use std::time::Instant;
 
@@ -35,10 +35,13 @@ criteria (percent):
   --loss-pct P          depth: time <= (1 + P/100) x the best depth's at the same q, segment (1)
   --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
 class:
-  --class C             same-rail (default) or cross-dc: prints [class.cross-dc], runs
+  --class C             same-rail (default), or cross-dc: prints [class.cross-dc], runs
                         --traffic cross-dc on --preset fattree-k4 --dci-latency-us 100 --bytes 1G
                         --step-bytes 16M --mode b unless given, grid --qps 1,2,4,8 --outstanding
-                        1,2,4,...,128 --segment 512K,1M,4M, and prints the BDP rule next to it
+                        1,2,4,...,128 --segment 512K,1M,4M, and prints the BDP rule next to it;
+                        or cross-rail: prints [class.cross-rail], runs --traffic cross-rail on
+                        --hosts 64 --rails 4 --hosts-per-leaf 16 --spines 16 --bytes 64M --mode b
+                        unless given (the same-rail grid)
 DCQCN profile axis (--mode p only):
   --dcqcn LIST          firmware, paper, FILE.toml[:PROFILE] (a site config's [dcqcn] profile
                         or a [profiles.*] file, as dqplb check reads them); every grid point runs
@@ -192,6 +195,11 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
         Vec::new()
     } else if grid.class == Class::CrossDc {
         class::CROSS_DC_DEFAULTS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else if grid.class == Class::CrossRail {
+        class::CROSS_RAIL_DEFAULTS
             .iter()
             .map(|s| s.to_string())
             .collect()

@@ -1,5 +1,5 @@
-//! `dqplb sim sweep --class`: which site-config class the sweep sizes (same-rail or cross-dc),
-//! its default fabric and grid, the round trip its table writes, and the cross-DC BDP line.
+//! `dqplb sim sweep --class`: which site-config class the sweep sizes (same-rail, cross-rail or
+//! cross-dc), its default fabric and grid, the round trip its table writes, the cross-DC BDP line.
 
 use nccl_net_dqplb::config::plan::bdp_bytes;
 use nccl_net_dqplb::sim::sweep::Findings;
@@ -9,6 +9,7 @@ use nccl_net_dqplb::sim::{SimConfig, TrafficKind};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     SameRail,
+    CrossRail,
     CrossDc,
 }
 
@@ -16,16 +17,16 @@ impl Class {
     pub fn parse(v: &str) -> Result<Class, String> {
         match v {
             "same-rail" => Ok(Class::SameRail),
+            "cross-rail" => Ok(Class::CrossRail),
             "cross-dc" => Ok(Class::CrossDc),
-            o => Err(format!(
-                "--class '{o}' (same-rail or cross-dc; cross-rail is not simulated)"
-            )),
+            o => Err(format!("--class '{o}' (same-rail, cross-rail or cross-dc)")),
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Class::SameRail => "same-rail",
+            Class::CrossRail => "cross-rail",
             Class::CrossDc => "cross-dc",
         }
     }
@@ -51,6 +52,30 @@ pub const CROSS_DC_DEFAULTS: [&str; 14] = [
     "dqplb",
 ];
 
+/// The cross-rail sweep's fabric unless the command line or --config says otherwise: 64 hosts x
+/// 4 rails under one tier of 16 spines (a 256-NIC plane), every GPU sending 64 MiB to the next
+/// rail's GPU of another host; the grid is the same-rail one (the round trip is the same).
+pub const CROSS_RAIL_DEFAULTS: [&str; 18] = [
+    "--hosts",
+    "64",
+    "--rails",
+    "4",
+    "--hosts-per-leaf",
+    "16",
+    "--spines",
+    "16",
+    "--traffic",
+    "cross-rail",
+    "--bytes",
+    "64M",
+    "--mode",
+    "b",
+    "--policy",
+    "dqplb",
+    "--seed",
+    "1",
+];
+
 /// The cross-DC grid's defaults: (qps, outstanding, segments).
 pub fn cross_dc_grid() -> (Vec<usize>, Vec<u32>, Vec<u32>) {
     (
@@ -62,13 +87,21 @@ pub fn cross_dc_grid() -> (Vec<usize>, Vec<u32>, Vec<u32>) {
 
 /// Refuses a sweep whose traffic is not of its class, or a depth the site config cannot take.
 pub fn check(class: Class, cfg: &SimConfig, depths: &[u32]) -> Result<(), String> {
-    let cross = cfg.traffic.kind == TrafficKind::CrossDc;
+    let kind = cfg.traffic.kind;
+    let cross = kind == TrafficKind::CrossDc;
     match class {
         Class::CrossDc if !cross => Err(
             "--class cross-dc runs --traffic cross-dc (every connection between two DCs)".into(),
         ),
+        Class::CrossRail if kind != TrafficKind::CrossRail => Err(
+            "--class cross-rail runs --traffic cross-rail (every connection between two rails)"
+                .into(),
+        ),
         Class::SameRail if cross => {
             Err("--traffic cross-dc sizes the cross-dc class: add --class cross-dc".into())
+        }
+        Class::SameRail if kind == TrafficKind::CrossRail => {
+            Err("--traffic cross-rail sizes the cross-rail class: add --class cross-rail".into())
         }
         Class::CrossDc => match depths.iter().find(|&&d| !(1..=256).contains(&d)) {
             Some(d) => Err(format!(
@@ -76,7 +109,7 @@ pub fn check(class: Class, cfg: &SimConfig, depths: &[u32]) -> Result<(), String
             )),
             None => Ok(()),
         },
-        Class::SameRail => Ok(()),
+        Class::SameRail | Class::CrossRail => Ok(()),
     }
 }
 
@@ -84,7 +117,7 @@ pub fn check(class: Class, cfg: &SimConfig, depths: &[u32]) -> Result<(), String
 pub fn rtt(class: Class, cfg: &SimConfig) -> (f64, &'static str) {
     match class {
         // A leaf-spine-leaf path: 4 hops out, 4 back for the ACK.
-        Class::SameRail => (
+        Class::SameRail | Class::CrossRail => (
             (8.0 * cfg.fabric.hop_latency_ps as f64 / 1e6).max(0.001),
             "the simulated leaf-spine-leaf round trip",
         ),

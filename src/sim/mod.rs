@@ -3,7 +3,8 @@
 
 // Layout: `topology` (fabric, links, paths), `tier3` (pods, cores, the fat-tree preset), `dci`
 // (each pod a data centre: the span's latency on aggregation -> core hops), `hashing` (5-tuple CRC, mlx5 source port),
-// `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `conn` (engine pairs and
+// `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `cross_rail` (every rail in
+// one plane under shared spines), `conn` (engine pairs and
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
@@ -17,6 +18,7 @@
 pub mod bmode;
 pub mod bound;
 pub mod conn;
+pub mod cross_rail;
 pub mod dci;
 pub mod events;
 pub mod fluid;

@@ -1,5 +1,5 @@
 //! One simulation: every rail (independent under rail-optimized traffic) on its own seeded
-//! stream, rails spread over `threads` workers with `std::thread::scope`, results merged in order.
+//! stream over `threads` workers (`std::thread::scope`), merged in order; cross-rail as one plane.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -9,9 +9,9 @@ use super::packet::PacketSpec;
 use super::report::{RailResult, SimResult};
 use super::rng::Rng;
 use super::topology::{FabricSpec, Ps, Rail};
-use super::traffic::TrafficSpec;
 use super::traffic::{self, Phase};
-use super::{bmode, fmode, pmode};
+use super::traffic::{TrafficKind, TrafficSpec};
+use super::{bmode, cross_rail, fmode, pmode};
 
 /// Granularity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,17 +64,38 @@ pub struct SimConfig {
 pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     cfg.fabric.validate()?;
     cfg.traffic.check(&cfg.fabric)?;
+    // Cross-rail traffic couples the rails: all of them run as one plane (cross_rail.rs), and
+    // the report describes the fabric as configured.
+    let cross = cfg.traffic.kind == TrafficKind::CrossRail;
+    if cross && cfg.rails_simulated != 0 && cfg.rails_simulated < cfg.fabric.rails {
+        return Err(format!(
+            "--traffic cross-rail couples the rails: it simulates all {} as one plane \
+             (no --rails-simulated {})",
+            cfg.fabric.rails, cfg.rails_simulated
+        ));
+    }
+    let plane_cfg = cross.then(|| SimConfig {
+        fabric: cross_rail::plane(&cfg.fabric),
+        rails_simulated: 0,
+        ..cfg.clone()
+    });
+    let sim = plane_cfg.as_ref().unwrap_or(cfg);
+    let block = if cross {
+        cfg.fabric.hosts
+    } else {
+        cfg.fabric.leaves_per_pod() * cfg.fabric.hosts_per_leaf
+    };
     let phases = traffic::phases(
-        &cfg.traffic,
-        cfg.fabric.hosts,
-        cfg.fabric.hosts_per_leaf,
-        cfg.fabric.leaves_per_pod() * cfg.fabric.hosts_per_leaf,
+        &sim.traffic,
+        sim.fabric.hosts,
+        sim.fabric.hosts_per_leaf,
+        block,
         &mut Rng::new(cfg.seed).fork(u64::MAX),
     );
-    let rails = if cfg.rails_simulated == 0 {
-        cfg.fabric.rails
+    let rails = if sim.rails_simulated == 0 {
+        sim.fabric.rails
     } else {
-        cfg.rails_simulated.min(cfg.fabric.rails)
+        sim.rails_simulated.min(sim.fabric.rails)
     };
     let results: Mutex<Vec<Option<Result<RailResult, String>>>> =
         Mutex::new((0..rails).map(|_| None).collect());
@@ -84,12 +105,12 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
         if r >= rails {
             return;
         }
-        let res = run_rail(cfg, &phases, r);
+        let res = run_rail(sim, &phases, r);
         if let Ok(mut v) = results.lock() {
             v[r] = Some(res);
         }
     };
-    let threads = cfg.threads.clamp(1, rails);
+    let threads = sim.threads.clamp(1, rails);
     if threads == 1 {
         work();
     } else {
@@ -105,7 +126,11 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err("rail not simulated".into())))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(SimResult::new(cfg, &phases, per_rail))
+    let mut res = SimResult::new(cfg, &phases, per_rail);
+    if cross {
+        res.rails_simulated = cfg.fabric.rails;
+    }
+    Ok(res)
 }
 
 fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, String> {

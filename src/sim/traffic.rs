@@ -29,6 +29,9 @@ pub enum TrafficKind {
     /// Every host sends `bytes` to a host of the next pod (data centre, dci.rs): slot k of pod p
     /// to slot sigma(k) of pod p + 1 (mod pods), sigma a seeded permutation of a pod's hosts.
     CrossDc,
+    /// One round of a PXN-less all-to-all (cross_rail.rs): rail r's GPU of host k sends `bytes`
+    /// to rail r + 1's GPU of host sigma(k), sigma a seeded derangement; all rails in one plane.
+    CrossRail,
 }
 
 impl TrafficKind {
@@ -41,10 +44,11 @@ impl TrafficKind {
             "all-to-all" | "alltoall" => TrafficKind::AllToAll,
             "incast" => TrafficKind::Incast,
             "cross-dc" => TrafficKind::CrossDc,
+            "cross-rail" => TrafficKind::CrossRail,
             other => {
                 return Err(format!(
                     "unknown traffic '{other}' (ring, tree, permutation, leaf-shift, all-to-all, \
-                     incast, cross-dc)"
+                     incast, cross-dc, cross-rail)"
                 ))
             }
         })
@@ -59,6 +63,7 @@ impl TrafficKind {
             TrafficKind::AllToAll => "all-to-all",
             TrafficKind::Incast => "incast",
             TrafficKind::CrossDc => "cross-dc",
+            TrafficKind::CrossRail => "cross-rail",
         }
     }
 }
@@ -189,7 +194,8 @@ fn round128(x: u64) -> u64 {
 }
 
 /// The phases of `spec` over `hosts` hosts (one rail; every rail runs the same traffic);
-/// `hosts_per_dc` (hosts per pod) is read by `cross-dc` only.
+/// `hosts_per_dc` is read by `cross-dc` (hosts per pod) and `cross-rail` (hosts per rail, with
+/// `hosts` the plane's NICs) only.
 pub fn phases(
     spec: &TrafficSpec,
     hosts: usize,
@@ -297,6 +303,12 @@ pub fn phases(
                 .collect();
             vec![single(pairs, spec.bytes)]
         }
+        TrafficKind::CrossRail => {
+            // By host id, as cross-dc (placement does not apply).
+            let h = hosts_per_dc.max(1);
+            let pairs = super::cross_rail::pairs(h, hosts / h, rng);
+            vec![single(pairs, spec.bytes)]
+        }
         TrafficKind::AllToAll => (1..n)
             .map(|k| {
                 let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
@@ -317,6 +329,9 @@ impl TrafficSpec {
                 self.kind.name()
             ));
         }
+        if self.kind == TrafficKind::CrossRail {
+            return super::cross_rail::check(f, self);
+        }
         if self.kind != TrafficKind::CrossDc {
             return Ok(());
         }
@@ -336,7 +351,7 @@ impl TrafficSpec {
 }
 
 /// A permutation of `0 .. n` without fixed points: shuffle until none (expected e tries).
-fn derangement(n: usize, rng: &mut Rng) -> Vec<u32> {
+pub(super) fn derangement(n: usize, rng: &mut Rng) -> Vec<u32> {
     let mut perm: Vec<u32> = (0..n as u32).collect();
     loop {
         rng.shuffle(&mut perm);
