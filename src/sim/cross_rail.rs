@@ -130,6 +130,37 @@ mod tests {
         }
     }
 
+    /// With PXN (NCCL's default: `ncclTopoGetNetDev`, src/graph/search.cc, NCCL 2.12 on, at
+    /// `NCCL_P2P_PXN_LEVEL` 2) the sender hands the data over NVLink to its host's GPU of the
+    /// peer's rail, whose NIC sends it: the pair (r, k) -> (r + 1, sigma(k)) becomes host k ->
+    /// host sigma(k) on rail r + 1, a same-rail permutation by sigma on every rail. That is
+    /// `--traffic permutation` (contiguous) of the same seed, pair for pair.
+    #[test]
+    fn with_pxn_the_network_sees_the_permutation_of_the_same_seed() {
+        use crate::sim::traffic::{phases, TrafficKind};
+        for (hosts, rails, seed) in [(8, 2, 1), (64, 4, 9), (48, 8, 3)] {
+            let spec = |kind| TrafficSpec {
+                kind,
+                ..TrafficSpec::default()
+            };
+            let rng = || Rng::new(seed).fork(u64::MAX);
+            let xr = phases(
+                &spec(TrafficKind::CrossRail),
+                hosts * rails,
+                4,
+                hosts,
+                &mut rng(),
+            );
+            let perm = phases(&spec(TrafficKind::Permutation), hosts, 4, hosts, &mut rng());
+            assert_eq!((xr.len(), perm.len()), (1, 1));
+            assert_eq!(xr[0].pairs.len(), hosts * rails);
+            for &(s, d) in &xr[0].pairs {
+                let (k, kd) = (s as usize % hosts, d as usize % hosts);
+                assert_eq!(perm[0].pairs[k], (k as u32, kd as u32), "seed {seed}");
+            }
+        }
+    }
+
     #[test]
     fn refusals_name_what_is_missing() {
         let t = TrafficSpec::default();
