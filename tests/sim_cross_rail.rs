@@ -303,3 +303,61 @@ fn the_sweep_prints_a_cross_rail_table_the_parser_reads() {
             .plan(ConnClass::SameRail)
     );
 }
+
+#[test]
+fn the_uplink_dump_and_heatmap_cut_the_plane_back_into_rails() {
+    let dir = std::env::temp_dir().join(format!("dqplb-xrail-svg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let out = dqplb(&[
+        "sim",
+        "--traffic",
+        "cross-rail",
+        "--hosts",
+        "16",
+        "--rails",
+        "4",
+        "--hosts-per-leaf",
+        "4",
+        "--spines",
+        "4",
+        "--bytes",
+        "8M",
+        "--mode",
+        "b",
+        "--policy",
+        "dqplb",
+        "--svg",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // 4 rails x 4 leafs x 4 spines, each (rail, leaf, spine) once, leafs numbered per rail.
+    let csv = std::fs::read_to_string(dir.join("uplinks.csv")).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut per_rail = [0.0f64; 4];
+    for line in csv.lines().skip(1) {
+        let c: Vec<&str> = line.split(',').collect();
+        let (rail, leaf, spine): (usize, usize, usize) = (
+            c[2].parse().unwrap(),
+            c[3].parse().unwrap(),
+            c[4].parse().unwrap(),
+        );
+        assert!(rail < 4 && leaf < 4 && spine < 4, "{line}");
+        assert!(seen.insert((rail, leaf, spine)), "{line}");
+        per_rail[rail] += c[5].parse::<f64>().unwrap();
+    }
+    assert_eq!(seen.len(), 64);
+    // Every connection leaves its leaf, one per NIC: every rail's uplinks carry the same bytes.
+    for r in 1..4 {
+        assert!(
+            (per_rail[r] / per_rail[0] - 1.0).abs() < 1e-6,
+            "{per_rail:?}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.join("heatmap-dqplb-q8.svg")).unwrap();
+    assert_eq!(svg.matches("class=\"cell\"").count(), 64);
+    for r in 0..4 {
+        assert!(svg.contains(&format!("data-rail=\"{r}\"")), "rail {r}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

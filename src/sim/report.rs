@@ -70,6 +70,18 @@ pub struct RailResult {
     uplink_busy_ps: Vec<f64>,
 }
 
+/// One rail's leaf uplinks, as [`SimResult::uplink_rails`] gives them.
+pub struct RailUplinks<'a> {
+    pub rail: usize,
+    /// Busy fraction, indexed `leaf * spines + spine`.
+    pub util: &'a [f64],
+    /// Indices (as in `util`) of the links that are down.
+    pub failed: Vec<u32>,
+    /// Fullest and mean live uplink.
+    pub max: f64,
+    pub mean: f64,
+}
+
 impl RailResult {
     pub fn new(rail: usize) -> RailResult {
         RailResult {
@@ -403,24 +415,67 @@ impl SimResult {
         }
     }
 
+    /// Per rail, its leaf uplinks. A cross-rail run's one plane holds every rail's leafs in
+    /// rail order (cross_rail.rs), so its uplinks are cut back into rails here.
+    pub fn uplink_rails(&self) -> Vec<RailUplinks<'_>> {
+        let mut out = Vec::new();
+        for r in &self.per_rail {
+            let plane = self.traffic == "cross-rail";
+            if !plane {
+                out.push(RailUplinks {
+                    rail: r.rail,
+                    util: &r.uplink_util,
+                    failed: r.uplink_failed.clone(),
+                    max: r.max_uplink_util,
+                    mean: r.mean_uplink_util,
+                });
+                continue;
+            }
+            let per = (self.leaves * self.spines).max(1);
+            for (c, chunk) in r.uplink_util.chunks(per).enumerate() {
+                let lo = (c * per) as u32;
+                let failed: Vec<u32> = r
+                    .uplink_failed
+                    .iter()
+                    .filter(|&&i| i >= lo && i < lo + chunk.len() as u32)
+                    .map(|&i| i - lo)
+                    .collect();
+                let live: Vec<f64> = (0..chunk.len())
+                    .filter(|i| !failed.contains(&(*i as u32)))
+                    .map(|i| chunk[i])
+                    .collect();
+                let max = live.iter().copied().fold(0.0, f64::max);
+                let mean = live.iter().sum::<f64>() / live.len().max(1) as f64;
+                out.push(RailUplinks {
+                    rail: c,
+                    util: chunk,
+                    failed,
+                    max,
+                    mean,
+                });
+            }
+        }
+        out
+    }
+
     /// Header of [`SimResult::uplink_csv`].
     pub const UPLINK_CSV_HEADER: &'static str = "policy,qps,rail,leaf,spine,util,failed";
 
     /// The per-uplink utilisation dump: one row per leaf->spine link of every simulated rail.
     pub fn uplink_csv(&self) -> String {
         let mut s = String::new();
-        for r in &self.per_rail {
-            for (i, u) in r.uplink_util.iter().enumerate() {
-                let failed = r.uplink_failed.contains(&(i as u32));
+        for p in self.uplink_rails() {
+            let (rail, failed) = (p.rail, &p.failed);
+            for (i, u) in p.util.iter().enumerate() {
                 s.push_str(&format!(
                     "{},{},{},{},{},{:.6},{}\n",
                     self.policy,
                     self.qps,
-                    r.rail,
+                    rail,
                     i / self.spines.max(1),
                     i % self.spines.max(1),
                     u,
-                    failed
+                    failed.contains(&(i as u32))
                 ));
             }
         }

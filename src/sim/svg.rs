@@ -265,8 +265,12 @@ pub fn collisions(r: &SimResult) -> String {
             base + 26.0,
             "start",
             &format!(
-                "rail {}: max {} paths/uplink, fullest {:.0}%",
-                rail.rail,
+                "{}: max {} paths/uplink, fullest {:.0}%",
+                if r.traffic == "cross-rail" {
+                    "all rails (one plane)".to_string()
+                } else {
+                    format!("rail {}", rail.rail)
+                },
                 rail.uplink_hist.len().saturating_sub(1),
                 100.0 * rail.max_uplink_util
             ),
@@ -309,8 +313,9 @@ pub fn heatmap(r: &SimResult) -> String {
     let (leaves, spines) = (r.leaves.max(1), r.spines.max(1));
     let cell = (240.0 / leaves.max(spines) as f64).clamp(2.0, 16.0);
     let (pw, ph) = (spines as f64 * cell, leaves as f64 * cell);
-    let cols = r.per_rail.len().clamp(1, 4);
-    let rows = r.per_rail.len().max(1).div_ceil(cols);
+    let panels = r.uplink_rails();
+    let cols = panels.len().clamp(1, 4);
+    let rows = panels.len().max(1).div_ceil(cols);
     let w = 20.0 + cols as f64 * (pw.max(150.0) + 30.0);
     let h = 80.0 + rows as f64 * (ph + 50.0);
     let mut s = open(w.max(width_for(subtitle(r).len(), 420.0)), h);
@@ -338,13 +343,14 @@ pub fn heatmap(r: &SimResult) -> String {
     text(&mut s, 20.0, 60.0, "start", "0%");
     text(&mut s, 20.0 + 11.0 * 14.0, 60.0, "end", "100%");
     text(&mut s, 190.0, 47.0, "start", "grey: failed link");
-    for (k, rail) in r.per_rail.iter().enumerate() {
+    for (k, p) in panels.iter().enumerate() {
+        let (rail, util, failed, max, mean) = (p.rail, p.util, &p.failed, p.max, p.mean);
         let ox = 20.0 + (k % cols) as f64 * (pw.max(150.0) + 30.0);
         let oy = 80.0 + (k / cols) as f64 * (ph + 50.0);
-        let _ = writeln!(s, "<g class=\"rail\" data-rail=\"{}\">", rail.rail);
-        for (i, &u) in rail.uplink_util.iter().enumerate() {
+        let _ = writeln!(s, "<g class=\"rail\" data-rail=\"{rail}\">");
+        for (i, &u) in util.iter().enumerate() {
             let (leaf, spine) = (i / spines, i % spines);
-            let failed = rail.uplink_failed.contains(&(i as u32));
+            let failed = failed.contains(&(i as u32));
             let fill = if failed {
                 "#9e9e9e".to_string()
             } else {
@@ -370,9 +376,9 @@ pub fn heatmap(r: &SimResult) -> String {
             "start",
             &format!(
                 "rail {}: fullest {:.0}%, mean {:.0}%",
-                rail.rail,
-                100.0 * rail.max_uplink_util,
-                100.0 * rail.mean_uplink_util
+                rail,
+                100.0 * max,
+                100.0 * mean
             ),
         );
         s.push_str("</g>\n");
