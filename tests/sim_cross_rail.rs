@@ -121,34 +121,43 @@ fn every_message_once_and_dqplb_beats_static_beats_one_qp() {
     assert!(pct[2] <= bound + 1e-9, "{pct:?} vs {bound}");
 }
 
+/// 16 hosts x 4 rails, 4 per leaf, 4 spines, 8 MiB per connection.
+const SMALL: [&str; 13] = [
+    "sim",
+    "--traffic",
+    "cross-rail",
+    "--hosts",
+    "16",
+    "--rails",
+    "4",
+    "--hosts-per-leaf",
+    "4",
+    "--spines",
+    "4",
+    "--bytes",
+    "8M",
+];
+
 #[test]
 fn same_seed_same_bytes_another_seed_other_pairs() {
     let go = |mode: &str, seed: &str| {
-        let out = dqplb(&[
-            "sim",
-            "--traffic",
-            "cross-rail",
-            "--hosts",
-            "16",
-            "--rails",
-            "4",
-            "--hosts-per-leaf",
-            "4",
-            "--spines",
-            "4",
-            "--bytes",
-            "8M",
-            "--mode",
-            mode,
-            "--policy",
-            "dqplb,spray",
-            "--qps",
-            "4",
-            "--seed",
-            seed,
-            "--format",
-            "csv",
-        ]);
+        let out = dqplb(
+            &[
+                &SMALL[..],
+                &["--mode", mode],
+                &[
+                    "--policy",
+                    "dqplb,spray",
+                    "--qps",
+                    "4",
+                    "--seed",
+                    seed,
+                    "--format",
+                    "csv",
+                ],
+            ]
+            .concat(),
+        );
         assert!(out.status.success(), "{}", text(&out.stderr));
         out.stdout
     };
@@ -309,27 +318,13 @@ fn the_uplink_dump_and_heatmap_cut_the_plane_back_into_rails() {
     let dir = std::env::temp_dir().join(format!("dqplb-xrail-svg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let d = dir.to_str().unwrap();
-    let out = dqplb(&[
-        "sim",
-        "--traffic",
-        "cross-rail",
-        "--hosts",
-        "16",
-        "--rails",
-        "4",
-        "--hosts-per-leaf",
-        "4",
-        "--spines",
-        "4",
-        "--bytes",
-        "8M",
-        "--mode",
-        "b",
-        "--policy",
-        "dqplb",
-        "--svg",
-        d,
-    ]);
+    let out = dqplb(
+        &[
+            &SMALL[..],
+            &["--mode", "b", "--policy", "dqplb", "--svg", d],
+        ]
+        .concat(),
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     // 4 rails x 4 leafs x 4 spines, each (rail, leaf, spine) once, leafs numbered per rail.
     let csv = std::fs::read_to_string(dir.join("uplinks.csv")).unwrap();
