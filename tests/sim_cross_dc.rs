@@ -5,7 +5,7 @@ mod sim_support;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
 use serde_json::Value;
-use sim_support::{dqplb, f, sweep, text, u};
+use sim_support::{assert_refused, dqplb, f, sweep, text, u};
 
 /// One hop (the default 1 us) in ps.
 const HOP: f64 = 1e6;
@@ -381,15 +381,7 @@ fn bad_values_exit_2_naming_the_option() {
         (&["--traffic", "cross-dcx"], "unknown traffic"),
     ];
     for (extra, name) in cases {
-        let mut args = k2.to_vec();
-        args.extend(extra);
-        let out = dqplb(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            text(&out.stderr).contains(name),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
+        assert_refused(&k2, extra, name);
     }
     let sweeps: [(&[&str], &str); 4] = [
         (&["--class", "cross-rails"], "--class 'cross-rails'"),
@@ -407,14 +399,6 @@ fn bad_values_exit_2_naming_the_option() {
         ),
     ];
     for (extra, name) in sweeps {
-        let mut args = vec!["sim", "sweep"];
-        args.extend(extra);
-        let out = dqplb(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            text(&out.stderr).contains(name),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
+        assert_refused(&["sim", "sweep"], extra, name);
     }
 }

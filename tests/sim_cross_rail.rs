@@ -5,7 +5,7 @@ mod sim_support;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
 use serde_json::Value;
-use sim_support::{default_toml, dqplb, f, site_toml, sweep, text, u};
+use sim_support::{assert_refused, default_toml, dqplb, f, site_toml, sweep, text, u};
 
 /// One hop (the default 1 us) in ps.
 const HOP: f64 = 1e6;
@@ -179,14 +179,10 @@ fn fabrics_it_cannot_run_exit_2_naming_why() {
         (&["--rails-simulated", "1"], "no --rails-simulated 1"),
     ];
     for (extra, want) in cases {
-        let mut args = vec!["sim", "--traffic", "cross-rail", "--bytes", "1M"];
-        args.extend(extra);
-        let out = dqplb(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            text(&out.stderr).contains(want),
-            "{args:?}: {}",
-            text(&out.stderr)
+        assert_refused(
+            &["sim", "--traffic", "cross-rail", "--bytes", "1M"],
+            extra,
+            want,
         );
     }
     let sweeps: [(&[&str], &str); 2] = [
@@ -197,15 +193,7 @@ fn fabrics_it_cannot_run_exit_2_naming_why() {
         (&["--traffic", "cross-rail"], "add --class cross-rail"),
     ];
     for (extra, want) in sweeps {
-        let mut args = vec!["sim", "sweep"];
-        args.extend(extra);
-        let out = dqplb(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            text(&out.stderr).contains(want),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
+        assert_refused(&["sim", "sweep"], extra, want);
     }
 }
 

@@ -23,6 +23,15 @@ pub fn dqplb_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     }
 }
 
+/// Runs `dqplb` with `prefix` then `extra`, which must exit 2 with `want` in its stderr.
+pub fn assert_refused(prefix: &[&str], extra: &[&str], want: &str) {
+    let args = [prefix, extra].concat();
+    let out = dqplb(&args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains(want), "{args:?}: {err}");
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
