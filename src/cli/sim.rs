@@ -1,5 +1,6 @@
 //! `dqplb sim`: runs the fabric simulator (src/sim) for one or more policies and QP counts and
-//! prints a table, JSON or CSV; defaults from the site TOML's class of the traffic and `[fabric.sim]`.
+//! prints a table, JSON or CSV; defaults from the site TOML's plan for the traffic's class and
+//! its `[fabric.sim]` block.
 
 use std::time::Instant;
 

@@ -418,9 +418,9 @@ impl SimResult {
     /// Per rail, its leaf uplinks. A cross-rail run's one plane holds every rail's leafs in
     /// rail order (cross_rail.rs), so its uplinks are cut back into rails here.
     pub fn uplink_rails(&self) -> Vec<RailUplinks<'_>> {
+        let plane = self.traffic == "cross-rail";
         let mut out = Vec::new();
         for r in &self.per_rail {
-            let plane = self.traffic == "cross-rail";
             if !plane {
                 out.push(RailUplinks {
                     rail: r.rail,
