@@ -352,6 +352,185 @@ fn the_example_charts_in_docs_are_well_formed() {
             seen += 1;
         }
     }
-    // The four charts of `dqplb sim --svg` and the sweep grid of `dqplb sim sweep --svg`.
-    assert_eq!(seen, 5, "docs/img/sim-*.svg");
+    // The five charts of `dqplb sim --svg` and the sweep grid of `dqplb sim sweep --svg`.
+    assert_eq!(seen, 6, "docs/img/sim-*.svg");
+}
+
+/// `dqplb sim` with `extra` writing its samples to DIR/ts.csv and charts to DIR; the CSV's rows.
+fn run_sampled(dir: &Path, extra: &[&str]) -> Vec<Vec<String>> {
+    std::fs::create_dir_all(dir).unwrap();
+    let csv = dir.join("ts.csv");
+    let mut args = vec![
+        "sim",
+        "--format",
+        "json",
+        "--timeseries",
+        csv.to_str().unwrap(),
+        "--svg",
+        dir.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
+        .args(&args)
+        .output()
+        .expect("run dqplb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("policy,qps,t_us,rail,phase,kind,id,qp,"));
+    lines
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+/// The polylines of the panel titled `title` (a prefix), with the panel's ymax and bottom.
+fn panel<'a>(els: &'a [Elem], title: &str) -> (f64, f64, Vec<&'a Elem>) {
+    let i = els
+        .iter()
+        .position(|e| {
+            e.name == "g"
+                && e.attrs
+                    .get("data-title")
+                    .is_some_and(|t| t.starts_with(title))
+        })
+        .unwrap_or_else(|| panic!("no panel {title:?}"));
+    let g = &els[i];
+    let lines = els[i + 1..]
+        .iter()
+        .take_while(|e| e.name != "g")
+        .filter(|e| e.name == "polyline")
+        .collect();
+    (attr_f64(g, "data-ymax"), attr_f64(g, "data-bottom"), lines)
+}
+
+/// The lowest y of a polyline (its highest value).
+fn top_y(e: &Elem) -> f64 {
+    e.attrs["points"]
+        .split_whitespace()
+        .map(|p| p.split_once(',').unwrap().1.parse::<f64>().unwrap())
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn the_time_series_chart_draws_the_sampled_counters() {
+    // 8-to-1 incast in P mode, DCQCN on: queues, marks and CNPs are all non-zero.
+    let dir = tmp("ts-p");
+    let rows = run_sampled(
+        &dir,
+        &[
+            "--mode",
+            "p",
+            "--hosts",
+            "9",
+            "--rails",
+            "1",
+            "--hosts-per-leaf",
+            "16",
+            "--spines",
+            "1",
+            "--traffic",
+            "incast",
+            "--bytes",
+            "4M",
+            "--policy",
+            "dqplb",
+            "--qps",
+            "4",
+            "--sample-us",
+            "20",
+        ],
+    );
+    let mine: Vec<&Vec<String>> = rows.iter().filter(|r| r[3] == "0" && r[4] == "0").collect();
+    let mut times: Vec<&str> = mine.iter().map(|r| r[2].as_str()).collect();
+    times.dedup();
+    let num = |r: &Vec<String>, k: usize| r[k].parse::<f64>().unwrap();
+    let els = parse_svg(&std::fs::read_to_string(dir.join("timeseries-dqplb-q4.svg")).unwrap());
+    assert_eq!(of_class(&els, "g", "panel").len(), 4);
+    for e in of_class(&els, "polyline", "series") {
+        assert_eq!(e.attrs["data-points"], times.len().to_string());
+        assert_eq!(e.attrs["points"].split_whitespace().count(), times.len());
+    }
+    let (ymax, bottom, rate) = panel(&els, "DCQCN rate");
+    assert_eq!(rate.len(), 5, "4 QPs and the mean");
+    for (k, line) in rate.iter().take(4).enumerate() {
+        let want = mine
+            .iter()
+            .filter(|r| r[5] == "qp" && r[6] == "0" && r[7] == k.to_string())
+            .map(|r| num(r, 8))
+            .fold(0.0, f64::max);
+        let got = attr_f64(line, "data-max");
+        assert!((got - want).abs() < 5e-4, "QP {k}: {got} against {want}");
+        let y = bottom - got / ymax * 120.0;
+        assert!((top_y(line) - y).abs() < 2e-3, "QP {k}'s peak at {y}");
+    }
+    let (_, _, queue) = panel(&els, "deepest link queue");
+    let deepest = mine
+        .iter()
+        .filter(|r| r[5] != "qp")
+        .map(|r| num(r, 11))
+        .fold(0.0, f64::max);
+    assert!(deepest > 0.0);
+    assert_eq!(attr_f64(queue[0], "data-max"), deepest / 1024.0);
+    // CNPs per period: the largest step of the summed cumulative counts.
+    let (_, _, counts) = panel(&els, "per sample period");
+    let mut cum = Vec::new();
+    for t in &times {
+        cum.push(
+            mine.iter()
+                .filter(|r| r[2] == *t && r[5] == "qp")
+                .map(|r| num(r, 13))
+                .sum::<f64>(),
+        );
+    }
+    let step = cum
+        .iter()
+        .scan(0.0, |prev, &c| {
+            let d = c - *prev;
+            *prev = c;
+            Some(d)
+        })
+        .fold(0.0, f64::max);
+    assert!(step > 0.0);
+    assert_eq!(counts[1].attrs["data-name"], "CNPs (QPs)");
+    assert_eq!(attr_f64(counts[1], "data-max"), step);
+
+    // F mode: no link rows, so no queue panel; B mode has one. Unsampled runs write none.
+    let fabric = [
+        "--hosts",
+        "16",
+        "--rails",
+        "1",
+        "--hosts-per-leaf",
+        "8",
+        "--spines",
+        "2",
+        "--bytes",
+        "4M",
+        "--traffic",
+        "permutation",
+        "--qps",
+        "2",
+    ];
+    for (mode, panels) in [("f", 3), ("b", 4)] {
+        let dir = tmp(&format!("ts-{mode}"));
+        let mut a = fabric.to_vec();
+        a.extend(["--mode", mode, "--policy", "dqplb"]);
+        run_sampled(&dir, &a);
+        let els = parse_svg(&std::fs::read_to_string(dir.join("timeseries-dqplb-q2.svg")).unwrap());
+        assert_eq!(of_class(&els, "g", "panel").len(), panels, "{mode}");
+    }
+    let dir = tmp("ts-none");
+    run_with_svg(&dir, &["--policy", "dqplb"]);
+    assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("timeseries")));
 }

@@ -91,7 +91,8 @@ time series (any mode; every --policy/--qps run, its rows led by policy,qps):
                         with an optional [fabric.sim] block
   --format F            table (default), json or csv
   --svg DIR             also write DIR/ideal.svg (% of ideal per policy and q), and per run
-                        DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv
+                        DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv;
+                        with samples (--timeseries; P mode: --sample-us) DIR/timeseries-P-qQ.svg
   -h, --help            show this help
 
 exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";

@@ -1,13 +1,14 @@
 //! `dqplb sim --svg DIR`: writes the charts of src/sim/svg.rs for the runs of one invocation,
-//! and the per-uplink utilisation of every run as DIR/uplinks.csv.
+//! the time series of every sampled run, and the per-uplink utilisation as DIR/uplinks.csv.
 
 use std::path::{Path, PathBuf};
 
 use nccl_net_dqplb::sim::svg::{collisions, heatmap, ideal_bars};
+use nccl_net_dqplb::sim::svg_timeseries::timeseries;
 use nccl_net_dqplb::sim::SimResult;
 
-/// Writes DIR/ideal.svg, per run DIR/collisions-P-qQ.svg and DIR/heatmap-P-qQ.svg, and
-/// DIR/uplinks.csv; returns the files written.
+/// Writes DIR/ideal.svg, per run DIR/collisions-P-qQ.svg and DIR/heatmap-P-qQ.svg (and
+/// DIR/timeseries-P-qQ.svg when it was sampled), and DIR/uplinks.csv; returns the files written.
 pub fn write_all(dir: &Path, runs: &[&SimResult]) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let mut files = Vec::new();
@@ -24,6 +25,9 @@ pub fn write_all(dir: &Path, runs: &[&SimResult]) -> Result<Vec<PathBuf>, String
         let tag = format!("{}-q{}", r.policy, r.qps);
         put(format!("collisions-{tag}.svg"), collisions(r))?;
         put(format!("heatmap-{tag}.svg"), heatmap(r))?;
+        if let Some(ts) = timeseries(r) {
+            put(format!("timeseries-{tag}.svg"), ts)?;
+        }
         csv.push_str(&r.uplink_csv());
     }
     put("uplinks.csv".into(), csv)?;

@@ -8,7 +8,7 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV), `svg` (the charts), `sweep` (the sweep's criteria and config snippet), `sweep_profile`
+// `report` (JSON/CSV), `svg` (the charts), `svg_timeseries` (the time-series chart), `sweep` (the sweep's criteria and config snippet), `sweep_profile`
 // (its DCQCN profile axis and `[dcqcn]` block);
 // P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
 // `switchq` (ECN queues), `pfc`, `timeseries` (its rows, CSV), `timeseries_bf` (B and F mode's
@@ -37,6 +37,7 @@ pub mod run;
 pub mod spray;
 pub mod svg;
 pub mod svg_sweep;
+pub mod svg_timeseries;
 pub mod sweep;
 pub mod sweep_profile;
 pub mod switchq;
