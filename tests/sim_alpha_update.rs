@@ -56,9 +56,9 @@ fn alpha_update_option_overrides_the_profile_in_any_order() {
     // Measured (4096 packets each): cuts per schedule.
     assert_eq!(
         (cuts(&fw), cuts(&fw_period), cuts(&fw_cnp)),
-        (167, 167, 159)
+        (170, 170, 169)
     );
-    assert_eq!((cuts(&paper), cuts(&paper_period)), (49, 45));
+    assert_eq!((cuts(&paper), cuts(&paper_period)), (48, 45));
     assert_eq!(fw["packets"], 4096);
 
     for bad in ["sometimes", "per-CNP", ""] {
@@ -165,11 +165,11 @@ fn sweep_carries_the_schedule_through_the_profile_axis() {
     };
     let own = sweep(&[]);
     assert_eq!(schedules(&own), ["per-period", "per-cnp"]);
-    // The same runs as dqplb sim's (firmware 167 per period, paper 49 per CNP).
-    assert_eq!(cuts(&own), [167, 49]);
+    // The same runs as dqplb sim's (firmware 170 per period, paper 48 per CNP).
+    assert_eq!(cuts(&own), [170, 48]);
     let cnp = sweep(&["--alpha-update", "per-cnp"]);
     assert_eq!(schedules(&cnp), ["per-cnp", "per-cnp"]);
-    assert_eq!(cuts(&cnp), [159, 49]);
+    assert_eq!(cuts(&cnp), [169, 48]);
     let block = cnp["dcqcn_block"].as_str().unwrap();
     assert!(
         block.contains("# Simulated with the per-cnp alpha update"),

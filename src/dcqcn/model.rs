@@ -268,6 +268,11 @@ impl ReactionPoint {
         }
         Some(self.byte_period().saturating_sub(self.bytes).max(1))
     }
+    /// Time of the next increase-timer event (the only timer that raises the rate), `None` when
+    /// it does not run.
+    pub fn next_increase_ns(&self) -> Option<u64> {
+        self.next_increase_ns
+    }
     /// Time of the next timer (increase or alpha) event, `None` when no timer runs.
     pub fn next_timer_ns(&self) -> Option<u64> {
         match (self.next_increase_ns, self.next_alpha_ns) {

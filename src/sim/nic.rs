@@ -6,9 +6,11 @@
 // from the QP after the last one served. After a packet of L bytes at rate R, the QP's pacer
 // opens L / R after the packet started (a rate limiter per QP, as the NIC's is), re-evaluated
 // at each of the transmitter's decisions, so a rate raised by DCQCN's timers applies from the
-// next decision (the NIC does not wake for a timer alone: an idle NIC whose only QPs are paced
-// applies a raise at the old opening, late by at most one gap at the old rate). The NIC wakes
-// through a timer heap that holds at most one live entry per host (`wake_at` drops the stale).
+// next decision. A NIC whose QPs with data are all paced waits for the earliest opening or the
+// earliest increase timer among them, whichever is first: a QP cut to the minimum rate (1 Mb/s:
+// 33 ms per 4 KiB packet) resumes at its first raise, as a hardware rate limiter re-reads its
+// rate, rather than at the opening its old rate set. The NIC wakes through a timer heap that
+// holds at most one live entry per host (`wake_at` drops the stale).
 
 use std::collections::VecDeque;
 
@@ -195,6 +197,8 @@ impl Nics {
         }
         let first = self.rr[h as usize] as usize % n;
         let mut best: Option<(Ps, usize)> = None;
+        // The earliest increase timer of a paced QP with data: its rate may rise then.
+        let mut raise = Ps::MAX;
         for i in 0..n {
             let pos = (first + i) % n;
             let q = &mut self.qps[self.list[a + pos] as usize];
@@ -203,6 +207,9 @@ impl Nics {
             }
             if q.next_ok > now {
                 q.refresh(now);
+                if let Some(ns) = q.rp.next_increase_ns() {
+                    raise = raise.min(ns.saturating_mul(1000));
+                }
             }
             if best.is_none_or(|(t, _)| q.next_ok < t) {
                 best = Some((q.next_ok, pos));
@@ -210,7 +217,7 @@ impl Nics {
         }
         match best {
             None => Pick::Idle,
-            Some((t, _)) if t > now => Pick::Wait(t),
+            Some((t, _)) if t > now => Pick::Wait(t.min(raise.max(now + 1))),
             Some((_, pos)) => {
                 self.rr[h as usize] = (pos + 1) as u32;
                 Pick::Send(self.list[a + pos])
@@ -260,6 +267,37 @@ mod tests {
         assert!((r - want).abs() < 1e-6, "{r}");
         assert_eq!(q.next_ok, (4096.0 * 8e6 / want).ceil() as Ps);
         assert_eq!(q.cnps, 1);
+    }
+
+    #[test]
+    fn a_qp_at_the_minimum_rate_wakes_its_nic_at_the_increase_timer() {
+        let mut n = nics();
+        n.qps[1].segs.push_back(1);
+        n.qps[1].sent(0, 4096);
+        // A CNP every rate-reduce period (4 us) halves the rate 30 times: 1 Mb/s, the floor.
+        let mut t = 0;
+        for _ in 0..30 {
+            t += 4_000_000;
+            n.qps[1].cnp(t);
+        }
+        let q = &n.qps[1];
+        assert_eq!(q.rp.rate_mbps(), 1.0);
+        // At 1 Mb/s the next 4096-byte packet opens 32.768 ms after the last one started ...
+        assert_eq!(q.next_ok, 32_768_000_000);
+        // ... but the NIC looks again at the increase timer, 300 us after the last cut.
+        let raise = q.rp.next_increase_ns().unwrap() * 1000;
+        assert_eq!(raise, t + 300_000_000);
+        assert_eq!(n.pick(1, t + 1), Pick::Wait(raise));
+        // There the rate has risen and the opening follows it.
+        let p = n.pick(1, raise);
+        let q = &n.qps[1];
+        assert!(q.rp.rate_mbps() > 1.0, "{}", q.rp.rate_mbps());
+        assert!(q.next_ok < 32_768_000_000, "{}", q.next_ok);
+        match p {
+            Pick::Send(1) => assert!(q.next_ok <= raise),
+            Pick::Wait(w) => assert_eq!(w, q.next_ok.min(raise + 300_000_000)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -205,7 +205,9 @@ pub fn run_phase(
                 });
                 q.next_psn += npkts;
                 q.segs.push_back(id);
-                let at = now.max(nics.free_at[conn.src as usize]).max(q.next_ok);
+                // Not at `q.next_ok`: a QP idle since a cut holds an opening its old rate set;
+                // the transmitter's pick brings it to the current rate (nic.rs).
+                let at = now.max(nics.free_at[conn.src as usize]);
                 if nics.want_wake(conn.src, at) {
                     timers.push(Reverse((at, conn.src)));
                 }
@@ -547,7 +549,8 @@ pub fn run_phase(
             let g = id as usize;
             nics.qps[g].cnp(now);
             let h = owner[g];
-            let at = now.max(nics.qps[g].next_ok);
+            // The pick decides when to send (at the opening or at the next increase timer).
+            let at = now.max(nics.free_at[h as usize]);
             if !nics.qps[g].segs.is_empty() && nics.want_wake(h, at) {
                 timers.push(Reverse((at, h)));
             }
@@ -614,7 +617,7 @@ fn go_back(
         let x = &segs[s as usize];
         (x.first_psn, x.npkts)
     });
-    let at = now.max(nics.free_at[h as usize]).max(q.next_ok);
+    let at = now.max(nics.free_at[h as usize]);
     if nics.want_wake(h, at) {
         timers.push(Reverse((at, h)));
     }
