@@ -147,6 +147,20 @@ fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= f64::EPSILON * a.abs().max(b.abs())
 }
 
+/// Runs `dqplb` with `args`, asserts success, returns its standard output.
+fn dqplb_ok(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
+        .args(args)
+        .output()
+        .expect("run dqplb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 fn run_with_svg(dir: &Path, extra: &[&str]) -> Value {
     let mut args = vec![
         "sim",
@@ -170,16 +184,7 @@ fn run_with_svg(dir: &Path, extra: &[&str]) -> Value {
         dir.to_str().unwrap(),
     ];
     args.extend(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(&args)
-        .output()
-        .expect("run dqplb");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    serde_json::from_slice(&dqplb_ok(&args)).expect("JSON")
 }
 
 fn tmp(tag: &str) -> PathBuf {
@@ -370,15 +375,7 @@ fn run_sampled(dir: &Path, extra: &[&str]) -> Vec<Vec<String>> {
         dir.to_str().unwrap(),
     ];
     args.extend(extra);
-    let out = Command::new(env!("CARGO_BIN_EXE_dqplb"))
-        .args(&args)
-        .output()
-        .expect("run dqplb");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    dqplb_ok(&args);
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     assert!(lines
