@@ -72,12 +72,11 @@ fn panels(rows: &BTreeMap<u64, Vec<&TsRow>>, qps: usize, mode: &str) -> Vec<(Str
     rate.push(Series {
         name: "mean of all QPs".into(),
         values: per_time(&|v: &[&TsRow]| {
-            let q: Vec<f64> = v
+            let (sum, n) = v
                 .iter()
                 .filter(|r| r.kind == TsKind::Qp)
-                .map(|r| r.rate_gbps)
-                .collect();
-            q.iter().sum::<f64>() / q.len().max(1) as f64
+                .fold((0.0, 0usize), |(s, n), r| (s + r.rate_gbps, n + 1));
+            sum / n.max(1) as f64
         }),
     });
     // What a QP row's rate is: DCQCN's (P), the fluid share (F), delivered per period (B).
