@@ -54,9 +54,13 @@ traffic:
                         incast (every host sends --bytes to the first one: N-to-1),
                         cross-dc (every host to a seeded host of the next pod: needs --pods),
                         cross-rail (one round of an all-to-all without PXN: rail r's GPU to
-                        rail r+1's GPU of a seeded other host; all rails under one spine tier)
+                        rail r+1's GPU of a seeded other host; all rails under one spine tier),
+                        cross-rail-all-to-all (the whole all-to-all without PXN, GPU to GPU of
+                        every other host, in NCCL's p2p schedule; one plane as cross-rail)
   --bytes B             ring, tree: buffer per GPU; permutation/leaf-shift: per connection;
                         all-to-all: send buffer per GPU (default 1G)
+  --p2p-batches K       cross-rail-all-to-all: batches of 8 p2p rounds in flight at once (one
+                        phase each, a barrier between; NCCL's channels run several: default 1)
   --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
   --placement P         contiguous (default) or fragmented (seeded random host order)
   --max-steps N         ring only: simulate N of the 2(n-1) steps and scale the time (0 = all)
@@ -235,6 +239,12 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
             }
         }
         "max-steps" => c.traffic.max_steps = num(&opt, v)?,
+        "p2p-batches" => {
+            c.traffic.p2p_batches = num(&opt, v)?;
+            if c.traffic.p2p_batches == 0 {
+                return Err("--p2p-batches must be 1 or more".into());
+            }
+        }
         "background-hosts" => c.traffic.background_hosts = num(&opt, v)?,
         "background-messages" => c.traffic.background_messages = num(&opt, v)?,
         "mode" => c.mode = Mode::parse(v)?,
@@ -298,7 +308,9 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
 /// traffic's connections (cross-rail, cross-DC), same-rail for all the others.
 fn class_of(kind: TrafficKind) -> ConnClass {
     match kind {
-        TrafficKind::CrossRail => ConnClass::CrossRail,
+        // The all-to-all's same-rail rounds (local delta 0, one in 8) take that plan too: the
+        // simulator runs one connection shape per run.
+        TrafficKind::CrossRail | TrafficKind::CrossRailAllToAll => ConnClass::CrossRail,
         TrafficKind::CrossDc => ConnClass::CrossDc,
         _ => ConnClass::SameRail,
     }

@@ -103,6 +103,11 @@ pub fn check(class: Class, cfg: &SimConfig, depths: &[u32]) -> Result<(), String
         Class::SameRail if kind == TrafficKind::CrossRail => {
             Err("--traffic cross-rail sizes the cross-rail class: add --class cross-rail".into())
         }
+        Class::SameRail if kind.is_plane() => Err(format!(
+            "--traffic {} mixes same-rail and cross-rail connections under one plan: sweep \
+             --class cross-rail on --traffic cross-rail, or the same-rail class on all-to-all",
+            kind.name()
+        )),
         Class::CrossDc => match depths.iter().find(|&&d| !(1..=256).contains(&d)) {
             Some(d) => Err(format!(
                 "--outstanding {d}: the site config's depths are 1 ..= 256"

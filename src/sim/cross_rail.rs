@@ -1,5 +1,5 @@
-//! Cross-rail traffic (`--traffic cross-rail`): every rail's leafs under one shared spine tier,
-//! simulated as one plane, each GPU sending to the next rail's GPU on another host (PXN off).
+//! Cross-rail traffic (`--traffic cross-rail`, `cross-rail-all-to-all`): every rail's leafs under
+//! one shared spine tier as one plane; one round, or NCCL's whole p2p schedule, with PXN off.
 
 // Why one plane: same-rail traffic never leaves its rail's links even when the spine switches are
 // shared (a leaf's uplinks and a spine's downlink to a leaf belong to that leaf's rail), so rails
@@ -46,31 +46,115 @@ pub fn pairs(hosts: usize, rails: usize, rng: &mut Rng) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// NCCL's p2p schedule group size: `NCCL_P2P_SCHEDULE_GROUP_SIZE` (8, the device's p2p ops per
+/// batch), cut to gcd(8, local ranks) where the local ranks are fewer or not a multiple
+/// (`ncclP2pSchedule`, src/init.cc, NCCL 2.28.7 to 2.30.7). One GPU per rail: local ranks = rails.
+pub fn p2p_group_size(rails: usize) -> usize {
+    const GROUP: usize = 8;
+    if !rails.is_multiple_of(GROUP) || rails < GROUP {
+        gcd(GROUP, rails)
+    } else {
+        GROUP
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The p2p rounds of an all-to-all over `hosts` nodes of `rails` ranks each, in the order
+/// `ncclP2pSchedule` (src/init.cc, NCCL 2.28.7 to 2.30.7) builds them: group deltas in the
+/// quadratic order (x^2 + x) / 2 mod pow2Up(groups), those >= groups skipped, and for each one
+/// the local deltas 0 .. group size. Returned as (group delta, local delta).
+pub fn p2p_rounds(hosts: usize, rails: usize) -> Vec<(usize, usize)> {
+    let g = p2p_group_size(rails);
+    let groups = hosts * rails / g;
+    let pow2 = groups.next_power_of_two();
+    let mut out = Vec::with_capacity(hosts * rails);
+    let (mut delta, mut round) = (0usize, 0usize);
+    loop {
+        if delta < groups {
+            out.extend((0..g).map(|d| (delta, d)));
+        }
+        round += 1;
+        delta = (delta + round) & (pow2 - 1);
+        if round == pow2 {
+            return out;
+        }
+    }
+}
+
+/// The whole all-to-all without PXN, as NCCL schedules it: rank = node x rails + rail (GPU i on
+/// rail i), nodes on the hosts of `order` (the placement). In round (group delta D, local delta
+/// d) the rank of group G, local l in its group sends to group G + D's local (l + d) mod g
+/// (`ncclP2pSchedule`). The device runs 8 consecutive rounds as one batch
+/// (`NCCL_MAX_DEV_WORK_P2P_PER_BATCH`, `ncclAddWorkBatchToPlan` in src/enqueue.cc): a phase here
+/// is `batches` such batches, NIC to NIC (plane ids), the pairs within one host left out (NVLink).
+pub fn all_to_all_phases(order: &[u32], rails: usize, batches: usize) -> Vec<Vec<(u32, u32)>> {
+    const BATCH: usize = 8;
+    let hosts = order.len();
+    let g = p2p_group_size(rails);
+    let per_node = rails / g;
+    let groups = hosts * per_node;
+    let rounds = p2p_rounds(hosts, rails);
+    rounds
+        .chunks(BATCH * batches.max(1))
+        .map(|chunk| {
+            let mut pairs = Vec::new();
+            for &(delta, d) in chunk {
+                for node in 0..hosts {
+                    for l in 0..rails {
+                        let group = node * per_node + l / g;
+                        let to = (group + delta) % groups;
+                        let (to_node, to_l) =
+                            (to / per_node, (to % per_node) * g + (l % g + d) % g);
+                        if to_node != node {
+                            pairs.push((
+                                nic(l, order[node] as usize, hosts),
+                                nic(to_l, order[to_node] as usize, hosts),
+                            ));
+                        }
+                    }
+                }
+            }
+            pairs
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// What cross-rail traffic needs: two rails or more, whole leafs per rail (a leaf holds one
 /// rail's NICs), two tiers, no second job.
 pub fn check(f: &FabricSpec, t: &TrafficSpec) -> Result<(), String> {
+    let kind = t.kind.name();
     if f.rails < 2 {
         return Err(format!(
-            "--traffic cross-rail needs two rails or more (--rails {})",
+            "--traffic {kind} needs two rails or more (--rails {})",
             f.rails
         ));
     }
     if !f.hosts.is_multiple_of(f.hosts_per_leaf) {
         return Err(format!(
-            "--traffic cross-rail needs whole leafs per rail: hosts ({}) a multiple of \
+            "--traffic {kind} needs whole leafs per rail: hosts ({}) a multiple of \
              hosts per leaf ({})",
             f.hosts, f.hosts_per_leaf
         ));
     }
     if f.pods > 0 {
-        return Err(
-            "--traffic cross-rail runs on two tiers (a spine tier shared by the rails): \
+        return Err(format!(
+            "--traffic {kind} runs on two tiers (a spine tier shared by the rails): \
              no --pods or fat-tree preset"
-                .into(),
-        );
+        ));
     }
     if t.background_hosts > 0 {
-        return Err("--traffic cross-rail takes no --background-hosts".into());
+        return Err(format!("--traffic {kind} takes no --background-hosts"));
+    }
+    if t.kind == super::traffic::TrafficKind::CrossRailAllToAll && f.hosts < 2 {
+        return Err(format!("--traffic {kind} needs two hosts or more"));
     }
     Ok(())
 }
@@ -158,6 +242,66 @@ mod tests {
                 let (k, kd) = (s as usize % hosts, d as usize % hosts);
                 assert_eq!(perm[0].pairs[k], (k as u32, kd as u32), "seed {seed}");
             }
+        }
+    }
+
+    /// NCCL's own example (the comment above the loop in `ncclP2pSchedule`, src/init.cc,
+    /// 2.28.7 to 2.30.7): "Example sequence for 16 ranks: 0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7,
+    /// 2, 14, 11, 9, 8". 16 hosts of 8 rails are 16 groups of 8.
+    #[test]
+    fn group_deltas_follow_ncclp2pschedules_quadratic_order() {
+        let rounds = p2p_rounds(16, 8);
+        assert_eq!(rounds.len(), 16 * 8, "NCCL checks round == nRanks");
+        let deltas: Vec<usize> = rounds.iter().step_by(8).map(|r| r.0).collect();
+        assert_eq!(
+            deltas,
+            [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
+        );
+        assert!(rounds.chunks(8).all(|c| c.iter().map(|r| r.1).eq(0..8)));
+        // 5 groups: the sequence over pow2Up(5) = 8 (0, 1, 3, 6, 2, 7, 5, 4) less those >= 5.
+        let deltas: Vec<usize> = p2p_rounds(5, 8).iter().step_by(8).map(|r| r.0).collect();
+        assert_eq!(deltas, [0, 1, 3, 2, 4]);
+        // Group size: 8 unless the local ranks are fewer or not a multiple of 8.
+        let sizes: Vec<usize> = [2, 4, 6, 8, 12, 16].map(p2p_group_size).to_vec();
+        assert_eq!(sizes, [2, 4, 2, 8, 4, 8]);
+        assert_eq!(p2p_rounds(3, 6).len(), 18, "9 groups of 2");
+    }
+
+    /// Every GPU sends to every GPU of every other host exactly once; a phase of b batches
+    /// gives each NIC at most 8 b connections out and in.
+    #[test]
+    fn the_all_to_all_covers_every_pair_of_other_hosts_once() {
+        let cases = [
+            (2, 2, 1, 1, 1),
+            (5, 4, 1, 2, 3),
+            (7, 8, 1, 3, 6),
+            (6, 6, 3, 4, 2),
+        ];
+        for (hosts, rails, batches, seed, want_phases) in cases {
+            let mut order: Vec<u32> = (0..hosts as u32).collect();
+            Rng::new(seed).shuffle(&mut order);
+            let phases = all_to_all_phases(&order, rails, batches);
+            let nics = hosts * rails;
+            let mut seen = vec![0u8; nics * nics];
+            for pairs in &phases {
+                let (mut out, mut inn) = (vec![0usize; nics], vec![0usize; nics]);
+                for &(s, d) in pairs {
+                    assert_ne!(s as usize % hosts, d as usize % hosts, "{s} -> {d}: NVLink");
+                    seen[s as usize * nics + d as usize] += 1;
+                    out[s as usize] += 1;
+                    inn[d as usize] += 1;
+                }
+                assert!(out.iter().chain(&inn).all(|&c| c <= 8 * batches));
+            }
+            for s in 0..nics {
+                for d in 0..nics {
+                    let want = u8::from(s % hosts != d % hosts);
+                    assert_eq!(seen[s * nics + d], want, "{hosts}x{rails}: {s} -> {d}");
+                }
+            }
+            // Phases: the rounds in chunks of 8 b; with 8 rails (group = host) group delta 0's
+            // batch stays inside the hosts and is left out (7 hosts: 6 phases).
+            assert_eq!(phases.len(), want_phases, "{hosts}x{rails}");
         }
     }
 

@@ -50,10 +50,14 @@ pub struct RailResult {
     pub message_latency: LatencySummary,
     #[serde(skip)]
     pub latency: LatencyHist,
-    /// Time over ideal of the best split over the hashed QP paths: lower and upper estimate
-    /// (worst phase; the ring's steps all use the same paths).
+    /// Time over ideal of the best split over the hashed QP paths: lower and upper estimate,
+    /// phases weighted by their ideal time (phases run one after another; the ring's steps
+    /// all use the same paths, so one phase).
     pub bound_lower: f64,
     pub bound_upper: f64,
+    /// The ideal time of the phases that have a bound, the weight of the mean above.
+    #[serde(skip)]
+    pub bound_ideal_ps: f64,
     /// P mode: packets, ECN marks, CNPs, rate cuts, deepest queue (and the time series).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketSummary>,
@@ -107,6 +111,7 @@ impl RailResult {
             latency: LatencyHist::default(),
             bound_lower: 0.0,
             bound_upper: 0.0,
+            bound_ideal_ps: 0.0,
             packet: None,
             timeseries: Vec::new(),
             uplink_util: Vec::new(),
@@ -132,8 +137,14 @@ impl RailResult {
         self.max_queue = self.max_queue.max(out.max_queue);
         self.timeseries.extend_from_slice(&out.timeseries);
         if let Some(b) = out.bound {
-            self.bound_lower = self.bound_lower.max(b.lower);
-            self.bound_upper = self.bound_upper.max(b.upper);
+            let w = phase.nic_bytes as f64 * host_ppb;
+            let before = self.bound_ideal_ps;
+            self.bound_ideal_ps += w;
+            if self.bound_ideal_ps > 0.0 {
+                let mean = |old: f64, new: f64| (old * before + new * w) / self.bound_ideal_ps;
+                self.bound_lower = mean(self.bound_lower, b.lower);
+                self.bound_upper = mean(self.bound_upper, b.upper);
+            }
         }
         let t = out.time_ps.max(1) as f64;
         let (mut up_sum, mut up_n) = (0.0, 0usize);
@@ -415,10 +426,15 @@ impl SimResult {
         }
     }
 
+    /// Whether the run simulated the rails as one plane (cross-rail traffic).
+    pub fn is_plane(&self) -> bool {
+        super::traffic::TrafficKind::parse(self.traffic).is_ok_and(|k| k.is_plane())
+    }
+
     /// Per rail, its leaf uplinks. A cross-rail run's one plane holds every rail's leafs in
     /// rail order (cross_rail.rs), so its uplinks are cut back into rails here.
     pub fn uplink_rails(&self) -> Vec<RailUplinks<'_>> {
-        let plane = self.traffic == "cross-rail";
+        let plane = self.is_plane();
         let mut out = Vec::new();
         for r in &self.per_rail {
             if !plane {

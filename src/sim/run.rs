@@ -9,8 +9,8 @@ use super::packet::PacketSpec;
 use super::report::{RailResult, SimResult};
 use super::rng::Rng;
 use super::topology::{FabricSpec, Ps, Rail};
+use super::traffic::TrafficSpec;
 use super::traffic::{self, Phase};
-use super::traffic::{TrafficKind, TrafficSpec};
 use super::{bmode, cross_rail, fmode, pmode};
 
 /// Granularity.
@@ -66,12 +66,14 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     cfg.traffic.check(&cfg.fabric)?;
     // Cross-rail traffic couples the rails: all of them run as one plane (cross_rail.rs), and
     // the report describes the fabric as configured.
-    let cross = cfg.traffic.kind == TrafficKind::CrossRail;
+    let cross = cfg.traffic.kind.is_plane();
     if cross && cfg.rails_simulated != 0 && cfg.rails_simulated < cfg.fabric.rails {
         return Err(format!(
-            "--traffic cross-rail couples the rails: it simulates all {} as one plane \
+            "--traffic {} couples the rails: it simulates all {} as one plane \
              (no --rails-simulated {})",
-            cfg.fabric.rails, cfg.rails_simulated
+            cfg.traffic.kind.name(),
+            cfg.fabric.rails,
+            cfg.rails_simulated
         ));
     }
     let plane_cfg = cross.then(|| SimConfig {

@@ -266,7 +266,7 @@ pub fn collisions(r: &SimResult) -> String {
             "start",
             &format!(
                 "{}: max {} paths/uplink, fullest {:.0}%",
-                if r.traffic == "cross-rail" {
+                if r.is_plane() {
                     "all rails (one plane)".to_string()
                 } else {
                     format!("rail {}", rail.rail)

@@ -32,6 +32,9 @@ pub enum TrafficKind {
     /// One round of a PXN-less all-to-all (cross_rail.rs): rail r's GPU of host k sends `bytes`
     /// to rail r + 1's GPU of host sigma(k), sigma a seeded derangement; all rails in one plane.
     CrossRail,
+    /// The whole PXN-less all-to-all (cross_rail.rs): every GPU sends bytes / ranks to every GPU
+    /// of every other host, in NCCL's p2p schedule, `p2p_batches` batches of 8 rounds per phase.
+    CrossRailAllToAll,
 }
 
 impl TrafficKind {
@@ -45,10 +48,11 @@ impl TrafficKind {
             "incast" => TrafficKind::Incast,
             "cross-dc" => TrafficKind::CrossDc,
             "cross-rail" => TrafficKind::CrossRail,
+            "cross-rail-all-to-all" | "xr-all-to-all" => TrafficKind::CrossRailAllToAll,
             other => {
                 return Err(format!(
                     "unknown traffic '{other}' (ring, tree, permutation, leaf-shift, all-to-all, \
-                     incast, cross-dc, cross-rail)"
+                     incast, cross-dc, cross-rail, cross-rail-all-to-all)"
                 ))
             }
         })
@@ -64,7 +68,16 @@ impl TrafficKind {
             TrafficKind::Incast => "incast",
             TrafficKind::CrossDc => "cross-dc",
             TrafficKind::CrossRail => "cross-rail",
+            TrafficKind::CrossRailAllToAll => "cross-rail-all-to-all",
         }
+    }
+
+    /// Traffic between rails: the whole fabric runs as one plane (cross_rail.rs).
+    pub fn is_plane(self) -> bool {
+        matches!(
+            self,
+            TrafficKind::CrossRail | TrafficKind::CrossRailAllToAll
+        )
     }
 }
 
@@ -94,6 +107,8 @@ pub struct TrafficSpec {
     pub background_hosts: usize,
     /// Messages each background connection sends (0: the hosts stay idle).
     pub background_messages: u32,
+    /// Cross-rail all-to-all: batches of 8 p2p rounds NCCL's channels run at once, one phase.
+    pub p2p_batches: u32,
 }
 
 impl Default for TrafficSpec {
@@ -107,6 +122,7 @@ impl Default for TrafficSpec {
             max_steps: 0,
             background_hosts: 0,
             background_messages: BACKGROUND_ENDLESS,
+            p2p_batches: 1,
         }
     }
 }
@@ -309,6 +325,26 @@ pub fn phases(
             let pairs = super::cross_rail::pairs(h, hosts / h, rng);
             vec![single(pairs, spec.bytes)]
         }
+        TrafficKind::CrossRailAllToAll => {
+            // The plane's `hosts` are rails x hosts NICs; nodes in placement order.
+            let h = hosts_per_dc.max(1);
+            let rails = hosts / h;
+            let nodes = order(h, spec.placement, rng);
+            let chunk = spec.bytes.div_ceil((h * rails) as u64);
+            super::cross_rail::all_to_all_phases(&nodes, rails, spec.p2p_batches as usize)
+                .into_iter()
+                .map(|pairs| {
+                    let mut sent = vec![0u64; hosts];
+                    for &(s, _) in &pairs {
+                        sent[s as usize] += 1;
+                    }
+                    let most = sent.into_iter().max().unwrap_or(1);
+                    let mut p = single(pairs, chunk);
+                    p.nic_bytes = p.chunk * most;
+                    p
+                })
+                .collect()
+        }
         TrafficKind::AllToAll => (1..n)
             .map(|k| {
                 let pairs = (0..n).map(|i| (at(i), at(i + k))).collect();
@@ -329,7 +365,7 @@ impl TrafficSpec {
                 self.kind.name()
             ));
         }
-        if self.kind == TrafficKind::CrossRail {
+        if self.kind.is_plane() {
             return super::cross_rail::check(f, self);
         }
         if self.kind != TrafficKind::CrossDc {
