@@ -40,10 +40,11 @@ fn two_hosts_of_two_rails_send_two_segments_per_nic_in_one_batch() {
     // 2 hosts x 2 rails: group size 2 (gcd(8, 2)), groups 2; group delta 0 stays inside the
     // hosts (NVLink), group delta 1's two rounds send rail r of host 0 to rails r and r + 1 of
     // host 1 (and back): 2 connections out of and into every NIC, 8 in all, one batch. 2 MiB
-    // over 4 ranks: 512 KiB, one segment each. A NIC's two segments serialize (2 x 512 KiB at
-    // 20 ps/B), the last one's 4 hops out and its acknowledgement's 4 back: in B, F and P mode.
-    for mode in ["b", "f", "p"] {
-        let rs = run(&[
+    // over 4 ranks: 512 KiB, one message (--step-bytes 512K) and one segment each. A NIC's two
+    // segments serialize (2 x 512 KiB at 20 ps/B), the last one's 4 hops out and its
+    // acknowledgement's 4 back: in B, F and P mode.
+    let tiny = |mode: &str, step: &[&str]| {
+        let mut args = vec![
             "--hosts",
             "2",
             "--rails",
@@ -64,8 +65,12 @@ fn two_hosts_of_two_rails_send_two_segments_per_nic_in_one_batch() {
             "0",
             "--mode",
             mode,
-        ]);
-        let r = &rs[0];
+        ];
+        args.extend(step);
+        run(&args).remove(0)
+    };
+    for mode in ["b", "f", "p"] {
+        let r = &tiny(mode, &["--step-bytes", "512K"]);
         assert!(
             (f(&r["time_us"]) * 1e6 - (8.0 * HOP + 2.0 * SER)).abs() < 0.5,
             "{mode}: {r}"
@@ -74,6 +79,10 @@ fn two_hosts_of_two_rails_send_two_segments_per_nic_in_one_batch() {
         assert_eq!(u(&r["messages"]), 8, "{mode}");
         assert_eq!(u(&r["rails_simulated"]), 2);
     }
+    // Without --step-bytes the messages are NCCL's p2p chunk, 128 KiB: 4 per connection.
+    let r = tiny("b", &[]);
+    assert_eq!(u(&r["messages"]), 32);
+    assert_eq!(u(&r["step_bytes"]), 128 << 10);
 }
 
 #[test]

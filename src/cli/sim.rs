@@ -11,7 +11,7 @@ use nccl_net_dqplb::engine::PolicyKind;
 use nccl_net_dqplb::sim::timeseries;
 use nccl_net_dqplb::sim::{
     run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
-    SourcePort, TrafficKind, TrafficSpec, SIM_REHASH,
+    SourcePort, TrafficKind, TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_REHASH,
 };
 
 /// Usage text of `dqplb sim`.
@@ -61,7 +61,8 @@ traffic:
                         all-to-all: send buffer per GPU (default 1G)
   --p2p-batches K       cross-rail-all-to-all: batches of 8 p2p rounds in flight at once (one
                         phase each, a barrier between; NCCL's channels run several: default 1)
-  --step-bytes B        NCCL step / message size (512K)    --slots N   NCCL_STEPS (8)
+  --step-bytes B        NCCL step / message size (512K; cross-rail-all-to-all: 128K, NCCL's
+                        P2P_NET_CHUNKSIZE)                 --slots N   NCCL_STEPS (8)
   --placement P         contiguous (default) or fragmented (seeded random host order)
   --max-steps N         ring only: simulate N of the 2(n-1) steps and scale the time (0 = all)
   --background-hosts N  a second job: the last N hosts of the placement run a permutation of
@@ -113,6 +114,8 @@ pub(super) struct Args {
     pub(super) timeseries: Option<String>,
     /// `--alpha-update` / `alpha-update`: overrides the DCQCN profile's schedule.
     pub(super) alpha_update: Option<AlphaSchedule>,
+    /// Whether `--step-bytes` (or the config's `step-bytes`) was given.
+    pub(super) step_given: bool,
 }
 
 pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -229,7 +232,10 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         }
         "traffic" => c.traffic.kind = TrafficKind::parse(v)?,
         "bytes" => c.traffic.bytes = parse_bytes(v)?,
-        "step-bytes" => c.traffic.step_bytes = parse_bytes(v)?,
+        "step-bytes" => {
+            c.traffic.step_bytes = parse_bytes(v)?;
+            a.step_given = true;
+        }
         "slots" => c.traffic.slots = num(&opt, v)?,
         "placement" => {
             c.traffic.placement = match v {
@@ -433,6 +439,7 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
         timeseries: None,
         svg: None,
         alpha_update: None,
+        step_given: false,
     };
     let mut leaves = None;
     // The config file first, so command-line options override it wherever they appear.
@@ -477,6 +484,11 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
     // Whichever order --dcqcn and --alpha-update came in (the config's keys included).
     if let Some(s) = a.alpha_update {
         a.cfg.packet.rp.alpha_schedule = s;
+    }
+    // NCCL's p2p messages between nodes are p2pChunkSize, NCCL_P2P_NET_CHUNKSIZE (128 KiB;
+    // computeBuffSizes, src/init.cc, NCCL 2.30.7), not the collectives' 512 KiB step.
+    if a.cfg.traffic.kind == TrafficKind::CrossRailAllToAll && !a.step_given {
+        a.cfg.traffic.step_bytes = P2P_NET_CHUNK_BYTES;
     }
     if let Some(l) = leaves {
         if l == 0 {

@@ -55,4 +55,4 @@ pub use packet::{PacketSpec, PacketSummary};
 pub use report::{RailResult, SimResult};
 pub use run::{run, Mode, SimConfig};
 pub use topology::{FabricSpec, Ps};
-pub use traffic::{Placement, TrafficKind, TrafficSpec};
+pub use traffic::{Placement, TrafficKind, TrafficSpec, P2P_NET_CHUNK_BYTES};

@@ -6,6 +6,8 @@ use super::tree::{double_tree, Deps};
 
 /// NCCL's default Simple-protocol step: a 4 MiB buffer over NCCL_STEPS = 8 slots.
 pub const NCCL_STEP_BYTES: u64 = 512 * 1024;
+/// NCCL's p2p message between nodes: `NCCL_P2P_NET_CHUNKSIZE`, 128 KiB (src/init.cc).
+pub const P2P_NET_CHUNK_BYTES: u64 = 128 * 1024;
 /// Background messages per connection by default: more than any run reaches.
 pub const BACKGROUND_ENDLESS: u32 = 1 << 30;
 /// NCCL_STEPS: receive slots per connection, the ring's flow-control credit.
