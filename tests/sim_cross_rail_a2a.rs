@@ -119,6 +119,7 @@ fn every_gpu_reaches_every_gpu_of_every_other_host_once() {
             assert_eq!(rs.len(), 3);
             for r in &rs {
                 let what = format!("{mode} {placement} {batches}: {}", r["policy"]);
+                assert_eq!(r["p2p_batches"].to_string(), batches, "{what}");
                 assert_eq!(u(&r["messages"]), 896, "{what}");
                 assert!((f(&r["ideal_us"]) - 73.40032).abs() < 1e-6, "{what}");
                 let pct = f(&r["pct_of_ideal"]);

@@ -234,6 +234,9 @@ pub struct SimResult {
     pub traffic: &'static str,
     pub bytes: u64,
     pub step_bytes: u64,
+    /// Cross-rail all-to-all: batches of 8 p2p rounds per phase (absent for other traffic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p2p_batches: Option<u32>,
     pub placement: &'static str,
     pub hosts: usize,
     /// Hosts of the background job (the collective runs on the others).
@@ -340,6 +343,8 @@ impl SimResult {
             traffic: cfg.traffic.kind.name(),
             bytes: cfg.traffic.bytes,
             step_bytes: cfg.traffic.step_bytes,
+            p2p_batches: (cfg.traffic.kind == super::TrafficKind::CrossRailAllToAll)
+                .then_some(cfg.traffic.p2p_batches),
             placement: match cfg.traffic.placement {
                 super::Placement::Contiguous => "contiguous",
                 super::Placement::Fragmented => "fragmented",
