@@ -184,6 +184,11 @@ fn fabrics_it_cannot_run_exit_2_naming_why() {
         );
     }
     assert_refused(
+        &["sim", "--traffic", "cross-rail", "--p2p-batches", "2"],
+        &[],
+        "--p2p-batches 2 applies to --traffic cross-rail-all-to-all only, not cross-rail",
+    );
+    assert_refused(
         &["sim", "sweep"],
         &["--traffic", "cross-rail-all-to-all"],
         "mixes same-rail and cross-rail connections",

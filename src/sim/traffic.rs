@@ -367,6 +367,13 @@ impl TrafficSpec {
                 self.kind.name()
             ));
         }
+        if self.p2p_batches != 1 && self.kind != TrafficKind::CrossRailAllToAll {
+            return Err(format!(
+                "--p2p-batches {} applies to --traffic cross-rail-all-to-all only, not {}",
+                self.p2p_batches,
+                self.kind.name()
+            ));
+        }
         if self.kind.is_plane() {
             return super::cross_rail::check(f, self);
         }
