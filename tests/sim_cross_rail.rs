@@ -5,7 +5,7 @@ mod sim_support;
 
 use nccl_net_dqplb::config::{parse_str, ConnClass};
 use serde_json::Value;
-use sim_support::{assert_refused, default_toml, dqplb, f, site_toml, sweep, text, u};
+use sim_support::{assert_refused, default_toml, dqplb, f, run_clean, site_toml, sweep, text, u};
 
 /// One hop (the default 1 us) in ps.
 const HOP: f64 = 1e6;
@@ -13,22 +13,9 @@ const HOP: f64 = 1e6;
 const SEG: u64 = 512 << 10;
 const SER: f64 = SEG as f64 * 20.0;
 
-/// `dqplb sim --traffic cross-rail ARGS --format json`, which must succeed with every message
-/// delivered once and no engine, protocol or order error; its results.
+/// `dqplb sim --traffic cross-rail ARGS`, every message once and no error (sim_support).
 fn run(args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["sim", "--traffic", "cross-rail", "--format", "json"];
-    all.extend(args);
-    let out = dqplb(&all);
-    assert!(out.status.success(), "{all:?}: {}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let rs = v.as_array().expect("array").clone();
-    for r in &rs {
-        assert_eq!(u(&r["missing"]), 0, "{r}");
-        assert_eq!(u(&r["errors"]["engine"]) + u(&r["errors"]["protocol"]), 0);
-        assert_eq!(u(&r["errors"]["order"]), 0);
-        assert_eq!(r["traffic"], "cross-rail");
-    }
-    rs
+    run_clean("cross-rail", args)
 }
 
 /// 2 hosts x 2 rails, one segment per connection, one QP of depth 1: four connections, rail 0's

@@ -4,36 +4,29 @@
 mod sim_support;
 
 use serde_json::Value;
-use sim_support::{assert_refused, dqplb, f, text, u};
+use sim_support::{assert_refused, dqplb, f, run_clean, text, u};
 
 /// One hop (the default 1 us) in ps.
 const HOP: f64 = 1e6;
 /// 512 KiB at 400 Gb/s: 20 ps per byte.
 const SER: f64 = (512u64 << 10) as f64 * 20.0;
 
-/// `dqplb sim --traffic cross-rail-all-to-all ARGS --format json`, which must succeed with
-/// every message delivered once and no engine, protocol or order error; its results.
+/// `dqplb sim --traffic cross-rail-all-to-all ARGS`, every message once and no error.
 fn run(args: &[&str]) -> Vec<Value> {
-    let mut all = vec![
-        "sim",
-        "--traffic",
-        "cross-rail-all-to-all",
-        "--format",
-        "json",
-    ];
-    all.extend(args);
-    let out = dqplb(&all);
-    assert!(out.status.success(), "{all:?}: {}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let rs = v.as_array().expect("array").clone();
-    for r in &rs {
-        assert_eq!(u(&r["missing"]), 0, "{r}");
-        assert_eq!(u(&r["errors"]["engine"]) + u(&r["errors"]["protocol"]), 0);
-        assert_eq!(u(&r["errors"]["order"]), 0);
-        assert_eq!(r["traffic"], "cross-rail-all-to-all");
-    }
-    rs
+    run_clean("cross-rail-all-to-all", args)
 }
+
+/// 8 hosts x 4 rails, 4 per leaf, 4 spines.
+const FABRIC: [&str; 8] = [
+    "--hosts",
+    "8",
+    "--rails",
+    "4",
+    "--hosts-per-leaf",
+    "4",
+    "--spines",
+    "4",
+];
 
 #[test]
 fn two_hosts_of_two_rails_send_two_segments_per_nic_in_one_batch() {
@@ -96,15 +89,7 @@ fn every_gpu_reaches_every_gpu_of_every_other_host_once() {
         ("fragmented", "3"),
     ] {
         for mode in ["b", "f"] {
-            let rs = run(&[
-                "--hosts",
-                "8",
-                "--rails",
-                "4",
-                "--hosts-per-leaf",
-                "4",
-                "--spines",
-                "4",
+            let rest = [
                 "--bytes",
                 "4M",
                 "--mode",
@@ -115,7 +100,8 @@ fn every_gpu_reaches_every_gpu_of_every_other_host_once() {
                 batches,
                 "--policy",
                 "single-qp,static-split,dqplb",
-            ]);
+            ];
+            let rs = run(&[&FABRIC[..], &rest].concat());
             assert_eq!(rs.len(), 3);
             for r in &rs {
                 let what = format!("{mode} {placement} {batches}: {}", r["policy"]);
@@ -132,18 +118,8 @@ fn every_gpu_reaches_every_gpu_of_every_other_host_once() {
 #[test]
 fn same_seed_same_bytes_another_seed_another_placement() {
     let go = |seed: &str| {
-        let out = dqplb(&[
-            "sim",
-            "--traffic",
-            "cross-rail-all-to-all",
-            "--hosts",
-            "8",
-            "--rails",
-            "4",
-            "--hosts-per-leaf",
-            "4",
-            "--spines",
-            "4",
+        let head = ["sim", "--traffic", "cross-rail-all-to-all"];
+        let rest = [
             "--bytes",
             "8M",
             "--mode",
@@ -156,7 +132,8 @@ fn same_seed_same_bytes_another_seed_another_placement() {
             seed,
             "--format",
             "csv",
-        ]);
+        ];
+        let out = dqplb(&[&head[..], &FABRIC, &rest].concat());
         assert!(out.status.success(), "{}", text(&out.stderr));
         out.stdout
     };

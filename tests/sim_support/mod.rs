@@ -48,6 +48,28 @@ pub fn sweep(fabric: &[&str], grid: &[&str], extra: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
+/// `dqplb sim --traffic TRAFFIC ARGS --format json`, which must succeed with every message
+/// delivered once and no engine, protocol or order error; its results.
+pub fn run_clean(traffic: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["sim", "--traffic", traffic, "--format", "json"];
+    all.extend(args);
+    let out = dqplb(&all);
+    assert!(out.status.success(), "{all:?}: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rs = v.as_array().expect("array").clone();
+    for r in &rs {
+        assert_eq!(u(&r["missing"]), 0, "{r}");
+        assert_eq!(
+            u(&r["errors"]["engine"]) + u(&r["errors"]["protocol"]),
+            0,
+            "{r}"
+        );
+        assert_eq!(u(&r["errors"]["order"]), 0, "{r}");
+        assert_eq!(r["traffic"], traffic);
+    }
+    rs
+}
+
 pub fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
