@@ -143,8 +143,13 @@ fn same_seed_same_bytes_another_seed_another_placement() {
 
 #[test]
 fn fabrics_it_cannot_run_exit_2_naming_why() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--rails", "1"], "cross-rail-all-to-all needs two rails"),
+        // One host has no peer on the network: FabricSpec::validate refuses it first.
+        (
+            &["--hosts", "1", "--hosts-per-leaf", "1"],
+            "hosts 1 must be 2",
+        ),
         (&["--hosts", "40"], "multiple of hosts per leaf"),
         (&["--pods", "2"], "no --pods"),
         (

@@ -153,9 +153,6 @@ pub fn check(f: &FabricSpec, t: &TrafficSpec) -> Result<(), String> {
     if t.background_hosts > 0 {
         return Err(format!("--traffic {kind} takes no --background-hosts"));
     }
-    if t.kind == super::traffic::TrafficKind::CrossRailAllToAll && f.hosts < 2 {
-        return Err(format!("--traffic {kind} needs two hosts or more"));
-    }
     Ok(())
 }
 
