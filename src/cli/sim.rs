@@ -41,7 +41,10 @@ engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's pl
         traffic's class: cross-rail, cross-dc, or same-rail for the others):
   --policy LIST         single-qp, static-split, round-robin-message, dqplb, dqplb-led (least
                         expected delay), spray, dqplb-rehash (dqplb with the engine's straggler
-                        re-hash rule), dqplb-led-rehash (comma list)
+                        re-hash rule), dqplb-led-rehash, lp-split (an oracle, not a NIC
+                        policy: each connection splits over its q hashed paths as the split
+                        bound does, knowing every path; 64 sub-QPs of --outstanding each)
+                        (comma list)
   --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
   --rehash-window W     ... for W consecutive completions (16)
   --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)

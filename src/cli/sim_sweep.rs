@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use nccl_net_dqplb::sim::svg_sweep::sweep_grid;
 use nccl_net_dqplb::sim::sweep::{analyse, class_snippet, Criteria, Findings, SweepPoint};
-use nccl_net_dqplb::sim::{run, SimConfig, SimResult};
+use nccl_net_dqplb::sim::{run, SimConfig, SimPolicy, SimResult};
 
 use nccl_net_dqplb::sim::sweep_profile::{
     cc_values, choose_profile, envelope, profile_block, ProfilePoint,
@@ -225,6 +225,13 @@ fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
     }
     if a.policies.len() != 1 {
         return Err("the sweep runs one policy (--policy P)".into());
+    }
+    if a.policies[0] == SimPolicy::LpSplit {
+        return Err(
+            "--policy lp-split is an oracle the plugin cannot run, and the sweep prints \
+                    a class to deploy: run it with dqplb sim --policy lp-split"
+                .into(),
+        );
     }
     grid.base = a.cfg;
     grid.base.shape.policy = a.policies[0];

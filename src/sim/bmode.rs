@@ -3,8 +3,8 @@
 
 // Links are lossless with unbounded FIFOs (no ECN, PFC or DCQCN; ECN and DCQCN: see pmode.rs).
 
-use super::bound::phase_bound;
-use super::conn::{ConnShape, PhaseRun, SimPolicy};
+use super::bound::{phase_bound, phase_split, Bracket};
+use super::conn::{ConnShape, PhaseRun, SimPolicy, LP_SLICES};
 use super::events::Core;
 use super::rng::Rng;
 use super::spray::SpraySets;
@@ -72,6 +72,32 @@ pub(crate) fn qp_paths(
     Ok(paths)
 }
 
+/// Every engine QP's fixed path (`paths[c * shape.engine_qps() + k]`, see [`qp_paths`]) and the
+/// phase's split bound over the q hashed paths. Under `lp-split` sub-QP r of a connection takes
+/// the hashed path that the bound's greedy split gave slice r, so the engine's static split
+/// loads every link as that split does.
+pub(crate) fn engine_paths(
+    rail: &Rail,
+    run: &PhaseRun,
+    shape: &ConnShape,
+    uplink_paths: &mut [u32],
+) -> Result<(Vec<Path>, Bracket), String> {
+    let paths = qp_paths(rail, run, shape, uplink_paths)?;
+    if shape.policy != SimPolicy::LpSplit {
+        let bound = phase_bound(rail, &paths, shape.qps, run.phase);
+        return Ok((paths, bound));
+    }
+    let (bound, picks) = phase_split(rail, &paths, shape.qps, run.phase);
+    let conns = run.conns.len();
+    let mut sub = Vec::with_capacity(conns * LP_SLICES);
+    for c in 0..conns {
+        for r in 0..LP_SLICES {
+            sub.push(paths[c * shape.qps + usize::from(picks[r * conns + c])]);
+        }
+    }
+    Ok((sub, bound))
+}
+
 /// Under spraying, every QP's subset of its ECMP group (`--spray-paths`), drawn from `rng`.
 pub(crate) fn spray_sets(
     rail: &Rail,
@@ -99,7 +125,7 @@ pub fn run_phase(
     sample_ps: Ps,
     phase: usize,
 ) -> Result<PhaseOutcome, String> {
-    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.qps);
+    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.engine_qps());
     // Two copies of the loop: without samples it has no trace of them.
     if ts.on {
         drive::<true>(rail, run, shape, rng, &mut ts)
@@ -129,11 +155,12 @@ fn drive<const TS: bool>(
         uplink_paths: vec![0; rail.leaves * rail.spines],
         ..PhaseOutcome::default()
     };
-    let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(phase_bound(rail, &paths, shape.qps, run.phase));
+    let (mut paths, bound) = engine_paths(rail, run, shape, &mut out.uplink_paths)?;
+    out.bound = Some(bound);
     let spray = shape.policy == SimPolicy::Spray;
     let sets = spray_sets(rail, run, shape, rng);
-    let capacity = run.conns.len() * shape.qps * shape.outstanding as usize;
+    let qps = shape.engine_qps();
+    let capacity = run.conns.len() * qps * shape.outstanding as usize;
     let mut segs: Vec<Seg> = Vec::with_capacity(capacity);
     let mut free: Vec<u32> = Vec::with_capacity(capacity);
     let mut core: Core<u32> = Core::new((nl + hosts + classes) as usize);
@@ -144,7 +171,6 @@ fn drive<const TS: bool>(
     let mut wake: Vec<u32> = Vec::with_capacity(run.conns.len());
     let mut now: Ps = 0;
     let mut end_time: Ps = 0;
-    let qps = shape.qps;
     loop {
         // Re-hashed stragglers: new QPNs, new path, back into the engine.
         run.rehash_pending(rail, &mut paths, qps);
@@ -278,4 +304,77 @@ fn sample(
         });
     }
     ts.advance();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::PolicyKind;
+    use crate::sim::conn::SIM_REHASH;
+    use crate::sim::topology::FabricSpec;
+    use crate::sim::traffic::{phases, Placement, TrafficKind, TrafficSpec};
+
+    fn shape(policy: SimPolicy) -> ConnShape {
+        ConnShape {
+            policy,
+            qps: 8,
+            outstanding: 2,
+            segment_bytes: 128 << 10,
+            rehash: SIM_REHASH,
+        }
+    }
+
+    #[test]
+    fn lp_split_sub_qps_load_the_links_as_the_bounds_split() {
+        // 64 hosts, 8 leaves of 8, 8 spines: a fragmented permutation collides on uplinks.
+        let spec = FabricSpec {
+            hosts: 64,
+            hosts_per_leaf: 8,
+            spines: 8,
+            ..FabricSpec::default()
+        };
+        let traffic = TrafficSpec {
+            kind: TrafficKind::Permutation,
+            bytes: 64 << 20,
+            placement: Placement::Fragmented,
+            ..TrafficSpec::default()
+        };
+        let mut rng = Rng::new(7);
+        let rail = Rail::new(&spec, 0, &mut rng);
+        let ph = phases(&traffic, 64, 8, 64, &mut rng).remove(0);
+        let qpns: Vec<u32> = (0..64).map(|h| 0x100 + 977 * h).collect();
+        let paths_of = |policy| {
+            let (mut q, s) = (qpns.clone(), shape(policy));
+            let run = PhaseRun::new(&ph, &s, &mut q).unwrap();
+            let mut up = vec![0; rail.leaves * rail.spines];
+            let (paths, bound) = engine_paths(&rail, &run, &s, &mut up).unwrap();
+            (paths, bound, up)
+        };
+        let (base, b8, up8) = paths_of(SimPolicy::Engine(PolicyKind::Dqplb));
+        let (sub, blp, uplp) = paths_of(SimPolicy::LpSplit);
+        // The same 8 hashed QPs per connection (QPNs as for any 8-QP policy), the same bound.
+        assert_eq!((up8, b8), (uplp, blp));
+        assert_eq!(base.len(), 64 * 8);
+        assert_eq!(sub.len(), 64 * LP_SLICES);
+        let mut load = vec![0.0f64; rail.links()];
+        let slice = ph.chunk as f64 / LP_SLICES as f64;
+        for c in 0..64 {
+            let mine = &base[c * 8..c * 8 + 8];
+            for p in &sub[c * LP_SLICES..(c + 1) * LP_SLICES] {
+                assert!(
+                    mine.contains(p),
+                    "connection {c}: a sub-QP off its hashed paths"
+                );
+                for &l in p.links() {
+                    load[l as usize] += slice * rail.ps_per_byte[l as usize];
+                }
+            }
+        }
+        // Its fullest link is the bound's upper value: the engine's static split over the
+        // sub-QPs is the bound's split.
+        let ideal = ph.ideal_bytes_per_step() * rail.ps_per_byte[0];
+        let worst = load.iter().copied().fold(0.0, f64::max) / ideal;
+        assert!((worst - blp.upper).abs() < 1e-9, "{worst} vs {blp:?}");
+        assert!(blp.upper > 1.0, "this seed collides: {blp:?}");
+    }
 }

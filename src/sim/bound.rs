@@ -9,7 +9,8 @@
 use super::topology::{Path, Rail};
 use super::traffic::Phase;
 
-const ROUNDS: usize = 64;
+/// Slices of each connection's bytes in the greedy split (and the sub-QPs of `lp-split`).
+pub const ROUNDS: usize = 64;
 
 /// Time over ideal of the best split over the QP paths: `lower <= optimum <= upper`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -30,6 +31,21 @@ pub fn phase_bound(rail: &Rail, paths: &[Path], qps: usize, phase: &Phase) -> Br
     )
 }
 
+/// [`phase_bound`] and the split behind its upper value: `picks[r * conns + c]` is the QP
+/// (0 .. qps) that slice r of connection c takes, for r in 0 .. [`ROUNDS`].
+pub fn phase_split(rail: &Rail, paths: &[Path], qps: usize, phase: &Phase) -> (Bracket, Vec<u8>) {
+    let mut picks = Vec::new();
+    let b = bound_and_split(
+        rail,
+        paths,
+        qps,
+        phase.chunk as f64,
+        phase.ideal_bytes_per_step(),
+        Some(&mut picks),
+    );
+    (b, picks)
+}
+
 /// `paths[c * qps + k]`: QP k of connection c; every connection moves `bytes`, and the ideal
 /// is `ideal_bytes` at the NIC rate (a connection's bytes, or for a tree a NIC's bus bytes).
 pub fn multipath_bound(
@@ -39,12 +55,28 @@ pub fn multipath_bound(
     bytes: f64,
     ideal_bytes: f64,
 ) -> Bracket {
+    bound_and_split(rail, paths, qps, bytes, ideal_bytes, None)
+}
+
+/// [`multipath_bound`], recording the greedy split's choices in `picks` when given.
+fn bound_and_split(
+    rail: &Rail,
+    paths: &[Path],
+    qps: usize,
+    bytes: f64,
+    ideal_bytes: f64,
+    mut picks: Option<&mut Vec<u8>>,
+) -> Bracket {
     let n = rail.links();
     let ppb = &rail.ps_per_byte;
     let ideal = ideal_bytes * ppb[0];
     let conns = paths.len() / qps.max(1);
     let mut load = vec![0.0f64; n]; // picoseconds of work per link
     let slice = bytes / ROUNDS as f64;
+    if let Some(v) = picks.as_deref_mut() {
+        v.clear();
+        v.reserve(ROUNDS * conns);
+    }
     for _ in 0..ROUNDS {
         for c in 0..conns {
             let cand = &paths[c * qps..(c + 1) * qps];
@@ -63,6 +95,9 @@ pub fn multipath_bound(
             }
             for &l in cand[best].links() {
                 load[l as usize] += slice * ppb[l as usize];
+            }
+            if let Some(v) = picks.as_deref_mut() {
+                v.push(best as u8);
             }
         }
     }

@@ -20,7 +20,16 @@ pub enum SimPolicy {
     DqplbRehash,
     /// dqplb-led (least expected delay) with the same re-hash rule.
     DqplbLedRehash,
+    /// An oracle, not a policy a NIC can run: each connection splits its bytes over its q
+    /// hashed paths as the split bound's greedy does (bound.rs), knowing every connection's
+    /// paths. The engine runs a static split over [`LP_SLICES`] sub-QPs, slice r of each message
+    /// on sub-QP r, which takes the path the bound gave slice r. Shows whether the bound can be
+    /// reached under the mode's dynamics.
+    LpSplit,
 }
+
+/// Sub-QPs of an `lp-split` connection: one per slice of the bound's greedy split.
+pub const LP_SLICES: usize = super::bound::ROUNDS;
 
 impl SimPolicy {
     pub fn parse(s: &str) -> Result<SimPolicy, String> {
@@ -33,9 +42,12 @@ impl SimPolicy {
         if s.trim().eq_ignore_ascii_case("dqplb-led-rehash") {
             return Ok(SimPolicy::DqplbLedRehash);
         }
+        if s.trim().eq_ignore_ascii_case("lp-split") {
+            return Ok(SimPolicy::LpSplit);
+        }
         s.parse::<PolicyKind>()
             .map(SimPolicy::Engine)
-            .map_err(|e| format!("{e}, spray, dqplb-rehash, dqplb-led-rehash"))
+            .map_err(|e| format!("{e}, spray, dqplb-rehash, dqplb-led-rehash, lp-split"))
     }
 
     pub fn name(self) -> &'static str {
@@ -44,6 +56,7 @@ impl SimPolicy {
             SimPolicy::Spray => "spray",
             SimPolicy::DqplbRehash => "dqplb-rehash",
             SimPolicy::DqplbLedRehash => "dqplb-led-rehash",
+            SimPolicy::LpSplit => "lp-split",
         }
     }
 
@@ -52,6 +65,7 @@ impl SimPolicy {
             SimPolicy::Engine(k) => k,
             SimPolicy::Spray | SimPolicy::DqplbRehash => PolicyKind::Dqplb,
             SimPolicy::DqplbLedRehash => PolicyKind::DqplbLed,
+            SimPolicy::LpSplit => PolicyKind::StaticSplit,
         }
     }
 
@@ -71,6 +85,18 @@ pub struct ConnShape {
     /// Installed under [`SimPolicy::DqplbRehash`] and [`SimPolicy::DqplbLedRehash`] (times in
     /// picoseconds).
     pub rehash: RehashRule,
+}
+
+impl ConnShape {
+    /// Data QPs of each connection's engine: `qps`, or [`LP_SLICES`] sub-QPs under `lp-split`
+    /// (which still hashes `qps` QPs, with the QPNs any q-QP policy has).
+    pub fn engine_qps(&self) -> usize {
+        if self.policy == SimPolicy::LpSplit {
+            LP_SLICES
+        } else {
+            self.qps
+        }
+    }
 }
 
 /// The simulator's default re-hash rule: 2x the median for 16 completions, 50 us apart, at most
@@ -168,7 +194,7 @@ impl<'a> PhaseRun<'a> {
         }
         let max_messages = 2 * phase.slots as usize + 8;
         let params = EngineParams {
-            qps: shape.qps,
+            qps: shape.engine_qps(),
             max_outstanding: shape.outstanding,
             segment_bytes: shape.segment_bytes,
             max_messages,

@@ -7,8 +7,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::bmode::{qp_paths, PhaseOutcome};
-use super::bound::phase_bound;
+use super::bmode::{engine_paths, PhaseOutcome};
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::fluid::{Incidence, MaxMin};
@@ -50,7 +49,7 @@ pub fn run_phase(
     phase: usize,
     rng: &mut super::rng::Rng,
 ) -> Result<PhaseOutcome, String> {
-    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.qps);
+    let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.engine_qps());
     // Two copies of the loop: without samples it has no trace of them.
     let sets = super::bmode::spray_sets(rail, run, shape, rng);
     if ts.on {
@@ -71,14 +70,14 @@ fn drive<const TS: bool>(
     ts: &mut Sampler,
 ) -> Result<PhaseOutcome, String> {
     let nl = rail.links();
-    let qps = shape.qps;
+    let qps = shape.engine_qps();
     let mut out = PhaseOutcome {
         link_bytes: vec![0; nl],
         uplink_paths: vec![0; rail.leaves * rail.spines],
         ..PhaseOutcome::default()
     };
-    let paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(phase_bound(rail, &paths, qps, run.phase));
+    let (paths, bound) = engine_paths(rail, run, shape, &mut out.uplink_paths)?;
+    out.bound = Some(bound);
     let mut inc = Incidence::new();
     let mut hops = Vec::with_capacity(paths.len());
     for (i, p) in paths.iter().enumerate() {

@@ -19,8 +19,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::bmode::{qp_paths, spray_sets, PhaseOutcome};
-use super::bound::phase_bound;
+use super::bmode::{engine_paths, spray_sets, PhaseOutcome};
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
 use super::events::Core;
 use super::loss::{ack_timeout_ps, acked, in_flight, rewind, Buffers, Recovery};
@@ -114,14 +113,14 @@ pub fn run_phase(
     // NAKs back to the sender, one queue per path length (lossy runs only).
     let nak_q = pfc_q + 2;
     let lat = rail.hop_latency_ps;
-    let qps = shape.qps;
+    let qps = shape.engine_qps();
     let mut out = PhaseOutcome {
         link_bytes: vec![0; nl as usize],
         uplink_paths: vec![0; rail.leaves * rail.spines],
         ..PhaseOutcome::default()
     };
-    let mut paths = qp_paths(rail, run, shape, &mut out.uplink_paths)?;
-    out.bound = Some(phase_bound(rail, &paths, qps, run.phase));
+    let (mut paths, bound) = engine_paths(rail, run, shape, &mut out.uplink_paths)?;
+    out.bound = Some(bound);
     let spray = shape.policy == SimPolicy::Spray;
     let lossy = spec.loss.lossy();
     if lossy && spray {

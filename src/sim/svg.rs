@@ -79,6 +79,7 @@ fn policy_colour(p: &str) -> &'static str {
         "dqplb-led" => "#9c6ade",
         "dqplb-led-rehash" => "#ff9da7",
         "spray" => "#59a14f",
+        "lp-split" => "#edc948",
         _ => "#b07aa1",
     }
 }
