@@ -1,9 +1,11 @@
 //! `dqplb-led` (least expected delay) in the simulator: on a fragmented ring it beats `dqplb` in
 //! B, F and P mode, and keeps steering when the window exceeds NCCL's data in flight.
 
+mod sim_support;
+
 use nccl_net_dqplb::sim::{
-    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
-    TrafficKind, TrafficSpec, SIM_REHASH,
+    run, ConnShape, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult, TrafficKind,
+    TrafficSpec, SIM_REHASH,
 };
 
 /// 64 hosts (8 leaves of 8, 8 spines) x 2 rails, 64 MiB ring all-reduce, fragmented, first 16
@@ -16,13 +18,7 @@ fn ring(policy: &str, outstanding: u32, mode: Mode) -> SimResult {
 /// [`ring`] of `bytes` over its first `steps` steps.
 fn ring_of(policy: &str, outstanding: u32, mode: Mode, bytes: u64, steps: u32) -> SimResult {
     let cfg = SimConfig {
-        fabric: FabricSpec {
-            hosts: 64,
-            rails: 2,
-            hosts_per_leaf: 8,
-            spines: 8,
-            ..FabricSpec::default()
-        },
+        fabric: sim_support::fabric_64x2(),
         traffic: TrafficSpec {
             kind: TrafficKind::Ring,
             bytes,

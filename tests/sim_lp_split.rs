@@ -1,9 +1,11 @@
 //! `lp-split`, the oracle split: every connection splits its bytes over its q hashed paths as
 //! the split bound's greedy does. Whether the bound can be reached under each mode's dynamics.
 
+mod sim_support;
+
 use nccl_net_dqplb::sim::{
-    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
-    TrafficKind, TrafficSpec, SIM_REHASH,
+    run, ConnShape, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult, TrafficKind,
+    TrafficSpec, SIM_REHASH,
 };
 
 /// 64 hosts (8 leaves of 8, 8 spines) x 2 rails, 64 MiB fragmented ring, first 16 steps, 8
@@ -14,13 +16,7 @@ fn sim(policy: &str, mode: Mode, kind: TrafficKind, seed: u64) -> SimResult {
         _ => (16 << 20, 0),
     };
     let cfg = SimConfig {
-        fabric: FabricSpec {
-            hosts: 64,
-            rails: 2,
-            hosts_per_leaf: 8,
-            spines: 8,
-            ..FabricSpec::default()
-        },
+        fabric: sim_support::fabric_64x2(),
         traffic: TrafficSpec {
             kind,
             bytes,
@@ -122,10 +118,9 @@ fn same_seed_same_result_other_seed_other_split() {
 
 #[test]
 fn the_command_runs_it_and_the_sweep_refuses_it() {
-    let dqplb = env!("CARGO_BIN_EXE_dqplb");
-    let out = std::process::Command::new(dqplb)
-        .args([
-            "sim",
+    let rows = sim_support::run_clean(
+        "permutation",
+        &[
             "--hosts",
             "16",
             "--hosts-per-leaf",
@@ -134,41 +129,24 @@ fn the_command_runs_it_and_the_sweep_refuses_it() {
             "4",
             "--rails",
             "1",
-        ])
-        .args([
-            "--traffic",
-            "permutation",
             "--bytes",
             "1M",
             "--mode",
             "b",
-            "--format",
-            "json",
-        ])
-        .args(["--policy", "lp-split,dqplb", "--qps", "4"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--policy",
+            "lp-split,dqplb",
+            "--qps",
+            "4",
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = v.as_array().expect("one JSON row per run");
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["policy"], "lp-split");
     assert_eq!(rows[0]["qps"], 4);
     assert_eq!(rows[0]["bound_upper"], rows[1]["bound_upper"]);
     // The sweep prints a class to deploy, which an oracle cannot be: exit 2, and why.
-    let out = std::process::Command::new(dqplb)
-        .args(["sim", "sweep", "--policy", "lp-split"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("lp-split is an oracle the plugin cannot run"),
-        "{err}"
+    sim_support::assert_refused(
+        &["sim", "sweep"],
+        &["--policy", "lp-split"],
+        "lp-split is an oracle the plugin cannot run",
     );
 }

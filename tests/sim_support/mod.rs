@@ -6,6 +6,18 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// The fabric of the dqplb-led and lp-split ring tests: 64 hosts x 2 rails, 8 leaves of 8, 8
+/// spines.
+pub fn fabric_64x2() -> nccl_net_dqplb::sim::FabricSpec {
+    nccl_net_dqplb::sim::FabricSpec {
+        hosts: 64,
+        rails: 2,
+        hosts_per_leaf: 8,
+        spines: 8,
+        ..Default::default()
+    }
+}
+
 /// Runs the built `dqplb` with `args`.
 pub fn dqplb(args: &[&str]) -> Output {
     dqplb_env(args, &[])
