@@ -143,6 +143,34 @@ fn the_command_runs_it_and_the_sweep_refuses_it() {
     assert_eq!(rows[0]["policy"], "lp-split");
     assert_eq!(rows[0]["qps"], 4);
     assert_eq!(rows[0]["bound_upper"], rows[1]["bound_upper"]);
+    // The q hashed QPs are held to the engine's QP count, as for any q-QP policy.
+    let out = sim_support::dqplb(&[
+        "sim",
+        "--hosts",
+        "16",
+        "--hosts-per-leaf",
+        "4",
+        "--spines",
+        "4",
+        "--rails",
+        "1",
+        "--traffic",
+        "permutation",
+        "--bytes",
+        "1M",
+        "--mode",
+        "b",
+        "--policy",
+        "lp-split",
+        "--qps",
+        "300",
+    ]);
+    let err = sim_support::text(&out.stderr);
+    assert!(!out.status.success(), "--qps 300 ran: {err}");
+    assert!(
+        err.contains("lp-split q=300: engine parameter qps = 300 is invalid: must be 1 ..= 128"),
+        "{err}"
+    );
     // The sweep prints a class to deploy, which an oracle cannot be: exit 2, and why.
     sim_support::assert_refused(
         &["sim", "sweep"],

@@ -201,6 +201,14 @@ impl<'a> PhaseRun<'a> {
             policy: shape.policy.engine_policy(),
         };
         params.validate().map_err(|e| e.to_string())?;
+        // lp-split's engine runs sub-QPs, but the q QPs it hashes (and splits over, by index in
+        // a byte) must be a count the engine accepts too.
+        EngineParams {
+            qps: shape.qps,
+            ..params
+        }
+        .validate()
+        .map_err(|e| e.to_string())?;
         let window = params.window() as u32;
         let mut conns = Vec::with_capacity(phase.pairs.len());
         let step = shape.qps as u32 + 1;
