@@ -1,10 +1,6 @@
 //! dqplb-net: an NCCL network plugin with Dynamic QP Load Balancing and a DCQCN pre-flight check.
-//! Layers, imports flowing one way: ffi -> plugin -> engine / transport / dcqcn -> config.
+//! This crate is the plugin itself: the C ABI (`ffi`) over the plugin state (`plugin`), which
+//! drives the engine through the transports of the workspace's other crates.
 
-pub mod config;
-pub mod dcqcn;
-pub mod engine;
 pub mod ffi;
 pub mod plugin;
-pub mod sim;
-pub mod transport;

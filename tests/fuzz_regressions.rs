@@ -2,6 +2,7 @@
 //! through the same checks the cargo-fuzz targets run (fuzz/harness); see docs/robustness.md.
 
 #[path = "../fuzz/harness/mod.rs"]
+#[allow(unreachable_pub)] // the cargo-fuzz lib's public items, included here as a module
 mod harness;
 
 use std::path::{Path, PathBuf};
@@ -76,11 +77,11 @@ fn tcp_stream_bytes_corpus() {
 
 use std::io::Write;
 
+use dqplb_engine::imm;
+use dqplb_transport::tcp::wire::{encode_ack, SegHeader};
+use dqplb_transport::tcp::TcpOptions;
+use dqplb_transport::{ErrorCode, NetResult, UserBuf};
 use harness::tcp_peer;
-use nccl_net_dqplb::engine::imm;
-use nccl_net_dqplb::transport::tcp::wire::{encode_ack, SegHeader};
-use nccl_net_dqplb::transport::tcp::TcpOptions;
-use nccl_net_dqplb::transport::{ErrorCode, NetResult, UserBuf};
 
 /// Calls `f` until it yields Some or an error (at most ~5 s).
 fn poll_until<T>(mut f: impl FnMut() -> NetResult<Option<T>>) -> NetResult<Option<T>> {
@@ -166,7 +167,7 @@ fn tcp_send_rejects_ack_for_unsent_segment() {
     let mut p = tcp_peer::params(1);
     p.segment_bytes = 65536;
     let (mut tx, mut peer) = tcp_peer::send_comm(p, &opts);
-    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+    let ann = dqplb_transport::tcp::wire::Announce {
         slot: 0,
         tag: 0,
         index: 0,
@@ -242,7 +243,7 @@ fn tcp_recv_torn_segment_into_completed_receive_is_remote_error() {
 #[test]
 fn tcp_send_rejects_group_announced_out_of_order() {
     let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
-    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+    let ann = dqplb_transport::tcp::wire::Announce {
         slot: 0,
         tag: 0,
         index: 1,
@@ -263,7 +264,7 @@ fn tcp_send_rejects_group_announced_out_of_order() {
 #[test]
 fn tcp_send_fails_on_close_inside_a_group_announcement() {
     let (mut tx, mut peer) = tcp_peer::send_comm(tcp_peer::params(1), &TcpOptions::default());
-    let ann = nccl_net_dqplb::transport::tcp::wire::Announce {
+    let ann = dqplb_transport::tcp::wire::Announce {
         slot: 0,
         tag: 0,
         index: 0,

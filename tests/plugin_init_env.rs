@@ -72,10 +72,7 @@ fn gdr_switches_on_tcp(lines: &Arc<Mutex<Vec<(log::NcclLevel, String)>>>, sink: 
     ] {
         std::env::set_var(var, value);
         let e = plugin::init(Some(Arc::clone(sink))).unwrap_err();
-        assert_eq!(
-            e.code,
-            nccl_net_dqplb::transport::ErrorCode::InvalidArgument
-        );
+        assert_eq!(e.code, dqplb_transport::ErrorCode::InvalidArgument);
         assert_eq!(e.msg, format!("{var}={value:?}: must be 0 or 1"));
         std::env::set_var(var, "0");
     }

@@ -6,9 +6,9 @@ mod verbs_support;
 
 use std::time::Instant;
 
+use dqplb_transport::verbs::fork::{self, ForkSafety};
+use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin::{self, RecvComm, RegRequest, SendComm};
-use nccl_net_dqplb::transport::verbs::fork::{self, ForkSafety};
-use nccl_net_dqplb::transport::UserBuf;
 use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
 
 fn reg(b: &mut [u8]) -> RegRequest {

@@ -8,13 +8,13 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::time::Instant;
 
+use dqplb_transport::regcache::Lookup;
+use dqplb_transport::verbs::caps::{DmaBufProbe, PTR_CUDA, PTR_HOST};
+use dqplb_transport::verbs::{fork, mrcache, MemSource, VerbsDomain};
+use dqplb_transport::UserBuf;
 use nccl_net_dqplb::ffi::sys::ncclResult_t;
 use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v8;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use nccl_net_dqplb::transport::regcache::Lookup;
-use nccl_net_dqplb::transport::verbs::caps::{DmaBufProbe, PTR_CUDA, PTR_HOST};
-use nccl_net_dqplb::transport::verbs::{fork, mrcache, MemSource, VerbsDomain};
-use nccl_net_dqplb::transport::UserBuf;
 use verbs_support::{pattern, plugin_pair, require_device, vm_tuning, DEADLINE};
 
 /// rxe0's sent_pkts, fresh: the core caches hardware counters for `lifespan` ms (12 in the VM),

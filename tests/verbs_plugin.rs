@@ -5,9 +5,9 @@
 
 mod verbs_support;
 
+use dqplb_transport::regcache::Lookup;
+use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use nccl_net_dqplb::transport::regcache::Lookup;
-use nccl_net_dqplb::transport::UserBuf;
 use std::time::Instant;
 use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
 

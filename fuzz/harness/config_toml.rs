@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use nccl_net_dqplb::config::{self, HcaList, HcaThirdField, SiteConfig};
-use nccl_net_dqplb::engine::{EngineParams, Sender};
+use dqplb_config::{HcaList, HcaThirdField, SiteConfig};
+use dqplb_engine::{EngineParams, Sender};
 use nccl_net_dqplb::plugin::conn_params;
 
 /// A file that never exists, so `load_with` falls back to the embedded default.
@@ -27,7 +27,7 @@ pub fn check(data: &[u8]) {
         })
         .collect();
 
-    match config::parse_str(toml_text, "fuzz") {
+    match dqplb_config::parse_str(toml_text, "fuzz") {
         Ok(cfg) => {
             accepted_config(&cfg, sel);
             hca_list(hca, cfg.fabric.hca_third_field, cfg.fabric.max_rails);
@@ -47,7 +47,7 @@ pub fn check(data: &[u8]) {
         return;
     }
     let no_conf = |_: &str| None;
-    match config::load_with(&no_conf, &vars, Path::new(NO_ETC)) {
+    match dqplb_config::load_with(&no_conf, &vars, Path::new(NO_ETC)) {
         Ok(loaded) => accepted_config(&loaded.config, sel),
         Err(e) => assert!(!e.to_string().trim().is_empty(), "empty env error"),
     }

@@ -4,8 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use arbitrary::{Arbitrary, Unstructured};
-use nccl_net_dqplb::engine::imm::{seq_add, seq_distance, RESERVED_MASK, SEQ_MASK};
-use nccl_net_dqplb::engine::{Receiver, REORDER_SLACK};
+use dqplb_engine::imm::{seq_add, seq_distance, RESERVED_MASK, SEQ_MASK};
+use dqplb_engine::{Receiver, REORDER_SLACK};
 
 #[derive(Debug, Arbitrary)]
 enum Op {

@@ -5,8 +5,8 @@
 use std::collections::{HashSet, VecDeque};
 
 use arbitrary::{Arbitrary, Unstructured};
-use nccl_net_dqplb::engine::imm::{decode, seq_add, seq_distance};
-use nccl_net_dqplb::engine::{
+use dqplb_engine::imm::{decode, seq_add, seq_distance};
+use dqplb_engine::{
     EngineError, EngineParams, PolicyKind, Receiver, Sender, Transmit, MAX_SEGMENT_BYTES,
     REORDER_SLACK, SEGMENT_ALIGN,
 };
@@ -100,7 +100,7 @@ pub fn check(data: &[u8]) {
         max_messages: 1 + usize::from(input.max_messages % 16),
         policy: PolicyKind::ALL[usize::from(input.policy) % PolicyKind::ALL.len()],
     };
-    let seq0 = input.initial_seq & nccl_net_dqplb::engine::imm::SEQ_MASK;
+    let seq0 = input.initial_seq & dqplb_engine::imm::SEQ_MASK;
     let window = p.window() as u32;
     let mut w = World {
         p,
@@ -275,8 +275,7 @@ impl World {
         if let Err(e) = self.rx.arrived(t.imm, t.len) {
             panic!("receiver refused a well-formed segment {t:?}: {e}");
         }
-        self.delivered
-            .insert(t.imm & nccl_net_dqplb::engine::imm::SEQ_MASK);
+        self.delivered.insert(t.imm & dqplb_engine::imm::SEQ_MASK);
     }
 
     /// Completes the oldest segment on `qp` if it was delivered; false otherwise.

@@ -5,12 +5,10 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use nccl_net_dqplb::engine::PolicyKind;
-use nccl_net_dqplb::transport::tcp::handle::{ListenHandle, PROTOCOL_VERSION};
-use nccl_net_dqplb::transport::tcp::wire::{Announce, ConnParams, Control, Hello, ANNOUNCE_BYTES};
-use nccl_net_dqplb::transport::tcp::{
-    TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm,
-};
+use dqplb_engine::PolicyKind;
+use dqplb_transport::tcp::handle::{ListenHandle, PROTOCOL_VERSION};
+use dqplb_transport::tcp::wire::{Announce, ConnParams, Control, Hello, ANNOUNCE_BYTES};
+use dqplb_transport::tcp::{TcpConnector, TcpListenComm, TcpOptions, TcpRecvComm, TcpSendComm};
 
 /// Parameters small enough for quick loopback tests.
 pub fn params(qps: u16) -> ConnParams {

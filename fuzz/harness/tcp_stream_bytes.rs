@@ -6,9 +6,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
-use nccl_net_dqplb::engine::imm;
-use nccl_net_dqplb::transport::tcp::wire::SegHeader;
-use nccl_net_dqplb::transport::{ErrorCode, NetError, UserBuf};
+use dqplb_engine::imm;
+use dqplb_transport::tcp::wire::SegHeader;
+use dqplb_transport::{ErrorCode, NetError, UserBuf};
 
 use super::tcp_peer;
 
@@ -182,7 +182,7 @@ pub fn check(data: &[u8]) {
 
 /// One progress round and a test of every posted receive; checks sizes and sticky failure.
 fn drive(
-    rx: &mut nccl_net_dqplb::transport::tcp::TcpRecvComm,
+    rx: &mut dqplb_transport::tcp::TcpRecvComm,
     posted: &[(u32, Vec<usize>)],
     failed: &mut Option<NetError>,
 ) {

@@ -1,13 +1,13 @@
 //! Arbitrary bytes as every fixed-size frame of the TCP transport (hello, announce, segment header,
 //! ack) and as the 128-byte listen handle: decoders never panic, errors say why, frames round-trip.
 
-use nccl_net_dqplb::engine::{EngineParams, Receiver, Sender};
-use nccl_net_dqplb::transport::tcp::handle::{ListenHandle, HANDLE_BYTES, PROTOCOL_VERSION};
-use nccl_net_dqplb::transport::tcp::wire::{
+use dqplb_engine::{EngineParams, Receiver, Sender};
+use dqplb_transport::tcp::handle::{ListenHandle, HANDLE_BYTES, PROTOCOL_VERSION};
+use dqplb_transport::tcp::wire::{
     decode_ack, encode_ack, Announce, Hello, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, HELLO_BYTES,
     SEG_HEADER_BYTES,
 };
-use nccl_net_dqplb::transport::{ErrorCode, NetError, UserBuf};
+use dqplb_transport::{ErrorCode, NetError, UserBuf};
 
 /// Flag bits of the first input byte: stamp a valid magic so the fuzzer reaches the field checks.
 const STAMP_HELLO: u8 = 1;

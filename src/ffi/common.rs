@@ -13,10 +13,10 @@ use super::sys::{
 use crate::plugin::{
     self, log, CommContext, ConnOptions, ListenComm, MemHandle, RecvComm, RegRequest, SendComm,
 };
-use crate::transport::events::{EventDescr, NetEvents};
-use crate::transport::slots::MAX_RECVS;
-use crate::transport::tcp::HANDLE_BYTES;
-use crate::transport::{NetError, NetResult, UserBuf};
+use dqplb_transport::events::{EventDescr, NetEvents};
+use dqplb_transport::slots::MAX_RECVS;
+use dqplb_transport::tcp::HANDLE_BYTES;
+use dqplb_transport::{NetError, NetResult, UserBuf};
 
 /// An exported vtable as a `Sync` static (it only holds function pointers and a static string).
 #[repr(transparent)]
@@ -215,7 +215,7 @@ pub(super) fn store_profiler(p: ncclProfilerCallback_t) {
         Err(e) => *e.into_inner() = p,
     }
     let sink = p.map(|f| Arc::new(NcclProfiler(f)) as Arc<dyn NetEvents>);
-    crate::transport::events::set_sink(sink);
+    dqplb_transport::events::set_sink(sink);
 }
 
 /// ncclProfilerNetEventStart / Stop (src/include/nccl_common.h 2.26-2.30).
@@ -388,11 +388,11 @@ pub(super) struct DeviceProps {
 }
 
 impl DeviceProps {
-    pub fn name(&self) -> *mut c_char {
+    pub(super) fn name(&self) -> *mut c_char {
         self.p.name.as_ptr() as *mut c_char
     }
 
-    pub fn pci_path(&self) -> *mut c_char {
+    pub(super) fn pci_path(&self) -> *mut c_char {
         self.p
             .pci_path
             .map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut c_char)

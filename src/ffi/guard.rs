@@ -4,7 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::sys::ncclResult_t;
-use crate::transport::{ErrorCode, NetResult};
+use dqplb_transport::{ErrorCode, NetResult};
 
 pub fn code(c: ErrorCode) -> ncclResult_t {
     match c {

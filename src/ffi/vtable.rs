@@ -6,6 +6,3 @@ pub use super::v11::ncclNetPlugin_v11;
 pub use super::v12::ncclNetPlugin_v12;
 pub use super::v8::ncclNetPlugin_v8;
 pub use super::v9::ncclNetPlugin_v9;
-
-/// The v8 vtable wrapper under its former name.
-pub type PluginVtable = Vtable<super::sys::ncclNet_v8_t>;

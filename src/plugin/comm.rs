@@ -6,18 +6,18 @@ use std::sync::Arc;
 
 use super::pattern::{self, Pattern, PatternCell, PATTERNS};
 use super::telemetry::CommTelemetry;
-use crate::config::SiteConfig;
+use dqplb_config::SiteConfig;
 
-use crate::transport::slots::{RecvSizes, MAX_RECVS};
-use crate::transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
 #[cfg(feature = "verbs")]
-use crate::transport::verbs::{
+use arrayvec::ArrayVec;
+use dqplb_transport::slots::{RecvSizes, MAX_RECVS};
+use dqplb_transport::tcp::{TcpListenComm, TcpRecvComm, TcpSendComm};
+#[cfg(feature = "verbs")]
+use dqplb_transport::verbs::{
     mrcache, CachedMr, Flusher, MemSource, MemoryRegion, RemoteSlice, VerbsDomain, VerbsListenComm,
     VerbsRecvComm, VerbsSendComm,
 };
-use crate::transport::{NetError, NetResult, UserBuf};
-#[cfg(feature = "verbs")]
-use arrayvec::ArrayVec;
+use dqplb_transport::{NetError, NetResult, UserBuf};
 
 pub(super) enum ListenInner {
     Tcp(TcpListenComm),
@@ -319,7 +319,12 @@ impl SendComm {
 
     /// Gives this comm one engine route per traffic pattern of `[patterns]` and follows `cell`
     /// (its context's pattern) from the next isend on.
-    pub fn use_patterns(&mut self, cell: PatternCell, cfg: &SiteConfig, dev: i32) -> NetResult<()> {
+    pub(crate) fn use_patterns(
+        &mut self,
+        cell: PatternCell,
+        cfg: &SiteConfig,
+        dev: i32,
+    ) -> NetResult<()> {
         let qps = self.qp_stats().len();
         let plan = pattern::plan_routes(&cfg.patterns, cfg.engine.policy, qps, super::policy_kind);
         for &(kind, n) in &plan.extra {
@@ -355,7 +360,7 @@ impl SendComm {
 
     /// Installs the straggler re-hash rule: TCP replaces a drained straggler by a stream from a
     /// new source port, verbs by a new QP pair (new QPNs).
-    pub fn set_rehash_rule(&mut self, rule: crate::engine::RehashRule) -> NetResult<()> {
+    pub fn set_rehash_rule(&mut self, rule: dqplb_engine::RehashRule) -> NetResult<()> {
         match &mut self.inner {
             SendInner::Tcp(t) => t.set_rehash_rule(rule),
             #[cfg(feature = "verbs")]
@@ -364,7 +369,7 @@ impl SendComm {
     }
 
     /// Publishes this comm's per-QP counters to the stats file / periodic log (`[stats]`).
-    pub fn set_telemetry(&mut self, t: Option<CommTelemetry>) {
+    pub(crate) fn set_telemetry(&mut self, t: Option<CommTelemetry>) {
         self.tele = t;
     }
 
@@ -428,7 +433,7 @@ impl SendComm {
 
     #[cold]
     fn publish(&mut self) {
-        let stats: &[crate::engine::QpStats] = match &self.inner {
+        let stats: &[dqplb_engine::QpStats] = match &self.inner {
             SendInner::Tcp(t) => t.qp_stats(),
             #[cfg(feature = "verbs")]
             SendInner::Verbs(v, _) => v.qp_stats(),
@@ -439,20 +444,11 @@ impl SendComm {
     }
 
     /// Per-QP engine statistics (segments, bytes, outstanding, completion latency in ns).
-    pub fn qp_stats(&self) -> &[crate::engine::QpStats] {
+    pub fn qp_stats(&self) -> &[dqplb_engine::QpStats] {
         match &self.inner {
             SendInner::Tcp(t) => t.qp_stats(),
             #[cfg(feature = "verbs")]
             SendInner::Verbs(v, _) => v.qp_stats(),
-        }
-    }
-
-    /// Operation counts of a verbs comm (None on TCP).
-    #[cfg(feature = "verbs")]
-    pub fn verbs_op_counters(&self) -> Option<crate::transport::verbs::completion::OpCounters> {
-        match &self.inner {
-            SendInner::Tcp(_) => None,
-            SendInner::Verbs(v, _) => Some(*v.op_counters()),
         }
     }
 
@@ -610,15 +606,6 @@ impl RecvComm {
                 }
                 v.irecv_group(&group)
             }
-        }
-    }
-
-    /// Operation counts of a verbs comm (None on TCP).
-    #[cfg(feature = "verbs")]
-    pub fn verbs_op_counters(&self) -> Option<crate::transport::verbs::completion::OpCounters> {
-        match &self.inner {
-            RecvInner::Tcp(_) => None,
-            RecvInner::Verbs(v, _) => Some(*v.op_counters()),
         }
     }
 

@@ -5,10 +5,10 @@ use std::ffi::{CStr, CString};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use crate::transport::tcp::iface;
-use crate::transport::NetResult;
+use dqplb_transport::tcp::iface;
+use dqplb_transport::NetResult;
 
-pub use crate::transport::gdr::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
+pub use dqplb_transport::gdr::{PTR_CUDA, PTR_DMABUF, PTR_HOST};
 
 /// What the ffi layer copies into ncclNetProperties_v8_t.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,7 +34,7 @@ pub enum DeviceKind {
     #[cfg(feature = "verbs")]
     Verbs {
         ip: IpAddr,
-        domain: std::sync::Arc<crate::transport::verbs::VerbsDomain>,
+        domain: std::sync::Arc<dqplb_transport::verbs::VerbsDomain>,
     },
 }
 
@@ -46,7 +46,7 @@ pub struct Device {
 }
 
 /// Interns a string for the process lifetime (NCCL keeps the pointers it is given).
-pub fn intern(s: &str) -> &'static CStr {
+pub(crate) fn intern(s: &str) -> &'static CStr {
     static TABLE: Mutex<Vec<&'static CStr>> = Mutex::new(Vec::new());
     let clean: String = s.chars().filter(|c| *c != '\0').collect();
     let mut t = match TABLE.lock() {
@@ -75,7 +75,7 @@ fn pci_path_of_netdev(name: &str) -> Option<&'static CStr> {
 }
 
 /// TCP devices: one per selected interface.
-pub fn tcp_devices(ifname_filter: Option<&str>, fabric_id: u32) -> NetResult<Vec<Device>> {
+pub(crate) fn tcp_devices(ifname_filter: Option<&str>, fabric_id: u32) -> NetResult<Vec<Device>> {
     Ok(iface::find(ifname_filter)?
         .into_iter()
         .map(|i| Device {
@@ -91,7 +91,7 @@ pub fn tcp_devices(ifname_filter: Option<&str>, fabric_id: u32) -> NetResult<Vec
                 port: 0,
                 latency_us: 0.0,
                 max_comms: 65536,
-                max_recvs: crate::transport::slots::MAX_RECVS as i32,
+                max_recvs: dqplb_transport::slots::MAX_RECVS as i32,
             },
         })
         .collect())

@@ -19,8 +19,8 @@ pub enum NcclLevel {
 }
 
 /// NCCL subsystem bits used by this plugin.
-pub const SUBSYS_INIT: u64 = 1;
-pub const SUBSYS_NET: u64 = 16;
+pub(crate) const SUBSYS_INIT: u64 = 1;
+pub(crate) const SUBSYS_NET: u64 = 16;
 
 /// Where formatted log lines go: the ffi layer wraps NCCL's C logger in one of these.
 pub type Sink = Arc<dyn Fn(NcclLevel, u64, &str) + Send + Sync>;
@@ -38,7 +38,7 @@ fn level_rank(l: &Level) -> u8 {
 }
 
 /// Changes what reaches NCCL's logger (e.g. after the site config's `log.level` was read).
-pub fn set_level(level: LevelFilter) {
+pub(crate) fn set_level(level: LevelFilter) {
     let rank = match level {
         LevelFilter::OFF => 0,
         LevelFilter::ERROR | LevelFilter::WARN => 1,
@@ -56,7 +56,7 @@ pub fn set_sink(sink: Option<Sink>) {
 }
 
 /// Level filter from NCCL_DEBUG (VERSION/WARN -> warn, INFO -> info, TRACE -> trace, unset -> warn).
-pub fn level_from_nccl_debug(v: Option<&str>) -> LevelFilter {
+pub(crate) fn level_from_nccl_debug(v: Option<&str>) -> LevelFilter {
     match v.map(|s| s.trim().to_ascii_uppercase()).as_deref() {
         Some("TRACE") => LevelFilter::TRACE,
         Some("INFO") => LevelFilter::INFO,
@@ -102,14 +102,14 @@ impl Visit for MessageVisitor<'_> {
 }
 
 /// Formats one event as the line NCCL prints after its own prefix.
-pub fn format_event(event: &Event<'_>) -> String {
+pub(crate) fn format_event(event: &Event<'_>) -> String {
     let mut line = String::from("DQPLB ");
     event.record(&mut MessageVisitor(&mut line));
     line
 }
 
 /// tracing -> NCCL logger bridge.
-pub struct NcclLayer;
+pub(crate) struct NcclLayer;
 
 impl<S: Subscriber> Layer<S> for NcclLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
@@ -130,7 +130,7 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
 
 /// Installs the NCCL bridge as the process-wide subscriber (once; later calls only swap the sink).
 /// If the host process already has a global subscriber, our events go to it instead.
-pub fn install_nccl_bridge(sink: Option<Sink>, level: LevelFilter) {
+pub(crate) fn install_nccl_bridge(sink: Option<Sink>, level: LevelFilter) {
     set_sink(sink);
     set_level(level);
     static ONCE: std::sync::Once = std::sync::Once::new();

@@ -19,12 +19,12 @@ pub use devices::Properties;
 pub use pattern::{Pattern, PatternCell};
 pub use state::{CommAttr, CommContext, NetAttr};
 
-use crate::config::{self, ConnClass, SiteConfig};
-use crate::engine::PolicyKind;
-use crate::transport::tcp::{
+use dqplb_config::{ConnClass, SiteConfig};
+use dqplb_engine::PolicyKind;
+use dqplb_transport::tcp::{
     ConnParams, ListenHandle, TcpConnector, TcpListenComm, TcpOptions, HANDLE_BYTES,
 };
-use crate::transport::{NetError, NetResult};
+use dqplb_transport::{NetError, NetResult};
 
 pub const NAME: &str = "DQPLB";
 
@@ -33,11 +33,11 @@ const STAGE_RANGE: std::ops::Range<usize> = 112..120;
 
 /// Largest message one isend or one irecv buffer carries: test() reports sizes as C int, so
 /// NCCL v9+ is told maxP2pBytes = maxCollBytes = this, and larger sizes are rejected.
-pub const MAX_TRANSFER_BYTES: usize = i32::MAX as usize;
+pub(crate) const MAX_TRANSFER_BYTES: usize = i32::MAX as usize;
 
 /// Per-connection options NCCL v10+ passes (connect's config, or the communicator's config).
 #[derive(Debug, Clone, Default)]
-pub struct ConnOptions {
+pub(crate) struct ConnOptions {
     /// IP TOS / IPV6 traffic class on TCP streams, GRH traffic class on verbs data QPs
     /// (overrides NCCL_IB_TC); None keeps the defaults.
     pub traffic_class: Option<u8>,
@@ -52,7 +52,7 @@ pub struct ConnOptions {
 pub fn set_net_attr(ctx: &CommContext, na: NetAttr) {
     let min_peers = match state::get() {
         Ok(g) => g.config.patterns.alltoall_min_peers,
-        Err(_) => config::PatternsSection::default().alltoall_min_peers,
+        Err(_) => dqplb_config::PatternsSection::default().alltoall_min_peers,
     };
     let p = pattern::classify(&na, min_peers);
     if ctx.pattern.set(p) {
@@ -65,7 +65,7 @@ pub fn set_net_attr(ctx: &CommContext, na: NetAttr) {
 
 /// NCCL's trafficClass int: -1 (NCCL_NET_TRAFFIC_CLASS_UNDEF) or any other value outside 0..=255
 /// means "undefined" (the latter with a WARN).
-pub fn traffic_class_from_nccl(tc: i32) -> Option<u8> {
+pub(crate) fn traffic_class_from_nccl(tc: i32) -> Option<u8> {
     match u8::try_from(tc) {
         Ok(v) => Some(v),
         Err(_) => {
@@ -86,13 +86,13 @@ static CONNECTS: Mutex<Option<Connects>> = Mutex::new(None);
 pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let level = log::level_from_nccl_debug(std::env::var("NCCL_DEBUG").ok().as_deref());
     log::install_nccl_bridge(sink, level);
-    let loaded = config::load_from_process_env()
+    let loaded = dqplb_config::load_from_process_env()
         .map_err(|e| NetError::invalid_argument(format!("site configuration: {e}")))?;
     if let Some(l) = loaded.config.log.level {
         log::set_level(match l {
-            config::LogLevel::Warn => log::LevelFilter::WARN,
-            config::LogLevel::Info => log::LevelFilter::INFO,
-            config::LogLevel::Trace => log::LevelFilter::TRACE,
+            dqplb_config::LogLevel::Warn => log::LevelFilter::WARN,
+            dqplb_config::LogLevel::Info => log::LevelFilter::INFO,
+            dqplb_config::LogLevel::Trace => log::LevelFilter::TRACE,
         });
     }
     log_hca_diagnostics(&loaded.config)?;
@@ -117,7 +117,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
 
 /// The test-only switch (DQPLB_TEST_FORCE_GDR=1) on TCP devices: they advertise NCCL_PTR_CUDA
 /// too, so NCCL's GDR probe and CUDA-typed regMr run over TCP with host memory (RDMA devices
-/// apply the switch in their own detection, src/transport/verbs/caps.rs).
+/// apply the switch in their own detection, crates/transport/src/verbs/caps.rs).
 fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devices::Device> {
     for d in devices.iter_mut() {
         if matches!(d.kind, devices::DeviceKind::Tcp { .. }) {
@@ -135,7 +135,7 @@ fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devic
 /// DQPLB_TEST_FORCE_GDR and NCCL_IB_GDR_FLUSH_DISABLE: 0 or 1, anything else fails init naming
 /// the variable; returns the first.
 fn gdr_switches() -> NetResult<bool> {
-    use crate::transport::gdr::{switch_from, FORCE_GDR_ENV};
+    use dqplb_transport::gdr::{switch_from, FORCE_GDR_ENV};
     let env = |k: &str| std::env::var(k).ok();
     switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE").map_err(NetError::invalid_argument)?;
     switch_from(env, FORCE_GDR_ENV).map_err(NetError::invalid_argument)
@@ -149,7 +149,7 @@ fn rail_planes(cfg: &SiteConfig, devices: &[devices::Device]) -> Vec<(i16, i16)>
         .ok()
         .filter(|v| !v.trim().is_empty())
         .and_then(|v| {
-            config::HcaList::parse_lenient(
+            dqplb_config::HcaList::parse_lenient(
                 v.trim(),
                 cfg.fabric.hca_third_field,
                 cfg.fabric.max_rails,
@@ -188,7 +188,7 @@ pub fn pending_connects() -> usize {
 }
 
 /// Drops the connects a finalized communicator context left unfinished (their sockets close).
-pub fn drop_connects_of(owner: u64) -> usize {
+pub(crate) fn drop_connects_of(owner: u64) -> usize {
     let mut map = connects();
     let Some(map) = map.as_mut() else { return 0 };
     let before = map.len();
@@ -205,9 +205,12 @@ fn log_hca_diagnostics(cfg: &SiteConfig) -> NetResult<()> {
     else {
         return Ok(());
     };
-    let (_, diags) =
-        config::HcaList::parse_lenient(v.trim(), cfg.fabric.hca_third_field, cfg.fabric.max_rails)
-            .map_err(|e| NetError::invalid_argument(e.to_string()))?;
+    let (_, diags) = dqplb_config::HcaList::parse_lenient(
+        v.trim(),
+        cfg.fabric.hca_third_field,
+        cfg.fabric.max_rails,
+    )
+    .map_err(|e| NetError::invalid_argument(e.to_string()))?;
     for d in diags {
         tracing::warn!(target: "dqplb::init", "NCCL_IB_HCA='{v}': {d}");
     }
@@ -217,7 +220,7 @@ fn log_hca_diagnostics(cfg: &SiteConfig) -> NetResult<()> {
 /// DCQCN pre-flight over the RDMA devices NCCL_IB_HCA selects: logs per device, fails init
 /// (ncclSystemError) only with `dcqcn.strict`. No RDMA devices (or no sysfs) is logged, not fatal.
 fn dcqcn_preflight(cfg: &SiteConfig) -> NetResult<()> {
-    use crate::dcqcn::reader::{list_devices, Roots};
+    use dqplb_dcqcn::reader::{list_devices, Roots};
     let roots = Roots::from_section(&cfg.dcqcn);
     let all = match list_devices(&roots) {
         Ok(all) => all,
@@ -227,9 +230,9 @@ fn dcqcn_preflight(cfg: &SiteConfig) -> NetResult<()> {
         }
     };
     let hca = std::env::var("NCCL_IB_HCA").ok();
-    let devices = crate::dcqcn::select::select_devices(all, hca.as_deref(), &cfg.fabric)
+    let devices = dqplb_dcqcn::select::select_devices(all, hca.as_deref(), &cfg.fabric)
         .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?;
-    crate::dcqcn::preflight::preflight(&cfg.dcqcn, &devices, &roots)
+    dqplb_dcqcn::preflight::preflight(&cfg.dcqcn, &devices, &roots)
         .map(|_| ())
         .map_err(|e| NetError::system(e.to_string()))
 }
@@ -251,13 +254,13 @@ fn tcp_options(cfg: &SiteConfig) -> TcpOptions {
     }
 }
 
-pub fn policy_kind(p: config::PolicyName) -> PolicyKind {
+pub(crate) fn policy_kind(p: dqplb_config::PolicyName) -> PolicyKind {
     match p {
-        config::PolicyName::Dqplb => PolicyKind::Dqplb,
-        config::PolicyName::DqplbLed => PolicyKind::DqplbLed,
-        config::PolicyName::StaticSplit => PolicyKind::StaticSplit,
-        config::PolicyName::RoundRobinMessage => PolicyKind::RoundRobinMessage,
-        config::PolicyName::SingleQp => PolicyKind::SingleQp,
+        dqplb_config::PolicyName::Dqplb => PolicyKind::Dqplb,
+        dqplb_config::PolicyName::DqplbLed => PolicyKind::DqplbLed,
+        dqplb_config::PolicyName::StaticSplit => PolicyKind::StaticSplit,
+        dqplb_config::PolicyName::RoundRobinMessage => PolicyKind::RoundRobinMessage,
+        dqplb_config::PolicyName::SingleQp => PolicyKind::SingleQp,
     }
 }
 
@@ -268,9 +271,9 @@ pub fn conn_params(
     remote: u32,
 ) -> NetResult<(ConnClass, ConnParams)> {
     let rails = cfg.fabric.max_rails;
-    let class = config::classify(
-        &config::FabricId::from_id(local, rails),
-        &config::FabricId::from_id(remote, rails),
+    let class = dqplb_config::classify(
+        &dqplb_config::FabricId::from_id(local, rails),
+        &dqplb_config::FabricId::from_id(remote, rails),
     );
     let plan = cfg.plan(class);
     let params = ConnParams {
@@ -296,7 +299,7 @@ pub fn listen(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<ListenComm
 }
 
 /// `listen` with per-communicator options: accepted streams get `opts.traffic_class`.
-pub fn listen_with(
+pub(crate) fn listen_with(
     dev: i32,
     handle: &mut [u8; HANDLE_BYTES],
     opts: ConnOptions,
@@ -314,7 +317,7 @@ pub fn listen_with(
         }
         #[cfg(feature = "verbs")]
         devices::DeviceKind::Verbs { ip, domain } => {
-            let mut v = crate::transport::verbs::VerbsListenComm::bind(
+            let mut v = dqplb_transport::verbs::VerbsListenComm::bind(
                 *ip,
                 d.fabric_id,
                 std::sync::Arc::clone(domain),
@@ -337,8 +340,8 @@ enum Connector {
     Tcp(TcpConnector),
     #[cfg(feature = "verbs")]
     Verbs(
-        Box<crate::transport::verbs::VerbsConnector>,
-        std::sync::Arc<crate::transport::verbs::VerbsDomain>,
+        Box<dqplb_transport::verbs::VerbsConnector>,
+        std::sync::Arc<dqplb_transport::verbs::VerbsDomain>,
     ),
 }
 
@@ -357,7 +360,7 @@ pub fn connect(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<Option<Se
 
 /// `connect` with per-connection options (NCCL v10+ trafficClass, v11+ owning context); the
 /// options of the first call of an attempt apply.
-pub fn connect_with(
+pub(crate) fn connect_with(
     dev: i32,
     handle: &mut [u8; HANDLE_BYTES],
     opts: ConnOptions,
@@ -395,7 +398,7 @@ pub fn connect_with(
             #[cfg(feature = "verbs")]
             devices::DeviceKind::Verbs { domain, .. } => Connector::Verbs(
                 Box::new(
-                    crate::transport::verbs::VerbsConnector::start_with_traffic_class(
+                    dqplb_transport::verbs::VerbsConnector::start_with_traffic_class(
                         &h,
                         params,
                         domain,
@@ -408,7 +411,7 @@ pub fn connect_with(
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
         id = loop {
-            let r = crate::transport::tcp::handle::random_secret()?;
+            let r = dqplb_transport::tcp::handle::random_secret()?;
             let candidate = u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
             if candidate != 0 && !map.contains_key(&candidate) {
                 break candidate;
@@ -449,7 +452,7 @@ pub fn connect_with(
             comm.set_stall_timeout_ms(spec.stall_timeout_ms);
             comm.set_event_device(dev);
             if spec.rehash_max_per_minute > 0 {
-                comm.set_rehash_rule(crate::engine::RehashRule {
+                comm.set_rehash_rule(dqplb_engine::RehashRule {
                     ratio: spec.rehash_ratio,
                     window: spec.rehash_window,
                     // TCP's engine clock is nanoseconds.
@@ -486,7 +489,7 @@ static DEBUG_PANIC: Mutex<Option<String>> = Mutex::new(None);
 static DEBUG_PANIC_SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Reads NCCL_DQPLB_DEBUG_PANIC (an entry-point name that will panic, to test the ffi guard).
-pub fn read_debug_knobs() {
+pub(crate) fn read_debug_knobs() {
     let v = std::env::var("NCCL_DQPLB_DEBUG_PANIC")
         .ok()
         .filter(|s| !s.is_empty());
@@ -497,7 +500,7 @@ pub fn read_debug_knobs() {
 }
 
 /// The entry point chosen by NCCL_DQPLB_DEBUG_PANIC, if any (one relaxed load when unset).
-pub fn debug_panic_entry() -> Option<String> {
+pub(crate) fn debug_panic_entry() -> Option<String> {
     if !DEBUG_PANIC_SET.load(Ordering::Relaxed) {
         return None;
     }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::state::NetAttr;
-use crate::config::{PatternsSection, PolicyName};
-use crate::engine::PolicyKind;
+use dqplb_config::{PatternsSection, PolicyName};
+use dqplb_engine::PolicyKind;
 
 /// What a communicator is doing now, as NCCL's latest setNetAttr describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum Pattern {
 }
 
 /// Number of patterns (array size of a route table).
-pub const PATTERNS: usize = 4;
+pub(crate) const PATTERNS: usize = 4;
 
 impl Pattern {
     pub const ALL: [Pattern; PATTERNS] = [
@@ -97,7 +97,7 @@ impl PatternCell {
 
 /// The (policy, data QPs used; 0 = all) a pattern runs with under `cfg`, `engine` being the
 /// configured `engine.policy`.
-pub fn pattern_policy(
+pub(crate) fn pattern_policy(
     cfg: &PatternsSection,
     engine: PolicyName,
     p: Pattern,
@@ -113,7 +113,7 @@ pub fn pattern_policy(
 /// A send comm's route per pattern, and the distinct (policy, QPs) routes it needs beyond route 0
 /// (the connection's configured policy over all `conn_qps` QPs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoutePlan {
+pub(crate) struct RoutePlan {
     /// Route index per pattern (indexed by `Pattern as usize`).
     pub route_of: [u8; PATTERNS],
     /// Routes 1.. in order: (policy, QPs).
@@ -121,7 +121,7 @@ pub struct RoutePlan {
 }
 
 /// Plans the routes of a connection with `conn_qps` data QPs.
-pub fn plan_routes(
+pub(crate) fn plan_routes(
     cfg: &PatternsSection,
     engine: PolicyName,
     conn_qps: usize,
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(plan.extra, vec![(PolicyKind::StaticSplit, 2)]);
         // Everything default: no extra route.
         let same = PatternsSection {
-            alltoall: crate::config::PatternPolicy::Default,
+            alltoall: dqplb_config::PatternPolicy::Default,
             alltoall_qps: 0,
             ..cfg.clone()
         };
@@ -240,7 +240,7 @@ mod tests {
         assert_eq!((plan.route_of, plan.extra.len()), ([0; PATTERNS], 0));
         // Two patterns sharing a route get one.
         let shared = PatternsSection {
-            p2p: crate::config::PatternPolicy::StaticSplit,
+            p2p: dqplb_config::PatternPolicy::StaticSplit,
             alltoall_qps: 0,
             ..cfg
         };

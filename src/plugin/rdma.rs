@@ -4,11 +4,11 @@
 use std::net::IpAddr;
 
 use super::devices::{intern, Device, DeviceKind, Properties};
-use crate::config::{HcaList, SiteConfig, TransportKind};
-use crate::transport::verbs::{
+use dqplb_config::{HcaList, SiteConfig, TransportKind};
+use dqplb_transport::verbs::{
     discover_report, ib_disabled_from_env, DeviceLimits, Discovery, QpTuning, Sysfs, VerbsDomain,
 };
-use crate::transport::{ErrorCode, NetError, NetResult};
+use dqplb_transport::{ErrorCode, NetError, NetResult};
 
 /// maxComms of an RDMA device from its limits. Every comm NCCL opens on the device (either side
 /// of a connection) holds one control QP plus the data QPs of its class plan, and two CQs (send
@@ -66,7 +66,7 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
         None => None,
     };
     // before any device is opened: ibv_fork_init must precede every registration
-    crate::transport::verbs::fork::prepare();
+    dqplb_transport::verbs::fork::prepare();
     let (found, skipped) = match discover_report(&Sysfs::default(), &tuning) {
         Ok(Discovery::Found { devices, skipped }) => (devices, skipped),
         Ok(Discovery::NoLibrary(why)) => {
@@ -127,7 +127,7 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
                     port: i32::from(port.port),
                     latency_us: 0.0,
                     max_comms: comms,
-                    max_recvs: crate::transport::slots::MAX_RECVS as i32,
+                    max_recvs: dqplb_transport::slots::MAX_RECVS as i32,
                 },
             });
         }
@@ -138,18 +138,10 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
     Ok(Scan::Devices(out))
 }
 
-/// RDMA ports as plugin devices (empty when there is no usable one); see `choose_devices`.
-pub fn verbs_devices(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Vec<Device>> {
-    match scan(cfg, boot_ip)? {
-        Scan::Devices(d) => Ok(d),
-        Scan::Nothing(_) => Ok(Vec::new()),
-    }
-}
-
 /// The device list init publishes: RDMA ports when the mode allows and any is usable, else `tcp`.
 /// Only `fabric.transport = verbs` turns "no usable RDMA port" (or a failed discovery) into an
 /// init error; auto mode logs why and keeps the TCP devices.
-pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
+pub(crate) fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
     let mode = cfg.fabric.transport;
     if mode == TransportKind::Tcp {
         return Ok(tcp);
@@ -186,7 +178,7 @@ pub fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Devic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::verbs::discover;
+    use dqplb_transport::verbs::discover;
 
     #[test]
     fn without_rdma_tcp_devices_stay() {

@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::config::{LoadedConfig, SiteConfig};
-use crate::transport::{NetError, NetResult};
+use dqplb_config::{LoadedConfig, SiteConfig};
+use dqplb_transport::{NetError, NetResult};
 
 use super::devices::Device;
 

@@ -8,8 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::StatsSection;
-use crate::engine::QpStats;
+use dqplb_config::StatsSection;
+use dqplb_engine::QpStats;
 
 /// One data QP's counters as the stats file holds them (times in nanoseconds).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,7 +107,7 @@ pub fn expand_path(template: &str) -> PathBuf {
 /// A send comm's telemetry: None when neither the file nor periodic logging is configured (one
 /// branch per call then).
 #[derive(Debug)]
-pub struct CommTelemetry {
+pub(crate) struct CommTelemetry {
     slot: Arc<Slot>,
     file: Option<PathBuf>,
     file_every: u64,
@@ -118,7 +118,7 @@ pub struct CommTelemetry {
 
 impl CommTelemetry {
     /// The telemetry `cfg` asks for, for a connection with `qps` data QPs.
-    pub fn new(
+    pub(crate) fn new(
         cfg: &StatsSection,
         dev: i32,
         transport: &str,
@@ -138,7 +138,7 @@ impl CommTelemetry {
             outstanding: 0,
             peak_outstanding: 0,
             latency_ewma_ns: 0.0,
-            latency_log2_ns: Vec::with_capacity(crate::engine::LATENCY_BUCKETS),
+            latency_log2_ns: Vec::with_capacity(dqplb_engine::LATENCY_BUCKETS),
             resent: 0,
             rehashes: 0,
             failures: 0,
@@ -163,13 +163,13 @@ impl CommTelemetry {
     }
 
     /// Called from the comm's isend/test: publishes `stats`, logs and rewrites the file when due.
-    pub fn tick(&mut self, stats: &[QpStats]) {
+    pub(crate) fn tick(&mut self, stats: &[QpStats]) {
         let now = epoch().elapsed().as_nanos() as u64;
         self.tick_at(now, stats);
     }
 
     /// `tick` at `now` (ns since the process's telemetry epoch).
-    pub fn tick_at(&mut self, now: u64, stats: &[QpStats]) {
+    pub(crate) fn tick_at(&mut self, now: u64, stats: &[QpStats]) {
         if now < self.next_publish {
             return;
         }
@@ -216,8 +216,9 @@ impl CommTelemetry {
         }
     }
 
+    #[cfg(test)]
     /// The connection's number in the stats file.
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         lock(&self.slot).id
     }
 }
@@ -246,7 +247,7 @@ pub fn snapshot() -> StatsFile {
 }
 
 /// Writes `snapshot()` to `path` atomically (temporary file in the same directory, then rename).
-pub fn write_file(path: &Path) -> Result<(), String> {
+pub(crate) fn write_file(path: &Path) -> Result<(), String> {
     let text = toml::to_string(&snapshot()).map_err(|e| format!("cannot encode: {e}"))?;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
@@ -296,7 +297,7 @@ mod tests {
         )
         .unwrap();
         let id = t.id();
-        let mut stats = vec![QpStats::new(); 2];
+        let mut stats = vec![QpStats::default(); 2];
         stats[1].segments = 7;
         stats[1].latency_log2[3] = 5;
         let base = NEXT_WRITE.load(Ordering::Relaxed).max(1);

@@ -4,33 +4,34 @@
 use std::os::raw::{c_char, c_int, c_ulong, c_void};
 
 /// NCCL_NET_HANDLE_MAXSIZE (net.h, all versions 2.20-2.30).
-pub const HANDLE_BYTES: usize = 128;
+pub(crate) const HANDLE_BYTES: usize = 128;
 /// NCCL_PTR_HOST / NCCL_PTR_CUDA / NCCL_PTR_DMABUF (net.h, 2.20-2.30).
-pub const PTR_HOST: c_int = 1;
-pub const PTR_CUDA: c_int = 2;
-pub const PTR_DMABUF: c_int = 4;
+pub(crate) const PTR_HOST: c_int = 1;
+pub(crate) const PTR_CUDA: c_int = 2;
+pub(crate) const PTR_DMABUF: c_int = 4;
 /// NCCL_NET_MAX_REQUESTS (net.h): 32 requests in flight per comm (2.20-2.30); net.cc asserts
 /// NCCL_STEPS <= NCCL_NET_MAX_REQUESTS, which the emulator's depth limits also respect.
-pub const MAX_REQUESTS: usize = 32;
+pub(crate) const MAX_REQUESTS: usize = 32;
 const _: () = assert!(super::plan::NCCL_STEPS as usize <= MAX_REQUESTS);
 /// NCCL_PROXY_MAX_SUBS = MAXCHANNELS (src/include/proxy.h): the `sizes` array recvProxyProgress
 /// hands to test() has this many entries, zeroed first. MAXCHANNELS (src/include/device.h) is 32
 /// in 2.20-2.27 and 64 in 2.28-2.30: the larger array is used (test() must only write `n` of them).
-pub const PROXY_MAX_SUBS: usize = 64;
+pub(crate) const PROXY_MAX_SUBS: usize = 64;
 /// NCCL_NET_DEVICE_HOST (src/include/net_device.h, 2.19+).
-pub const NET_DEVICE_HOST: c_int = 0;
+pub(crate) const NET_DEVICE_HOST: c_int = 0;
 
-pub const NCCL_SUCCESS: c_int = 0;
+pub(crate) const NCCL_SUCCESS: c_int = 0;
 
 /// ncclDebugLogger_t.
-pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+pub(crate) type Logger =
+    unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 
 type P = *mut c_void;
 
 /// ncclNetProperties_v8_t.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct Props {
+pub(crate) struct Props {
     pub name: *const c_char,
     pub pci_path: *const c_char,
     pub guid: u64,
@@ -48,7 +49,7 @@ pub struct Props {
 impl Props {
     /// NCCL declares `ncclNetProperties_t props;` on the stack without initialising it
     /// (sendProxySetup/recvProxySetup in src/transport/net.cc): stack garbage, emulated here.
-    pub fn uninit() -> Props {
+    pub(crate) fn uninit() -> Props {
         Props {
             name: std::ptr::null(),
             pci_path: std::ptr::null(),
@@ -68,7 +69,7 @@ impl Props {
 
 /// ncclNet_v8_t: 19 pointer-sized members in declaration order.
 #[repr(C)]
-pub struct NetV8 {
+pub(crate) struct NetV8 {
     pub name: *const c_char,
     pub init: Option<unsafe extern "C" fn(Option<Logger>) -> c_int>,
     pub devices: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,

@@ -20,7 +20,7 @@ fn env_usize(k: &str, d: usize) -> Result<usize, String> {
 }
 
 /// The child's parameters, from the environment the parent set.
-pub struct Role {
+pub(crate) struct Role {
     pub rank: usize,
     pub nranks: usize,
     pub nch: usize,
@@ -33,7 +33,7 @@ pub struct Role {
 }
 
 impl Role {
-    pub fn from_env() -> Result<Role, String> {
+    pub(crate) fn from_env() -> Result<Role, String> {
         let protos = match std::env::var("DQPLB_EMU_PROTO").as_deref() {
             Ok("ALL") => Proto::ALL.to_vec(),
             Ok(p) => vec![Proto::parse(p).ok_or(format!("DQPLB_EMU_PROTO={p}"))?],
@@ -53,14 +53,14 @@ impl Role {
     }
 }
 
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "@@{line}");
     let _ = o.flush();
 }
 
-pub fn run() -> Result<(), String> {
+pub(crate) fn run() -> Result<(), String> {
     let role = Role::from_env()?;
     let mut nccl = Nccl::new()?;
     let start = Instant::now();
@@ -313,7 +313,7 @@ const MAX_P2P_SUBS: usize = 8;
 /// The deltas of NCCL's p2p schedule for all-to-all (send to r+delta, receive from r-delta:
 /// p2pSendOrder/p2pRecvOrder in src/init.cc 2.20, comm->p2pSchedule 2.24-2.30; NCCL permutes the
 /// deltas, the emulator takes them 1..P-1), in batches whose subs fit one ncclProxyArgs.
-pub fn a2a_batches(n: usize, gc: usize) -> Vec<Vec<usize>> {
+pub(crate) fn a2a_batches(n: usize, gc: usize) -> Vec<Vec<usize>> {
     let per = (MAX_P2P_SUBS / gc).max(1);
     (1..n)
         .collect::<Vec<_>>()

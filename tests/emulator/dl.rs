@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The RELEASE plugin: `$DQPLB_PLUGIN_SO`, else `libnccl_net_dqplb.so` next to this test binary
 /// (target/release/deps/, fresh under `cargo test --release`), else target/release/.
-pub fn plugin_path() -> PathBuf {
+pub(crate) fn plugin_path() -> PathBuf {
     if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
         return PathBuf::from(p);
     }
@@ -34,7 +34,7 @@ fn last_dl_error() -> String {
 }
 
 /// A dlopen handle; closed only by an explicit `close`.
-pub struct Lib {
+pub(crate) struct Lib {
     handle: *mut c_void,
     what: String,
 }
@@ -44,7 +44,7 @@ unsafe impl Send for Lib {}
 
 impl Lib {
     /// RTLD_NOW|RTLD_LOCAL: src/net.cc (2.20-2.27) and src/plugin/plugin_open.cc (2.28-2.30).
-    pub fn open(path: &Path) -> Result<Lib, String> {
+    pub(crate) fn open(path: &Path) -> Result<Lib, String> {
         let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: valid C string.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -57,14 +57,14 @@ impl Lib {
         })
     }
 
-    pub fn sym(&self, name: &str) -> Option<*mut c_void> {
+    pub(crate) fn sym(&self, name: &str) -> Option<*mut c_void> {
         let c = CString::new(name).ok()?;
         // SAFETY: live handle, valid C string.
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
         (!p.is_null()).then_some(p)
     }
 
-    pub fn close(self) -> Result<(), String> {
+    pub(crate) fn close(self) -> Result<(), String> {
         // SAFETY: handle from dlopen, closed once (self is consumed).
         if unsafe { libc::dlclose(self.handle) } != 0 {
             return Err(format!("dlclose {}: {}", self.what, last_dl_error()));
@@ -76,7 +76,7 @@ impl Lib {
 /// `ncclNetPlugin_v8` of an open library, as a `'static` reference: valid while the library is
 /// open (and afterwards too, because the plugin links with -z nodelete; the emulator does not
 /// rely on that: it drops the reference before dlclose).
-pub fn vtable(lib: &Lib) -> Result<&'static NetV8, String> {
+pub(crate) fn vtable(lib: &Lib) -> Result<&'static NetV8, String> {
     let p = lib
         .sym("ncclNetPlugin_v8")
         .ok_or_else(|| format!("dlsym ncclNetPlugin_v8: {}", last_dl_error()))?;
@@ -85,14 +85,14 @@ pub fn vtable(lib: &Lib) -> Result<&'static NetV8, String> {
 }
 
 /// The C logger handed to init().
-pub struct CLog {
+pub(crate) struct CLog {
     _lib: Lib,
     pub logger: Logger,
     count: unsafe extern "C" fn(c_int) -> c_long,
 }
 
 impl CLog {
-    pub fn load() -> Result<CLog, String> {
+    pub(crate) fn load() -> Result<CLog, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let dir = exe.parent().ok_or("exe dir")?.join("dqplb-emulator");
         let so = dir.join("emu-logger.so");
@@ -139,7 +139,7 @@ impl CLog {
     }
 
     /// Messages logged at `level` so far (2 = WARN).
-    pub fn count(&self, level: c_int) -> c_long {
+    pub(crate) fn count(&self, level: c_int) -> c_long {
         // SAFETY: plain C function.
         unsafe { (self.count)(level) }
     }

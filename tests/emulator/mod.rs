@@ -1,14 +1,14 @@
 //! The NCCL emulator behind tests/nccl_emulator.rs: drives the built plugin .so as NCCL's core and
 //! proxy do (2.20-2.30), each behaviour with the NCCL file and function it follows.
 
-pub mod abi;
-pub mod child;
-pub mod dl;
-pub mod nccl;
-pub mod plan;
-pub mod progress;
-pub mod recv;
-pub mod rendezvous;
-pub mod setup;
-pub mod spawn;
-pub mod versions;
+pub(crate) mod abi;
+pub(crate) mod child;
+pub(crate) mod dl;
+pub(crate) mod nccl;
+pub(crate) mod plan;
+pub(crate) mod progress;
+pub(crate) mod recv;
+pub(crate) mod rendezvous;
+pub(crate) mod setup;
+pub(crate) mod spawn;
+pub(crate) mod versions;

@@ -7,11 +7,11 @@ use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::time::{Duration, Instant};
 
-pub type P = *mut c_void;
+pub(crate) type P = *mut c_void;
 
 /// Which NCCL generation's loader to follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Loader {
+pub(crate) enum Loader {
     /// NCCL 2.20-2.23, src/net.cc ncclNetPluginInit/ncclNetInit: v8 is the native version; the
     /// plugin is dlopened once per process, init(ncclDebugLog) is called once, and the library is
     /// never dlclosed (2.20.3 only dlcloses on a failed load).
@@ -27,7 +27,7 @@ pub enum Loader {
 }
 
 /// The NCCL version emulated: `DQPLB_EMU_NCCL` = 2.20, 2.24, 2.26, 2.28 (default) or 2.30.
-pub fn version() -> u32 {
+pub(crate) fn version() -> u32 {
     match std::env::var("DQPLB_EMU_NCCL").as_deref() {
         Ok("2.20") => 220,
         Ok("2.24") => 224,
@@ -38,7 +38,7 @@ pub fn version() -> u32 {
 }
 
 impl Loader {
-    pub fn from_env() -> Loader {
+    pub(crate) fn from_env() -> Loader {
         if version() < 224 {
             Loader::Direct
         } else {
@@ -49,7 +49,7 @@ impl Loader {
 
 /// Turns a plugin result into `Err` naming the call; every non-zero result is an error to NCCL
 /// (NCCLCHECK in src/include/checks.h).
-pub fn ok(call: &str, rc: c_int) -> Result<(), String> {
+pub(crate) fn ok(call: &str, rc: c_int) -> Result<(), String> {
     if rc == abi::NCCL_SUCCESS {
         Ok(())
     } else {
@@ -58,7 +58,7 @@ pub fn ok(call: &str, rc: c_int) -> Result<(), String> {
 }
 
 /// Emulated process-wide state of libnccl: the loaded plugin, NCCL's own reference counts.
-pub struct Nccl {
+pub(crate) struct Nccl {
     pub loader: Loader,
     pub log: CLog,
     lib: Option<Lib>,
@@ -81,7 +81,7 @@ pub struct Nccl {
 }
 
 /// What a communicator learned at init.
-pub struct CommNet {
+pub(crate) struct CommNet {
     pub net: &'static NetV8,
     pub ndev: c_int,
     pub props: Vec<Props>,
@@ -89,7 +89,7 @@ pub struct CommNet {
 }
 
 impl Nccl {
-    pub fn new() -> Result<Nccl, String> {
+    pub(crate) fn new() -> Result<Nccl, String> {
         Ok(Nccl {
             loader: Loader::from_env(),
             log: CLog::load()?,
@@ -108,7 +108,7 @@ impl Nccl {
     }
 
     /// ncclCommInitRank's network part for one communicator.
-    pub fn comm_init(&mut self) -> Result<CommNet, String> {
+    pub(crate) fn comm_init(&mut self) -> Result<CommNet, String> {
         if self.lib.is_none() {
             let lib = Lib::open(&dl::plugin_path())?;
             // 2.20-2.30 look for the newest symbol they know first and fall back to v8
@@ -220,7 +220,7 @@ impl Nccl {
     }
 
     /// ncclCommDestroy/ncclCommAbort's network part: ncclNetFinalize.
-    pub fn comm_finalize(&mut self) -> Result<(), String> {
+    pub(crate) fn comm_finalize(&mut self) -> Result<(), String> {
         self.plugin_refs -= 1;
         // v11+: ncclNetFinalize calls finalize(comm->netContext) for every communicator, before
         // the plugin may be unloaded (src/plugin/net.cc 2.28-2.30).
@@ -245,7 +245,7 @@ impl Nccl {
 }
 
 /// getProperties into an uninitialised (garbage-filled) struct, checking what NCCL reads.
-pub fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
+pub(crate) fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
     let f = net.get_properties.ok_or("getProperties is NULL")?;
     let mut p = Props::uninit();
     // SAFETY: valid out pointer to a v8 properties struct.
@@ -313,7 +313,12 @@ pub fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
 /// closeRecv, closeSend, closeListen. NCCL registers cudaMalloc'ed memory with NCCL_PTR_CUDA
 /// (`kind`; src/plugin/net.cc ncclGpuGdrSupport, 2.28.3); this emulator has no GPU, so host
 /// memory stands in (NCCL_PTR_HOST for devices without CUDA: the same call sequence).
-pub fn gdr_probe(net: &NetV8, dev: c_int, limit: Duration, kind: c_int) -> Result<(), String> {
+pub(crate) fn gdr_probe(
+    net: &NetV8,
+    dev: c_int,
+    limit: Duration,
+    kind: c_int,
+) -> Result<(), String> {
     const GPU_BUF_SIZE: usize = 2 * 1024 * 1024;
     let listen = net.listen.ok_or("listen NULL")?;
     let connect = net.connect.ok_or("connect NULL")?;

@@ -2,27 +2,27 @@
 //! network message of a ring all-reduce or an all-to-all, and the byte pattern each one carries.
 
 /// NCCL_STEPS (src/include/device.h, 8 in 2.20-2.30).
-pub const NCCL_STEPS: u64 = 8;
+pub(crate) const NCCL_STEPS: u64 = 8;
 /// NCCL_SHARED_STEPS (src/transport/net.cc, 16 in 2.20-2.30).
-pub const SHARED_STEPS: u64 = 16;
+pub(crate) const SHARED_STEPS: u64 = 16;
 /// NCCL_P2P_NET_CHUNKSIZE default (src/init.cc, 128 KiB in 2.20-2.30): p2p step size over NET.
-pub const P2P_CHUNK: usize = 128 * 1024;
+pub(crate) const P2P_CHUNK: usize = 128 * 1024;
 
 /// NCCL_PROTO_LL / LL128 / SIMPLE, in NCCL's index order (src/include/device.h).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proto {
+pub(crate) enum Proto {
     Ll = 0,
     Ll128 = 1,
     Simple = 2,
 }
 
 impl Proto {
-    pub const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
+    pub(crate) const ALL: [Proto; 3] = [Proto::Ll, Proto::Ll128, Proto::Simple];
 
     /// comm->buffSizes defaults (src/init.cc DEFAULT_LL_BUFFSIZE = 8 lines x 512 threads x
     /// NCCL_STEPS x 16 B; DEFAULT_LL128_BUFFSIZE = 120 elems x 640 threads x NCCL_STEPS x 8 B;
     /// DEFAULT_BUFFSIZE = 4 MiB; 2.20-2.30).
-    pub fn buff_size(self) -> usize {
+    pub(crate) fn buff_size(self) -> usize {
         match self {
             Proto::Ll => 8 * 512 * 8 * 16,
             Proto::Ll128 => 120 * 640 * 8 * 8,
@@ -31,14 +31,14 @@ impl Proto {
     }
 
     /// stepSize = buffSize / NCCL_STEPS (sendProxyProgress/recvProxyProgress).
-    pub fn step_size(self) -> usize {
+    pub(crate) fn step_size(self) -> usize {
         self.buff_size() / NCCL_STEPS as usize
     }
 
     /// (sliceSteps, chunkSteps) of a ring collective: ALLREDUCE_SLICESTEPS = NCCL_STEPS/4 and
     /// ALLREDUCE_CHUNKSTEPS = NCCL_STEPS/2 for SIMPLE, 1 and 1 for LL/LL128 (src/enqueue.cc
     /// computeColl / proxyOp setup; src/include/collectives.h; 2.20-2.30).
-    pub fn ring_steps(self) -> (u64, u64) {
+    pub(crate) fn ring_steps(self) -> (u64, u64) {
         match self {
             Proto::Simple => (NCCL_STEPS / 4, NCCL_STEPS / 2),
             _ => (1, 1),
@@ -64,7 +64,7 @@ impl Proto {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Proto> {
+    pub(crate) fn parse(s: &str) -> Option<Proto> {
         match s {
             "LL" => Some(Proto::Ll),
             "LL128" => Some(Proto::Ll128),
@@ -77,7 +77,7 @@ impl Proto {
 /// One network message: its size and the absolute offset (in the collective's buffer) that
 /// seeds its pattern.
 #[derive(Clone, Copy, Debug)]
-pub struct Msg {
+pub(crate) struct Msg {
     pub size: usize,
     pub abs: u64,
 }
@@ -89,7 +89,7 @@ pub struct Msg {
 /// chunk r-1, chunk r-j for j = 2..n-1, chunk r, chunk r-j for j = 1..n-2. SIMPLE splits each chunk
 /// into SlicePerChunk = 2 slices of max(divUp(nelem, 32)*16, sliceSize/32) bytes (genericOp in
 /// src/device/prims_simple.h), so a slice can be empty: NCCL then posts a 0-byte isend.
-pub fn ring_allreduce(
+pub(crate) fn ring_allreduce(
     proto: Proto,
     nranks: usize,
     nch: usize,
@@ -147,7 +147,7 @@ pub fn ring_allreduce(
 /// Bytes one (peer, channel, sub) p2p stream of an all-to-all carries: `bytes` per peer split over
 /// channels and subs; every fifth stream is an empty p2p operation (NCCL still runs one 0-byte
 /// step for it: nsteps = max(1, divUp(nbytes, chunk)), src/enqueue.cc p2p proxy ops).
-pub fn a2a_stream_bytes(
+pub(crate) fn a2a_stream_bytes(
     bytes: usize,
     nch: usize,
     nsub: usize,
@@ -162,7 +162,7 @@ pub fn a2a_stream_bytes(
 }
 
 /// The p2p messages of one stream: steps of P2P_CHUNK bytes, the last one shorter, at least one.
-pub fn p2p_msgs(total: usize, base_abs: u64) -> Vec<Msg> {
+pub(crate) fn p2p_msgs(total: usize, base_abs: u64) -> Vec<Msg> {
     if total == 0 {
         return vec![Msg {
             size: 0,
@@ -184,7 +184,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// The seed of a message: sender rank (virtual), channel, message index, communicator.
-pub fn seed(sender: usize, ch: usize, msg: usize, comm: usize) -> u64 {
+pub(crate) fn seed(sender: usize, ch: usize, msg: usize, comm: usize) -> u64 {
     mix(((sender as u64) << 48) ^ ((ch as u64) << 40) ^ ((comm as u64) << 36) ^ msg as u64)
 }
 
@@ -197,14 +197,14 @@ fn byte_at(seed: u64, abs: u64) -> u8 {
     word(seed, abs / 8).to_le_bytes()[(abs % 8) as usize]
 }
 
-pub fn fill(buf: &mut [u8], seed: u64, abs: u64) {
+pub(crate) fn fill(buf: &mut [u8], seed: u64, abs: u64) {
     for (i, b) in buf.iter_mut().enumerate() {
         *b = byte_at(seed, abs + i as u64);
     }
 }
 
 /// `Err` names the first wrong byte.
-pub fn check(buf: &[u8], seed: u64, abs: u64) -> Result<(), String> {
+pub(crate) fn check(buf: &[u8], seed: u64, abs: u64) -> Result<(), String> {
     for (i, b) in buf.iter().enumerate() {
         let want = byte_at(seed, abs + i as u64);
         if *b != want {

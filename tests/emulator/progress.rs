@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 pub(super) const STEPS: usize = NCCL_STEPS as usize;
 /// NCCL_ALGO_RING (src/include/device.h).
-pub const ALGO_RING: u32 = 1;
+pub(crate) const ALGO_RING: u32 = 1;
 
 /// `if (!checkedNetAttr++) setXferNetAttrs(proxyState, args, send)` (send/recvProxyProgress,
 /// net.cc 2.28-2.30): the op's hints once, before its first isend/irecv. `op` = (collAPI,
@@ -28,7 +28,7 @@ pub(super) fn check_net_attr(
 }
 
 /// ncclProxySubArgs, reduced.
-pub struct Sub {
+pub(crate) struct Sub {
     pub conn: usize,
     pub ch: usize,
     /// The messages of this sub in order (what the sender's GPU produces) and their seeds.
@@ -59,7 +59,7 @@ pub struct Sub {
 }
 
 impl Sub {
-    pub fn new(
+    pub(crate) fn new(
         conn: usize,
         ch: usize,
         msgs: Vec<Msg>,
@@ -95,7 +95,7 @@ impl Sub {
 }
 
 /// ncclProxyArgs, reduced.
-pub struct Args {
+pub(crate) struct Args {
     pub send: bool,
     pub proto: Proto,
     pub slice_steps: u64,
@@ -114,7 +114,7 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn new(
+    pub(crate) fn new(
         send: bool,
         proto: Proto,
         slice_steps: u64,
@@ -145,7 +145,7 @@ impl Args {
 }
 
 #[derive(Default, Debug, Clone)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub isend: u64,
     /// Bytes of the isends the plugin accepted.
     pub isend_bytes: u64,
@@ -164,12 +164,12 @@ pub struct Counters {
 
 /// When to stop as ncclCommAbort does: the progress thread exits on abortFlag mid-operation.
 #[derive(Clone, Copy, Debug)]
-pub struct AbortAt {
+pub(crate) struct AbortAt {
     pub sends_posted: u64,
     pub recvs_completed: u64,
 }
 
-pub struct Engine<'a, 'n> {
+pub(crate) struct Engine<'a, 'n> {
     pub s: &'a mut Setup<'n>,
     pub c: Counters,
     /// resources->useGdr && resources->needFlush: host buffers are never flushed (recvProxyProgress
@@ -192,7 +192,7 @@ pub(super) fn shared_offset(ch: usize, slot: u64) -> usize {
 }
 
 impl<'a, 'n> Engine<'a, 'n> {
-    pub fn new(s: &'a mut Setup<'n>, max_recvs: usize, cap_nbytes: bool) -> Engine<'a, 'n> {
+    pub(crate) fn new(s: &'a mut Setup<'n>, max_recvs: usize, cap_nbytes: bool) -> Engine<'a, 'n> {
         Engine {
             s,
             c: Counters::default(),
@@ -208,7 +208,7 @@ impl<'a, 'n> Engine<'a, 'n> {
 
     /// ncclProxyProgress's loop (progressOps in src/proxy.cc): every active op's progress
     /// function once per pass, until all are done; `abort` stops early, leaving requests posted.
-    pub fn run(
+    pub(crate) fn run(
         &mut self,
         ops: &mut [Args],
         limit: Duration,
@@ -385,7 +385,7 @@ impl<'a, 'n> Engine<'a, 'n> {
 
 /// After an abort: (sends posted but never tested to completion, receives posted but never
 /// reported done): the requests the closes meet.
-pub fn in_flight(ops: &[Args]) -> (u64, u64) {
+pub(crate) fn in_flight(ops: &[Args]) -> (u64, u64) {
     let (mut s, mut r) = (0, 0);
     for a in ops {
         for sub in &a.subs {

@@ -5,29 +5,29 @@ use super::abi::HANDLE_BYTES;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub struct Rendezvous {
+pub(crate) struct Rendezvous {
     dir: PathBuf,
 }
 
 impl Rendezvous {
-    pub fn new(dir: PathBuf) -> Result<Rendezvous, String> {
+    pub(crate) fn new(dir: PathBuf) -> Result<Rendezvous, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         Ok(Rendezvous { dir })
     }
 
-    pub fn publish(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+    pub(crate) fn publish(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
         let tmp = self.dir.join(format!(".{name}.{}", std::process::id()));
         std::fs::write(&tmp, bytes).map_err(|e| format!("write {}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, self.dir.join(name)).map_err(|e| format!("rename {name}: {e}"))
     }
 
-    pub fn wait(&self, name: &str, limit: Duration) -> Result<[u8; HANDLE_BYTES], String> {
+    pub(crate) fn wait(&self, name: &str, limit: Duration) -> Result<[u8; HANDLE_BYTES], String> {
         let b = self.wait_bytes(name, limit)?;
         b.try_into()
             .map_err(|b: Vec<u8>| format!("{name}: {} bytes, expected {HANDLE_BYTES}", b.len()))
     }
 
-    pub fn wait_bytes(&self, name: &str, limit: Duration) -> Result<Vec<u8>, String> {
+    pub(crate) fn wait_bytes(&self, name: &str, limit: Duration) -> Result<Vec<u8>, String> {
         let path = self.dir.join(name);
         let start = Instant::now();
         loop {
@@ -45,7 +45,7 @@ impl Rendezvous {
     }
 
     /// bootstrapBarrier stand-in: every rank writes its mark, then waits for all the others.
-    pub fn barrier(
+    pub(crate) fn barrier(
         &self,
         what: &str,
         rank: usize,

@@ -11,13 +11,13 @@ use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
 /// Host memory as ncclCudaHostCalloc gives it: page aligned, zeroed.
-pub struct HostBuf {
+pub(crate) struct HostBuf {
     pub ptr: *mut u8,
     pub len: usize,
 }
 
 impl HostBuf {
-    pub fn new(len: usize) -> HostBuf {
+    pub(crate) fn new(len: usize) -> HostBuf {
         let layout = Layout::from_size_align(len.max(1), 4096).expect("layout");
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -29,9 +29,11 @@ impl HostBuf {
     /// `off + n <= len`, and no plugin operation writes the range meanwhile (the buffer is
     /// shared with the plugin through raw pointers, as NCCL's host buffers are).
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, off: usize, n: usize) -> &mut [u8] {
-        assert!(off + n <= self.len, "slice {off}+{n} past {}", self.len);
-        std::slice::from_raw_parts_mut(self.ptr.add(off), n)
+    pub(crate) unsafe fn slice(&self, off: usize, n: usize) -> &mut [u8] {
+        unsafe {
+            assert!(off + n <= self.len, "slice {off}+{n} past {}", self.len);
+            std::slice::from_raw_parts_mut(self.ptr.add(off), n)
+        }
     }
 }
 
@@ -45,14 +47,14 @@ impl Drop for HostBuf {
 
 /// Identity of one NCCL connection (one per peer, channel and, for the emulated PXN case, sub).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     pub peer: usize,
     pub ch: usize,
     pub g: usize,
 }
 
 /// sendNetResources / recvNetResources, reduced to what touches the plugin.
-pub struct Conn {
+pub(crate) struct Conn {
     pub key: Key,
     pub send: bool,
     /// resources->shared: p2p connections use the per-process shared buffer pool.
@@ -78,7 +80,7 @@ struct SharedComm {
     refs: usize,
 }
 
-pub struct Setup<'n> {
+pub(crate) struct Setup<'n> {
     pub net: &'n NetV8,
     pub dev: c_int,
     pub conns: Vec<Conn>,
@@ -99,7 +101,7 @@ pub struct Setup<'n> {
 }
 
 #[derive(Default, Debug, Clone)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub listens: usize,
     pub connect_calls: usize,
     pub accept_calls: usize,
@@ -119,7 +121,7 @@ macro_rules! f {
 impl<'n> Setup<'n> {
     /// `max_recvs` > 1 turns on NCCL's shared comms for p2p connections (sendProxyConnect:
     /// `resources->maxRecvs > 1 && ncclParamNetSharedComms()`, 2.20-2.30).
-    pub fn new(net: &'n NetV8, dev: c_int, max_recvs: c_int) -> Setup<'n> {
+    pub(crate) fn new(net: &'n NetV8, dev: c_int, max_recvs: c_int) -> Setup<'n> {
         Setup {
             net,
             dev,
@@ -140,7 +142,7 @@ impl<'n> Setup<'n> {
     /// connect-info buffer (respBuff) that NCCL ships to the peer through the bootstrap.
     /// sendProxySetup only reads getProperties. Handles are published through `rv`.
     #[allow(clippy::too_many_arguments)]
-    pub fn proxy_setup(
+    pub(crate) fn proxy_setup(
         &mut self,
         my_rank: usize,
         keys_recv: &[Key],
@@ -179,7 +181,7 @@ impl<'n> Setup<'n> {
     /// ncclGpuGdrSupport does when it aborts (cleanup2 closes lComm), and what recvProxyConnect
     /// does for a connection whose shared recvComm already exists (it skips accept and closes its
     /// own listenComm).
-    pub fn listen_and_close_unaccepted(&mut self) -> Result<(), String> {
+    pub(crate) fn listen_and_close_unaccepted(&mut self) -> Result<(), String> {
         let listen = f!(self.net, listen);
         let close = f!(self.net, close_listen);
         let mut h = [0u8; HANDLE_BYTES];
@@ -201,7 +203,7 @@ impl<'n> Setup<'n> {
     /// accept(netListenComm, &netRecvComm, &devHandle) until non-NULL, then closeListen at once.
     /// Then both register each of their buffers with regMr(comm, buf, size, NCCL_PTR_HOST).
     #[allow(clippy::needless_range_loop)]
-    pub fn proxy_connect(
+    pub(crate) fn proxy_connect(
         &mut self,
         my_rank: usize,
         rv: &Rendezvous,
@@ -367,7 +369,7 @@ impl<'n> Setup<'n> {
     }
 
     /// sharedNetBuffersInit: nChannels * NCCL_SHARED_STEPS * p2pChunkSize per direction.
-    pub fn alloc_pools(&mut self, nch: usize) {
+    pub(crate) fn alloc_pools(&mut self, nch: usize) {
         for dir in 0..2 {
             self.bufs
                 .push(HostBuf::new(nch * SHARED_STEPS as usize * P2P_CHUNK));
@@ -379,7 +381,7 @@ impl<'n> Setup<'n> {
     /// buffer of the connection, then closeSend/closeRecv, for shared comms only when the
     /// reference count drops to 0. On abort NCCL runs the same code with requests still posted
     /// (the progress thread stopped on abortFlag and never tests them again).
-    pub fn free(&mut self) -> Result<(), String> {
+    pub(crate) fn free(&mut self) -> Result<(), String> {
         let dereg = f!(self.net, dereg_mr);
         let close_send = f!(self.net, close_send);
         let close_recv = f!(self.net, close_recv);
@@ -448,7 +450,7 @@ impl<'n> Setup<'n> {
         first_err.map_or(Ok(()), Err)
     }
 
-    pub fn find(&self, send: bool, key: Key) -> usize {
+    pub(crate) fn find(&self, send: bool, key: Key) -> usize {
         self.conns
             .iter()
             .position(|c| c.send == send && c.key == key)

@@ -10,11 +10,11 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// The transport under test: NCCL_DQPLB_TRANSPORT from the environment (default: the plugin's
 /// own default, TCP), passed on to the children like every other variable.
-pub fn transport() -> String {
+pub(crate) fn transport() -> String {
     std::env::var("NCCL_DQPLB_TRANSPORT").unwrap_or_else(|_| "tcp".into())
 }
 
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Per rank, its "@@" lines.
     pub lines: Vec<Vec<String>>,
 }
@@ -29,7 +29,7 @@ fn tail(path: &PathBuf, n: usize) -> String {
 }
 
 /// Runs `nranks` children with `envs`; Err carries every child's exit status and output tail.
-pub fn run(
+pub(crate) fn run(
     name: &str,
     nranks: usize,
     envs: &[(&str, String)],
@@ -131,7 +131,7 @@ pub fn run(
 }
 
 /// The value of `key=` in a child's OK line.
-pub fn field(line: &str, key: &str) -> Option<u64> {
+pub(crate) fn field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.parse().ok())

@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
 type P = *mut c_void;
 
 /// NCCL_NET_OPTIONAL_RECV_COMPLETION (src/include/plugin/nccl_net.h, 2.24-2.30).
-pub const OPTIONAL_RECV_COMPLETION: usize = 0x1;
+pub(crate) const OPTIONAL_RECV_COMPLETION: usize = 0x1;
 /// NCCL_MAX_NET_SIZE_BYTES (1 TiB).
-pub const MAX_NET_SIZE_BYTES: usize = 1 << 40;
+pub(crate) const MAX_NET_SIZE_BYTES: usize = 1 << 40;
 
 /// ncclNetVDeviceProps_v9_t..v11 (4 devices) and v12 (8 devices).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct VProps<const N: usize> {
+pub(crate) struct VProps<const N: usize> {
     pub ndevs: c_int,
     pub devs: [c_int; N],
 }
@@ -39,7 +39,7 @@ pub struct VProps<const N: usize> {
 /// ncclNetProperties_v9_t/v10 (104 bytes), v11 (+maxMultiRequestSize), v12 (+railId/planeId).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct PropsV12<const N: usize, T: Copy> {
+pub(crate) struct PropsV12<const N: usize, T: Copy> {
     pub name: *const c_char,
     pub pci_path: *const c_char,
     pub guid: u64,
@@ -62,35 +62,35 @@ pub struct PropsV12<const N: usize, T: Copy> {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct V11Tail {
+pub(crate) struct V11Tail {
     pub max_multi_request_size: c_int,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct V12Tail {
+pub(crate) struct V12Tail {
     pub max_multi_request_size: c_int,
     pub rail_id: i16,
     pub plane_id: i16,
 }
 
-pub type PropsV9 = PropsV12<4, ()>;
-pub type PropsV11 = PropsV12<4, V11Tail>;
-pub type PropsV12Full = PropsV12<8, V12Tail>;
+pub(crate) type PropsV9 = PropsV12<4, ()>;
+pub(crate) type PropsV11 = PropsV12<4, V11Tail>;
+pub(crate) type PropsV12Full = PropsV12<8, V12Tail>;
 const _: () = assert!(std::mem::size_of::<PropsV9>() == 104);
 const _: () = assert!(std::mem::size_of::<PropsV11>() == 112);
 const _: () = assert!(std::mem::size_of::<PropsV12Full>() == 128);
 
 /// ncclNetCommConfig_v10_t..v12.
 #[repr(C)]
-pub struct CommConfig {
+pub(crate) struct CommConfig {
     pub traffic_class: c_int,
 }
 
 /// ncclNetAttr_v11_t / v12.
 #[repr(C)]
 #[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
-pub struct NetAttr {
+pub(crate) struct NetAttr {
     pub send: [i32; 4],
     pub recv: [i32; 4],
     pub op: u32,
@@ -101,15 +101,15 @@ pub struct NetAttr {
 /// Slots of a v9+ vtable by index (0 is the name) (every version keeps v8's order for the first 19 members;
 /// v9 appends makeVDevice, v11 finalize and setNetAttr).
 mod slot {
-    pub const INIT: usize = 1;
-    pub const GET_PROPERTIES: usize = 3;
-    pub const LISTEN: usize = 4;
-    pub const CONNECT: usize = 5;
-    pub const ISEND: usize = 10;
-    pub const IRECV: usize = 11;
-    pub const MAKE_VDEVICE: usize = 19;
-    pub const FINALIZE: usize = 20;
-    pub const SET_NET_ATTR: usize = 21;
+    pub(super) const INIT: usize = 1;
+    pub(super) const GET_PROPERTIES: usize = 3;
+    pub(super) const LISTEN: usize = 4;
+    pub(super) const CONNECT: usize = 5;
+    pub(super) const ISEND: usize = 10;
+    pub(super) const IRECV: usize = 11;
+    pub(super) const MAKE_VDEVICE: usize = 19;
+    pub(super) const FINALIZE: usize = 20;
+    pub(super) const SET_NET_ATTR: usize = 21;
 }
 
 static VTABLE: AtomicPtr<usize> = AtomicPtr::new(std::ptr::null_mut());
@@ -117,8 +117,8 @@ static VERSION: AtomicU32 = AtomicU32::new(8);
 static CTX: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static TC: AtomicI32 = AtomicI32::new(-1);
 /// irecv calls that carried the 0x1 hint, and those that left it in *request (a plugin bug).
-pub static HINTS: AtomicU64 = AtomicU64::new(0);
-pub static HINTS_LEFT: AtomicU64 = AtomicU64::new(0);
+pub(crate) static HINTS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static HINTS_LEFT: AtomicU64 = AtomicU64::new(0);
 /// Bit 32: recorded; bits 16..32 railId, 0..16 planeId.
 static RAIL_PLANE: AtomicU64 = AtomicU64::new(0);
 
@@ -130,7 +130,7 @@ fn slot_ptr(i: usize) -> usize {
 
 /// The newest version the emulated NCCL looks for first (`DQPLB_EMU_PLUGIN_VERSION` caps it,
 /// e.g. 8 for a v8-only plugin).
-pub fn first_version(nccl: u32) -> u32 {
+pub(crate) fn first_version(nccl: u32) -> u32 {
     let native = match nccl {
         230.. => 12,
         228.. => 11,
@@ -146,7 +146,7 @@ pub fn first_version(nccl: u32) -> u32 {
 }
 
 /// dlsym from `first` down to v8; the first found wins (getNcclNet[] in src/plugin/net.cc).
-pub fn find(lib: &Lib, first: u32) -> Result<(u32, *mut usize), String> {
+pub(crate) fn find(lib: &Lib, first: u32) -> Result<(u32, *mut usize), String> {
     for v in (8..=first).rev() {
         if let Some(p) = lib.sym(&format!("ncclNetPlugin_v{v}")) {
             return Ok((v, p as *mut usize));
@@ -157,7 +157,7 @@ pub fn find(lib: &Lib, first: u32) -> Result<(u32, *mut usize), String> {
 
 /// The table the emulator's proxy code uses for the plugin loaded as `version`: the plugin's own
 /// for v8, forwarding entries for v9+.
-pub fn adopt(version: u32, table: *mut usize) -> &'static NetV8 {
+pub(crate) fn adopt(version: u32, table: *mut usize) -> &'static NetV8 {
     VERSION.store(version, Ordering::Release);
     VTABLE.store(table, Ordering::Release);
     if version == 8 {
@@ -174,12 +174,12 @@ pub fn adopt(version: u32, table: *mut usize) -> &'static NetV8 {
     Box::leak(Box::new(t))
 }
 
-pub fn version() -> u32 {
+pub(crate) fn version() -> u32 {
     VERSION.load(Ordering::Acquire)
 }
 
 /// makeVDevice/finalize/setNetAttr presence, for the OK line.
-pub fn has(which: &str) -> bool {
+pub(crate) fn has(which: &str) -> bool {
     let v = version();
     match which {
         "makeVDevice" => v >= 9 && slot_ptr(slot::MAKE_VDEVICE) != 0,
@@ -191,12 +191,12 @@ pub fn has(which: &str) -> bool {
 
 /// The profiler handle the next isend passes (&sub->pHandles[step % NCCL_STEPS] in
 /// sendProxyProgress, net.cc 2.26-2.30; never NULL there).
-pub static NEXT_PHANDLE: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static NEXT_PHANDLE: AtomicUsize = AtomicUsize::new(0);
 /// Profiler events: started, stopped, payload bytes started, and malformed calls.
-pub static PROF_STARTS: AtomicU64 = AtomicU64::new(0);
-pub static PROF_STOPS: AtomicU64 = AtomicU64::new(0);
-pub static PROF_BYTES: AtomicU64 = AtomicU64::new(0);
-pub static PROF_BAD: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PROF_STARTS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PROF_STOPS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PROF_BYTES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PROF_BAD: AtomicU64 = AtomicU64::new(0);
 static PROF_NEXT: AtomicUsize = AtomicUsize::new(0x1000);
 static PROF_LIVE: std::sync::Mutex<Option<std::collections::HashSet<usize>>> =
     std::sync::Mutex::new(None);
@@ -207,40 +207,42 @@ static PROF_LIVE: std::sync::Mutex<Option<std::collections::HashSet<usize>>> =
 /// whose type is 1 (ncclProfileQp / ncclProfileSocket); Stop(&eHandle, 1, ...) must name a live
 /// event. Anything else counts as bad.
 unsafe extern "C" fn profiler(e: *mut P, t: c_int, p: P, id: i64, x: P) -> c_int {
-    let mut live = PROF_LIVE.lock().unwrap_or_else(|q| q.into_inner());
-    let live = live.get_or_insert_with(Default::default);
-    match t {
-        0 => {
-            let ok_parent = !p.is_null();
-            // The descriptors (plugins/profiler/example/nccl/net_ib_v1.h, net_socket_v1.h):
-            // type at 0, the union at 8; length at 8 + 24 (qp) or 8 + 8 (sock).
-            let len_at = match id {
-                0x10001 => Some(32),
-                0x20001 => Some(16),
-                _ => None,
-            };
-            match (ok_parent, len_at, x.is_null(), e.is_null()) {
-                (true, Some(off), false, false) if *(x as *const u8) == 1 => {
-                    let len = *((x as *const u8).add(off) as *const usize);
-                    PROF_BYTES.fetch_add(len as u64, Ordering::Relaxed);
-                    PROF_STARTS.fetch_add(1, Ordering::Relaxed);
-                    let h = PROF_NEXT.fetch_add(1, Ordering::Relaxed);
-                    live.insert(h);
-                    *e = h as P;
-                }
-                _ => {
-                    PROF_BAD.fetch_add(1, Ordering::Relaxed);
+    unsafe {
+        let mut live = PROF_LIVE.lock().unwrap_or_else(|q| q.into_inner());
+        let live = live.get_or_insert_with(Default::default);
+        match t {
+            0 => {
+                let ok_parent = !p.is_null();
+                // The descriptors (plugins/profiler/example/nccl/net_ib_v1.h, net_socket_v1.h):
+                // type at 0, the union at 8; length at 8 + 24 (qp) or 8 + 8 (sock).
+                let len_at = match id {
+                    0x10001 => Some(32),
+                    0x20001 => Some(16),
+                    _ => None,
+                };
+                match (ok_parent, len_at, x.is_null(), e.is_null()) {
+                    (true, Some(off), false, false) if *(x as *const u8) == 1 => {
+                        let len = *((x as *const u8).add(off) as *const usize);
+                        PROF_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+                        PROF_STARTS.fetch_add(1, Ordering::Relaxed);
+                        let h = PROF_NEXT.fetch_add(1, Ordering::Relaxed);
+                        live.insert(h);
+                        *e = h as P;
+                    }
+                    _ => {
+                        PROF_BAD.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
+            1 if !e.is_null() && live.remove(&(*e as usize)) => {
+                PROF_STOPS.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                PROF_BAD.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        1 if !e.is_null() && live.remove(&(*e as usize)) => {
-            PROF_STOPS.fetch_add(1, Ordering::Relaxed);
-        }
-        _ => {
-            PROF_BAD.fetch_add(1, Ordering::Relaxed);
-        }
+        0
     }
-    0
 }
 
 type InitV8 = unsafe extern "C" fn(Option<Logger>) -> c_int;
@@ -250,7 +252,7 @@ type Finalize = unsafe extern "C" fn(P) -> c_int;
 type SetNetAttr = unsafe extern "C" fn(P, *mut NetAttr) -> c_int;
 
 /// The traffic class the emulated communicator asks for (`DQPLB_EMU_TC`, default undefined).
-pub fn traffic_class() -> c_int {
+pub(crate) fn traffic_class() -> c_int {
     std::env::var("DQPLB_EMU_TC")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -260,7 +262,7 @@ pub fn traffic_class() -> c_int {
 /// One init as the loaded version's NCCL calls it: v8/v9 init(logger), v10 init(logger,
 /// profiler), v11+ init(&ctx, commHash, &config, logger, profiler). setNetAttr comes later, at
 /// connect (`connect_net_attr`) and per transfer (`xfer_net_attr`).
-pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
+pub(crate) fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
     let f = slot_ptr(slot::INIT);
     if f == 0 {
         return Err("init is NULL".into());
@@ -298,14 +300,14 @@ pub fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
 /// proxyState->netAttr: the hints last given to setNetAttr (src/include/proxy.h, 2.28-2.30).
 static LAST_ATTR: std::sync::Mutex<Option<NetAttr>> = std::sync::Mutex::new(None);
 /// setNetAttr calls made.
-pub static NET_ATTR_CALLS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static NET_ATTR_CALLS: AtomicU64 = AtomicU64::new(0);
 
 const NCCL_NET_ATTR_UNDEF: i32 = -1;
 // ncclFunc_t (src/include/nccl_common.h 2.28-2.30).
-pub const FUNC_ALLREDUCE: u32 = 4;
-pub const FUNC_SEND: u32 = 6;
-pub const FUNC_RECV: u32 = 7;
-pub const FUNC_ALLTOALL: u32 = 8;
+pub(crate) const FUNC_ALLREDUCE: u32 = 4;
+pub(crate) const FUNC_SEND: u32 = 6;
+pub(crate) const FUNC_RECV: u32 = 7;
+pub(crate) const FUNC_ALLTOALL: u32 = 8;
 const FUNC_SCATTER: u32 = 9;
 const FUNC_GATHER: u32 = 10;
 /// NCCL_MAX_TREE_ARITY (src/include/device.h) and NCCL_MAX_DEV_WORK_P2P_PER_BATCH (2.24-2.30).
@@ -334,7 +336,7 @@ fn set_net_attrs(a: NetAttr) -> Result<(), String> {
 /// (`p2p_only`) hint Send|Recv|AlltoAll|Scatter|Gather with up to min(nRanks, p2pnChannels *
 /// NCCL_MAX_DEV_WORK_P2P_PER_BATCH) peers and p2pnChannelsPerPeer flows; collective ones leave
 /// op undefined with min(nRanks, (NCCL_MAX_TREE_ARITY - 1) * 2) peers and nChannels flows.
-pub fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> Result<(), String> {
+pub(crate) fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> Result<(), String> {
     let u = NCCL_NET_ATTR_UNDEF;
     let (peers, flows, op) = if p2p_only {
         let ops = [
@@ -368,7 +370,7 @@ pub fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> Result<(
 /// each ncclProxyArgs: the last hints with this side's peers and flows set to the transfer's
 /// nPeers/nChannels, op = BIT(collAPI), algo/proto for collectives only (collAPI <
 /// NCCL_NUM_FUNCTIONS = 5); setNetAttr only when that differs from the last hints.
-pub fn xfer_net_attr(
+pub(crate) fn xfer_net_attr(
     send: bool,
     coll_api: u32,
     npeers: i32,
@@ -401,7 +403,7 @@ pub fn xfer_net_attr(
 }
 
 /// ncclNetFinalize's plugin call for v11+: finalize(ctx). Ok(true) when called.
-pub fn finalize() -> Result<bool, String> {
+pub(crate) fn finalize() -> Result<bool, String> {
     if version() < 11 {
         return Ok(false);
     }
@@ -419,7 +421,7 @@ pub fn finalize() -> Result<bool, String> {
 }
 
 /// railId/planeId of the last v12 getProperties (None before v12).
-pub fn rail_plane() -> Option<(i16, i16)> {
+pub(crate) fn rail_plane() -> Option<(i16, i16)> {
     let v = RAIL_PLANE.load(Ordering::Acquire);
     (v >> 32 != 0).then_some(((v >> 16) as u16 as i16, v as u16 as i16))
 }
@@ -460,149 +462,161 @@ macro_rules! to_v8 {
 
 /// getProperties of v9-v12 into a garbage-filled struct of that version, checked, as v8 Props.
 unsafe extern "C" fn get_properties(dev: c_int, out: *mut Props) -> c_int {
-    let f = slot_ptr(slot::GET_PROPERTIES);
-    match version() {
-        9 | 10 => {
-            let mut p: PropsV9 = std::mem::transmute([0x5au8; 104]);
-            let rc = std::mem::transmute::<usize, unsafe extern "C" fn(c_int, *mut PropsV9) -> c_int>(
-                f,
-            )(dev, &mut p);
-            if rc != 0 {
-                return rc;
+    unsafe {
+        let f = slot_ptr(slot::GET_PROPERTIES);
+        match version() {
+            9 | 10 => {
+                let mut p: PropsV9 = std::mem::transmute([0x5au8; 104]);
+                let rc = std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(c_int, *mut PropsV9) -> c_int,
+                >(f)(dev, &mut p);
+                if rc != 0 {
+                    return rc;
+                }
+                let ok = check_v9(
+                    dev,
+                    p.vprops.ndevs,
+                    p.vprops.devs[0],
+                    p.max_p2p_bytes,
+                    p.max_coll_bytes,
+                    p.force_flush,
+                );
+                *out = to_v8!(p);
+                if ok {
+                    0
+                } else {
+                    3
+                }
             }
-            let ok = check_v9(
-                dev,
-                p.vprops.ndevs,
-                p.vprops.devs[0],
-                p.max_p2p_bytes,
-                p.max_coll_bytes,
-                p.force_flush,
-            );
-            *out = to_v8!(p);
-            if ok {
-                0
-            } else {
-                3
+            11 => {
+                let mut p: PropsV11 = std::mem::transmute([0x5au8; 112]);
+                let rc = std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(c_int, *mut PropsV11) -> c_int,
+                >(f)(dev, &mut p);
+                if rc != 0 {
+                    return rc;
+                }
+                let ok = check_v9(
+                    dev,
+                    p.vprops.ndevs,
+                    p.vprops.devs[0],
+                    p.max_p2p_bytes,
+                    p.max_coll_bytes,
+                    p.force_flush,
+                ) && p.tail.max_multi_request_size >= 1;
+                *out = to_v8!(p);
+                if ok {
+                    0
+                } else {
+                    3
+                }
             }
-        }
-        11 => {
-            let mut p: PropsV11 = std::mem::transmute([0x5au8; 112]);
-            let rc = std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(c_int, *mut PropsV11) -> c_int,
-            >(f)(dev, &mut p);
-            if rc != 0 {
-                return rc;
-            }
-            let ok = check_v9(
-                dev,
-                p.vprops.ndevs,
-                p.vprops.devs[0],
-                p.max_p2p_bytes,
-                p.max_coll_bytes,
-                p.force_flush,
-            ) && p.tail.max_multi_request_size >= 1;
-            *out = to_v8!(p);
-            if ok {
-                0
-            } else {
-                3
-            }
-        }
-        _ => {
-            let mut p: PropsV12Full = std::mem::transmute([0x5au8; 128]);
-            let rc = std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(c_int, *mut PropsV12Full) -> c_int,
-            >(f)(dev, &mut p);
-            if rc != 0 {
-                return rc;
-            }
-            let ok = check_v9(
-                dev,
-                p.vprops.ndevs,
-                p.vprops.devs[0],
-                p.max_p2p_bytes,
-                p.max_coll_bytes,
-                p.force_flush,
-            ) && p.tail.max_multi_request_size >= 1
-                && p.tail.rail_id != 0x5a5a
-                && p.tail.plane_id != 0x5a5a;
-            if dev == 0 {
-                let v = (1u64 << 32)
-                    | ((p.tail.rail_id as u16 as u64) << 16)
-                    | p.tail.plane_id as u16 as u64;
-                RAIL_PLANE.store(v, Ordering::Release);
-            }
-            *out = to_v8!(p);
-            if ok {
-                0
-            } else {
-                3
+            _ => {
+                let mut p: PropsV12Full = std::mem::transmute([0x5au8; 128]);
+                let rc = std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(c_int, *mut PropsV12Full) -> c_int,
+                >(f)(dev, &mut p);
+                if rc != 0 {
+                    return rc;
+                }
+                let ok = check_v9(
+                    dev,
+                    p.vprops.ndevs,
+                    p.vprops.devs[0],
+                    p.max_p2p_bytes,
+                    p.max_coll_bytes,
+                    p.force_flush,
+                ) && p.tail.max_multi_request_size >= 1
+                    && p.tail.rail_id != 0x5a5a
+                    && p.tail.plane_id != 0x5a5a;
+                if dev == 0 {
+                    let v = (1u64 << 32)
+                        | ((p.tail.rail_id as u16 as u64) << 16)
+                        | p.tail.plane_id as u16 as u64;
+                    RAIL_PLANE.store(v, Ordering::Release);
+                }
+                *out = to_v8!(p);
+                if ok {
+                    0
+                } else {
+                    3
+                }
             }
         }
     }
 }
 
 unsafe extern "C" fn listen(dev: c_int, handle: P, comm: *mut P) -> c_int {
-    let f = slot_ptr(slot::LISTEN);
-    if version() >= 11 {
-        let ctx = CTX.load(Ordering::Acquire);
-        std::mem::transmute::<usize, unsafe extern "C" fn(P, c_int, P, *mut P) -> c_int>(f)(
-            ctx, dev, handle, comm,
-        )
-    } else {
-        std::mem::transmute::<usize, unsafe extern "C" fn(c_int, P, *mut P) -> c_int>(f)(
-            dev, handle, comm,
-        )
+    unsafe {
+        let f = slot_ptr(slot::LISTEN);
+        if version() >= 11 {
+            let ctx = CTX.load(Ordering::Acquire);
+            std::mem::transmute::<usize, unsafe extern "C" fn(P, c_int, P, *mut P) -> c_int>(f)(
+                ctx, dev, handle, comm,
+            )
+        } else {
+            std::mem::transmute::<usize, unsafe extern "C" fn(c_int, P, *mut P) -> c_int>(f)(
+                dev, handle, comm,
+            )
+        }
     }
 }
 
 unsafe extern "C" fn connect(dev: c_int, handle: P, comm: *mut P, dev_comm: *mut P) -> c_int {
-    let f = slot_ptr(slot::CONNECT);
-    match version() {
-        9 => std::mem::transmute::<usize, unsafe extern "C" fn(c_int, P, *mut P, *mut P) -> c_int>(
-            f,
-        )(dev, handle, comm, dev_comm),
-        10 => {
-            // sendProxyConnect passes the communicator's config (trafficClass) on every call.
-            let mut cfg = CommConfig {
-                traffic_class: TC.load(Ordering::Acquire),
-            };
-            std::mem::transmute::<
+    unsafe {
+        let f = slot_ptr(slot::CONNECT);
+        match version() {
+            9 => std::mem::transmute::<
                 usize,
-                unsafe extern "C" fn(c_int, *mut CommConfig, P, *mut P, *mut P) -> c_int,
-            >(f)(dev, &mut cfg, handle, comm, dev_comm)
-        }
-        _ => {
-            let ctx = CTX.load(Ordering::Acquire);
-            std::mem::transmute::<usize, unsafe extern "C" fn(P, c_int, P, *mut P, *mut P) -> c_int>(
-                f,
-            )(ctx, dev, handle, comm, dev_comm)
+                unsafe extern "C" fn(c_int, P, *mut P, *mut P) -> c_int,
+            >(f)(dev, handle, comm, dev_comm),
+            10 => {
+                // sendProxyConnect passes the communicator's config (trafficClass) on every call.
+                let mut cfg = CommConfig {
+                    traffic_class: TC.load(Ordering::Acquire),
+                };
+                std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(c_int, *mut CommConfig, P, *mut P, *mut P) -> c_int,
+                >(f)(dev, &mut cfg, handle, comm, dev_comm)
+            }
+            _ => {
+                let ctx = CTX.load(Ordering::Acquire);
+                std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(P, c_int, P, *mut P, *mut P) -> c_int,
+                >(f)(ctx, dev, handle, comm, dev_comm)
+            }
         }
     }
 }
 
 unsafe extern "C" fn isend(comm: P, data: P, size: c_int, tag: c_int, mh: P, req: *mut P) -> c_int {
-    let f = slot_ptr(slot::ISEND);
-    let size = size as usize;
-    if version() == 9 {
-        std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, *mut P) -> c_int>(
-            f,
-        )(comm, data, size, tag, mh, req)
-    } else {
-        // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL.
-        std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, P, *mut P) -> c_int>(
-            f,
-        )(
-            comm,
-            data,
-            size,
-            tag,
-            mh,
-            NEXT_PHANDLE.load(Ordering::Relaxed) as P,
-            req,
-        )
+    unsafe {
+        let f = slot_ptr(slot::ISEND);
+        let size = size as usize;
+        if version() == 9 {
+            std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, *mut P) -> c_int>(
+                f,
+            )(comm, data, size, tag, mh, req)
+        } else {
+            // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL.
+            std::mem::transmute::<
+                usize,
+                unsafe extern "C" fn(P, P, usize, c_int, P, P, *mut P) -> c_int,
+            >(f)(
+                comm,
+                data,
+                size,
+                tag,
+                mh,
+                NEXT_PHANDLE.load(Ordering::Relaxed) as P,
+                req,
+            )
+        }
     }
 }
 
@@ -616,61 +630,71 @@ unsafe extern "C" fn irecv(
     mhs: *mut P,
     req: *mut P,
 ) -> c_int {
-    let f = slot_ptr(slot::IRECV);
-    let mut wide = [0usize; 64];
-    for (i, w) in wide.iter_mut().enumerate().take(n.clamp(0, 64) as usize) {
-        *w = *sizes.add(i) as usize;
+    unsafe {
+        let f = slot_ptr(slot::IRECV);
+        let mut wide = [0usize; 64];
+        for (i, w) in wide.iter_mut().enumerate().take(n.clamp(0, 64) as usize) {
+            *w = *sizes.add(i) as usize;
+        }
+        // The optional-completion hint: NCCL pre-sets *request to 0x1 (src/transport/net.cc).
+        *req = OPTIONAL_RECV_COMPLETION as P;
+        HINTS.fetch_add(1, Ordering::Relaxed);
+        let rc = if version() == 9 {
+            std::mem::transmute::<
+                usize,
+                unsafe extern "C" fn(
+                    P,
+                    c_int,
+                    *mut P,
+                    *mut usize,
+                    *mut c_int,
+                    *mut P,
+                    *mut P,
+                ) -> c_int,
+            >(f)(comm, n, data, wide.as_mut_ptr(), tags, mhs, req)
+        } else {
+            let mut ph = [std::ptr::null_mut::<c_void>(); 64];
+            std::mem::transmute::<
+                usize,
+                unsafe extern "C" fn(
+                    P,
+                    c_int,
+                    *mut P,
+                    *mut usize,
+                    *mut c_int,
+                    *mut P,
+                    *mut P,
+                    *mut P,
+                ) -> c_int,
+            >(f)(
+                comm,
+                n,
+                data,
+                wide.as_mut_ptr(),
+                tags,
+                mhs,
+                ph.as_mut_ptr(),
+                req,
+            )
+        };
+        if *req == OPTIONAL_RECV_COMPLETION as P {
+            HINTS_LEFT.fetch_add(1, Ordering::Relaxed);
+            // NCCL would test() the 0x1 "request": fail the call instead.
+            *req = std::ptr::null_mut();
+            return 3;
+        }
+        rc
     }
-    // The optional-completion hint: NCCL pre-sets *request to 0x1 (src/transport/net.cc).
-    *req = OPTIONAL_RECV_COMPLETION as P;
-    HINTS.fetch_add(1, Ordering::Relaxed);
-    let rc = if version() == 9 {
-        std::mem::transmute::<
-            usize,
-            unsafe extern "C" fn(P, c_int, *mut P, *mut usize, *mut c_int, *mut P, *mut P) -> c_int,
-        >(f)(comm, n, data, wide.as_mut_ptr(), tags, mhs, req)
-    } else {
-        let mut ph = [std::ptr::null_mut::<c_void>(); 64];
-        std::mem::transmute::<
-            usize,
-            unsafe extern "C" fn(
-                P,
-                c_int,
-                *mut P,
-                *mut usize,
-                *mut c_int,
-                *mut P,
-                *mut P,
-                *mut P,
-            ) -> c_int,
-        >(f)(
-            comm,
-            n,
-            data,
-            wide.as_mut_ptr(),
-            tags,
-            mhs,
-            ph.as_mut_ptr(),
-            req,
-        )
-    };
-    if *req == OPTIONAL_RECV_COMPLETION as P {
-        HINTS_LEFT.fetch_add(1, Ordering::Relaxed);
-        // NCCL would test() the 0x1 "request": fail the call instead.
-        *req = std::ptr::null_mut();
-        return 3;
-    }
-    rc
 }
 
 /// Sockets seen by `record_tos` (summed over communicators) and how many carried DQPLB_EMU_TC.
-pub static TOS_SOCKS: AtomicU64 = AtomicU64::new(0);
-pub static TOS_MARKED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static TOS_SOCKS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static TOS_MARKED: AtomicU64 = AtomicU64::new(0);
 static HAS: AtomicU32 = AtomicU32::new(0);
 
 /// After the connections of a communicator are up: counts the TCP sockets and those marked with
 /// the requested traffic class; remembers which optional entries the loaded table has.
-pub fn record_tos() {
+pub(crate) fn record_tos() {
     let (s, m) = tcp_tos(traffic_class());
     TOS_SOCKS.fetch_add(s as u64, Ordering::Relaxed);
     TOS_MARKED.fetch_add(m as u64, Ordering::Relaxed);
@@ -679,7 +703,7 @@ pub fn record_tos() {
 }
 
 /// Whether the last communicator's table had `which` (valid after the library is closed).
-pub fn has_after_close(which: &str) -> u32 {
+pub(crate) fn has_after_close(which: &str) -> u32 {
     let b = HAS.load(Ordering::Relaxed);
     match which {
         "setNetAttr" => b & 1,
@@ -689,14 +713,14 @@ pub fn has_after_close(which: &str) -> u32 {
 }
 
 /// Open descriptors and threads of this process (/proc/self/fd, /proc/self/task).
-pub fn fds_and_threads() -> (usize, usize) {
+pub(crate) fn fds_and_threads() -> (usize, usize) {
     let n = |d: &str| std::fs::read_dir(d).map_or(0, |r| r.count());
     (n("/proc/self/fd"), n("/proc/self/task"))
 }
 
 /// Connected TCP sockets of this process and how many carry IP TOS `tc` (getsockopt IP_TOS /
 /// IPV6_TCLASS on every socket in /proc/self/fd: the plugin's streams are in this process).
-pub fn tcp_tos(tc: c_int) -> (usize, usize) {
+pub(crate) fn tcp_tos(tc: c_int) -> (usize, usize) {
     let (mut socks, mut marked) = (0, 0);
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return (0, 0);

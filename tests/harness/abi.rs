@@ -3,24 +3,25 @@
 
 use std::os::raw::{c_char, c_int, c_ulong, c_void};
 
-pub const HANDLE_BYTES: usize = 128;
-pub const PTR_HOST: c_int = 1;
-pub const MAX_REQUESTS: usize = 32;
+pub(crate) const HANDLE_BYTES: usize = 128;
+pub(crate) const PTR_HOST: c_int = 1;
+pub(crate) const MAX_REQUESTS: usize = 32;
 
-pub const SUCCESS: c_int = 0;
-pub const INVALID_ARGUMENT: c_int = 4;
-pub const INVALID_USAGE: c_int = 5;
-pub const REMOTE_ERROR: c_int = 6;
+pub(crate) const SUCCESS: c_int = 0;
+pub(crate) const INVALID_ARGUMENT: c_int = 4;
+pub(crate) const INVALID_USAGE: c_int = 5;
+pub(crate) const REMOTE_ERROR: c_int = 6;
 /// maxRecvs the plugin reports (net_ib's NCCL_NET_IB_MAX_RECVS).
-pub const MAX_RECVS: usize = 8;
+pub(crate) const MAX_RECVS: usize = 8;
 
 /// `ncclDebugLogger_t`; the harness passes a C-compiled variadic function of this type.
-pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+pub(crate) type Logger =
+    unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 
 /// `ncclNetProperties_v8_t` (64 bytes on x86_64).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct Properties {
+pub(crate) struct Properties {
     pub name: *const c_char,
     pub pci_path: *const c_char,
     pub guid: u64,
@@ -38,7 +39,7 @@ pub struct Properties {
 impl Properties {
     /// A properties block with every field set to a recognisable junk value, so that a field
     /// the plugin forgets to write is caught by the sanity checks.
-    pub fn poisoned() -> Self {
+    pub(crate) fn poisoned() -> Self {
         Properties {
             name: std::ptr::null(),
             pci_path: std::ptr::without_provenance(1),
@@ -58,7 +59,7 @@ impl Properties {
 
 /// `ncclNetDeviceHandle_v8_t` (unused; only its pointer type travels).
 #[repr(C)]
-pub struct DevHandle {
+pub(crate) struct DevHandle {
     _private: [u8; 32],
 }
 
@@ -66,7 +67,7 @@ type Ptr = *mut c_void;
 
 /// `ncclNet_v8_t`: 19 pointer-sized fields in ABI order.
 #[repr(C)]
-pub struct NetV8 {
+pub(crate) struct NetV8 {
     pub name: *const c_char,
     pub init: Option<unsafe extern "C" fn(Option<Logger>) -> c_int>,
     pub devices: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
@@ -106,7 +107,7 @@ unsafe impl Sync for NetV8 {}
 
 /// Parsed fields of the plugin's 128-byte listen handle (layout in the plugin's contract).
 #[derive(Debug, Clone)]
-pub struct HandleInfo {
+pub(crate) struct HandleInfo {
     pub version: u16,
     pub family: u16,
     pub port: u16,
@@ -115,7 +116,7 @@ pub struct HandleInfo {
 }
 
 /// Decodes a listen handle; `Err` names the first field that is wrong.
-pub fn parse_handle(h: &[u8; HANDLE_BYTES]) -> Result<HandleInfo, String> {
+pub(crate) fn parse_handle(h: &[u8; HANDLE_BYTES]) -> Result<HandleInfo, String> {
     if &h[0..4] != b"DQPL" {
         return Err(format!(
             "handle magic is {:02x?}, expected b\"DQPL\"",
@@ -151,11 +152,11 @@ pub fn parse_handle(h: &[u8; HANDLE_BYTES]) -> Result<HandleInfo, String> {
     })
 }
 
-pub fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn from_hex(s: &str) -> Result<[u8; HANDLE_BYTES], String> {
+pub(crate) fn from_hex(s: &str) -> Result<[u8; HANDLE_BYTES], String> {
     let s = s.trim();
     if s.len() != 2 * HANDLE_BYTES {
         return Err(format!(

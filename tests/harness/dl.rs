@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// `libnccl_net_dqplb.so` that `cargo test` has just built next to this test executable
 /// (`target/<profile>/deps/`). Only `cargo build` copies it up to `target/<profile>/`, so the copy
 /// there can be stale during `cargo test`; it is used only when the deps one is missing.
-pub fn plugin_path() -> PathBuf {
+pub(crate) fn plugin_path() -> PathBuf {
     if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
         return PathBuf::from(p);
     }
@@ -38,13 +38,13 @@ fn dlerror_string() -> String {
 }
 
 /// An open shared object; dropping it does nothing, `close` must be called explicitly.
-pub struct Library {
+pub(crate) struct Library {
     handle: *mut c_void,
     path: PathBuf,
 }
 
 impl Library {
-    pub fn open(path: &Path) -> Result<Library, String> {
+    pub(crate) fn open(path: &Path) -> Result<Library, String> {
         let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: c is a valid C string; flags as NCCL uses them.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -57,7 +57,7 @@ impl Library {
         })
     }
 
-    pub fn symbol(&self, name: &str) -> Result<*mut c_void, String> {
+    pub(crate) fn symbol(&self, name: &str) -> Result<*mut c_void, String> {
         let c = CString::new(name).map_err(|e| e.to_string())?;
         // SAFETY: handle is a live dlopen handle.
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
@@ -71,7 +71,7 @@ impl Library {
         Ok(p)
     }
 
-    pub fn close(self) -> Result<(), String> {
+    pub(crate) fn close(self) -> Result<(), String> {
         // SAFETY: handle came from dlopen and is closed once.
         let rc = unsafe { libc::dlclose(self.handle) };
         if rc != 0 {
@@ -86,13 +86,13 @@ impl Library {
 }
 
 /// The plugin's exported vtable, valid while `lib` is open.
-pub struct Plugin {
+pub(crate) struct Plugin {
     pub lib: Library,
     pub net: &'static NetV8,
 }
 
 impl Plugin {
-    pub fn load(path: &Path) -> Result<Plugin, String> {
+    pub(crate) fn load(path: &Path) -> Result<Plugin, String> {
         if !path.exists() {
             return Err(format!(
                 "plugin library {} not found: `cargo test` builds it with the package \
@@ -108,7 +108,7 @@ impl Plugin {
         Ok(Plugin { lib, net })
     }
 
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         if self.net.name.is_null() {
             return String::new();
         }
@@ -121,7 +121,7 @@ impl Plugin {
 
 /// The C logger: `harness_logger` (passed to init), `harness_log_count(level)` and
 /// `harness_warn_text(i)`, the text of the i-th WARN.
-pub struct CLogger {
+pub(crate) struct CLogger {
     _lib: Library,
     pub logger: Logger,
     count: unsafe extern "C" fn(c_int) -> libc::c_long,
@@ -133,7 +133,7 @@ impl CLogger {
     /// there is reused unless logger.c is newer than it (scripts/verbs-tests.sh compiles it on the
     /// host for the VM, which has no compiler and no source tree) or it lacks a function of this
     /// version of logger.c (`harness_warn_text`): an edited logger.c is never served stale.
-    pub fn build_and_load(dir: &Path) -> Result<CLogger, String> {
+    pub(crate) fn build_and_load(dir: &Path) -> Result<CLogger, String> {
         let so = dir.join("harness-logger.so");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness/logger.c");
         let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -186,13 +186,13 @@ impl CLogger {
         }
     }
 
-    pub fn count(&self, level: c_int) -> i64 {
+    pub(crate) fn count(&self, level: c_int) -> i64 {
         // SAFETY: plain C function reading an atomic counter.
         unsafe { (self.count)(level) }
     }
 
     /// The text of every WARN logged so far (up to the first 256), in order.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         loop {
             // SAFETY: returns NULL or a NUL-terminated string in the logger's static storage.

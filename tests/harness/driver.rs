@@ -9,11 +9,11 @@ use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
-pub type Ptr = *mut c_void;
+pub(crate) type Ptr = *mut c_void;
 
 /// A failed call: which call, and the raw ncclResult_t it returned (0 for harness-side failures).
 #[derive(Debug)]
-pub struct CallError {
+pub(crate) struct CallError {
     pub what: String,
     pub rc: c_int,
 }
@@ -24,7 +24,7 @@ impl std::fmt::Display for CallError {
     }
 }
 
-pub type CallResult<T> = Result<T, CallError>;
+pub(crate) type CallResult<T> = Result<T, CallError>;
 
 fn check(what: impl FnOnce() -> String, rc: c_int) -> CallResult<()> {
     if rc == SUCCESS {
@@ -51,14 +51,14 @@ macro_rules! entry {
 }
 
 /// The plugin's vtable plus the device chosen after `init_and_check`.
-pub struct Net {
+pub(crate) struct Net {
     pub net: &'static NetV8,
     /// Pass NULL for connect/accept's device-handle argument (NCCL may).
     pub null_dev_handles: bool,
 }
 
 impl Net {
-    pub fn new(p: &Plugin) -> Net {
+    pub(crate) fn new(p: &Plugin) -> Net {
         let nulls = std::env::var("DQPLB_HARNESS_NULLS").is_ok_and(|v| v == "1");
         Net {
             net: p.net,
@@ -76,7 +76,7 @@ impl Net {
 
     /// init(logger), devices(), getProperties() for every device with sanity checks on every
     /// field; returns the device count.
-    pub fn init_and_check(&self, logger: &CLogger) -> CallResult<c_int> {
+    pub(crate) fn init_and_check(&self, logger: &CLogger) -> CallResult<c_int> {
         let init = entry!(self.net, init);
         // SAFETY: the logger is a live C function of ncclDebugLogger_t's type.
         check(|| "init".into(), unsafe { init(Some(logger.logger)) })?;
@@ -107,7 +107,7 @@ impl Net {
         Ok(ndev)
     }
 
-    pub fn properties(&self, dev: c_int) -> CallResult<Properties> {
+    pub(crate) fn properties(&self, dev: c_int) -> CallResult<Properties> {
         let gp = entry!(self.net, get_properties);
         let mut p = Properties::poisoned();
         // SAFETY: valid out-pointer.
@@ -117,7 +117,7 @@ impl Net {
         Ok(p)
     }
 
-    pub fn listen(&self, dev: c_int) -> CallResult<([u8; HANDLE_BYTES], Ptr)> {
+    pub(crate) fn listen(&self, dev: c_int) -> CallResult<([u8; HANDLE_BYTES], Ptr)> {
         let f = entry!(self.net, listen);
         let mut handle = [0u8; HANDLE_BYTES];
         let mut comm: Ptr = null_mut();
@@ -139,7 +139,7 @@ impl Net {
     }
 
     /// One connect attempt on the (persistent) handle buffer; Ok(None) means "call again".
-    pub fn connect_once(
+    pub(crate) fn connect_once(
         &self,
         dev: c_int,
         handle: &mut [u8; HANDLE_BYTES],
@@ -155,7 +155,7 @@ impl Net {
         Ok((!comm.is_null()).then_some(comm))
     }
 
-    pub fn accept_once(&self, listen: Ptr) -> CallResult<Option<Ptr>> {
+    pub(crate) fn accept_once(&self, listen: Ptr) -> CallResult<Option<Ptr>> {
         let f = entry!(self.net, accept);
         let mut comm: Ptr = null_mut();
         let mut devh: *mut abi::DevHandle = null_mut();
@@ -165,7 +165,7 @@ impl Net {
         Ok((!comm.is_null()).then_some(comm))
     }
 
-    pub fn connect(
+    pub(crate) fn connect(
         &self,
         dev: c_int,
         handle: &mut [u8; HANDLE_BYTES],
@@ -183,7 +183,7 @@ impl Net {
         }
     }
 
-    pub fn accept(&self, listen: Ptr, limit: Duration) -> CallResult<Ptr> {
+    pub(crate) fn accept(&self, listen: Ptr, limit: Duration) -> CallResult<Ptr> {
         let start = Instant::now();
         loop {
             if let Some(c) = self.accept_once(listen)? {
@@ -196,7 +196,7 @@ impl Net {
         }
     }
 
-    pub fn reg_mr(&self, comm: Ptr, buf: &mut [u8]) -> CallResult<Ptr> {
+    pub(crate) fn reg_mr(&self, comm: Ptr, buf: &mut [u8]) -> CallResult<Ptr> {
         let f = entry!(self.net, reg_mr);
         let mut mh: Ptr = null_mut();
         let len = buf.len();
@@ -207,7 +207,7 @@ impl Net {
         Ok(mh)
     }
 
-    pub fn dereg_mr(&self, comm: Ptr, mh: Ptr) -> CallResult<()> {
+    pub(crate) fn dereg_mr(&self, comm: Ptr, mh: Ptr) -> CallResult<()> {
         let f = entry!(self.net, dereg_mr);
         // SAFETY: mh came from regMr on comm.
         check(|| "deregMr".into(), unsafe { f(comm, mh) })
@@ -215,7 +215,7 @@ impl Net {
 
     /// # Safety
     /// `data..data+size` must lie in the region registered as `mh` and stay valid until done.
-    pub unsafe fn isend(
+    pub(crate) unsafe fn isend(
         &self,
         comm: Ptr,
         data: *mut u8,
@@ -223,18 +223,20 @@ impl Net {
         tag: c_int,
         mh: Ptr,
     ) -> CallResult<Option<Ptr>> {
-        let f = entry!(self.net, isend);
-        let mut req: Ptr = null_mut();
-        check(
-            || format!("isend({size} bytes)"),
-            f(comm, data.cast(), size as c_int, tag, mh, &mut req),
-        )?;
-        Ok((!req.is_null()).then_some(req))
+        unsafe {
+            let f = entry!(self.net, isend);
+            let mut req: Ptr = null_mut();
+            check(
+                || format!("isend({size} bytes)"),
+                f(comm, data.cast(), size as c_int, tag, mh, &mut req),
+            )?;
+            Ok((!req.is_null()).then_some(req))
+        }
     }
 
     /// # Safety
     /// As for `isend`, with `capacity` bytes writable.
-    pub unsafe fn irecv(
+    pub(crate) unsafe fn irecv(
         &self,
         comm: Ptr,
         data: *mut u8,
@@ -242,23 +244,25 @@ impl Net {
         tag: c_int,
         mh: Ptr,
     ) -> CallResult<Option<Ptr>> {
-        let f = entry!(self.net, irecv);
-        let mut data = data as Ptr;
-        let mut size = capacity as c_int;
-        let mut tag = tag;
-        let mut mh = mh;
-        let mut req: Ptr = std::ptr::without_provenance_mut(1); // NCCL >= 2.24 pre-sets a hint; the plugin must overwrite it.
-        check(
-            || format!("irecv({capacity} bytes)"),
-            f(comm, 1, &mut data, &mut size, &mut tag, &mut mh, &mut req),
-        )?;
-        if req == std::ptr::without_provenance_mut(1) {
-            return Err(CallError {
-                what: "irecv left *request untouched".into(),
-                rc: 0,
-            });
+        unsafe {
+            let f = entry!(self.net, irecv);
+            let mut data = data as Ptr;
+            let mut size = capacity as c_int;
+            let mut tag = tag;
+            let mut mh = mh;
+            let mut req: Ptr = std::ptr::without_provenance_mut(1); // NCCL >= 2.24 pre-sets a hint; the plugin must overwrite it.
+            check(
+                || format!("irecv({capacity} bytes)"),
+                f(comm, 1, &mut data, &mut size, &mut tag, &mut mh, &mut req),
+            )?;
+            if req == std::ptr::without_provenance_mut(1) {
+                return Err(CallError {
+                    what: "irecv left *request untouched".into(),
+                    rc: 0,
+                });
+            }
+            Ok((!req.is_null()).then_some(req))
         }
-        Ok((!req.is_null()).then_some(req))
     }
 
     /// A grouped irecv of `bufs.len()` (data, capacity, tag) buffers in region `mh`, as NCCL's
@@ -266,46 +270,48 @@ impl Net {
     ///
     /// # Safety
     /// As for `irecv`, for every buffer.
-    pub unsafe fn irecv_group(
+    pub(crate) unsafe fn irecv_group(
         &self,
         comm: Ptr,
         bufs: &[(*mut u8, usize, c_int)],
         mh: Ptr,
     ) -> CallResult<Option<Ptr>> {
-        let f = entry!(self.net, irecv);
-        let n = bufs.len();
-        let mut data: Vec<Ptr> = bufs.iter().map(|b| b.0 as Ptr).collect();
-        let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
-        let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
-        let mut mhs: Vec<Ptr> = vec![mh; n.max(1)];
-        data.push(null_mut());
-        sizes.push(0);
-        tags.push(0);
-        let mut req: Ptr = std::ptr::without_provenance_mut(1);
-        check(
-            || format!("irecv(n = {n})"),
-            f(
-                comm,
-                n as c_int,
-                data.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                tags.as_mut_ptr(),
-                mhs.as_mut_ptr(),
-                &mut req,
-            ),
-        )?;
-        if req == std::ptr::without_provenance_mut(1) {
-            return Err(CallError {
-                what: "irecv left *request untouched".into(),
-                rc: 0,
-            });
+        unsafe {
+            let f = entry!(self.net, irecv);
+            let n = bufs.len();
+            let mut data: Vec<Ptr> = bufs.iter().map(|b| b.0 as Ptr).collect();
+            let mut sizes: Vec<c_int> = bufs.iter().map(|b| b.1 as c_int).collect();
+            let mut tags: Vec<c_int> = bufs.iter().map(|b| b.2).collect();
+            let mut mhs: Vec<Ptr> = vec![mh; n.max(1)];
+            data.push(null_mut());
+            sizes.push(0);
+            tags.push(0);
+            let mut req: Ptr = std::ptr::without_provenance_mut(1);
+            check(
+                || format!("irecv(n = {n})"),
+                f(
+                    comm,
+                    n as c_int,
+                    data.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    tags.as_mut_ptr(),
+                    mhs.as_mut_ptr(),
+                    &mut req,
+                ),
+            )?;
+            if req == std::ptr::without_provenance_mut(1) {
+                return Err(CallError {
+                    what: "irecv left *request untouched".into(),
+                    rc: 0,
+                });
+            }
+            Ok((!req.is_null()).then_some(req))
         }
-        Ok((!req.is_null()).then_some(req))
     }
 
     /// test() of a grouped receive of `n` buffers: Ok(Some(sizes)) once done; exactly `n` sizes
     /// must be written (the entries past them are poisoned and checked untouched).
-    pub fn test_group(&self, req: Ptr, n: usize) -> CallResult<Option<Vec<usize>>> {
+    pub(crate) fn test_group(&self, req: Ptr, n: usize) -> CallResult<Option<Vec<usize>>> {
         let f = entry!(self.net, test);
         let mut done: c_int = 0;
         let mut sizes = [-7 as c_int; abi::MAX_RECVS + 1];
@@ -329,7 +335,7 @@ impl Net {
     }
 
     /// test() with a NULL `sizes` argument (allowed by the ABI); Ok(true) when done.
-    pub fn test_without_size(&self, req: Ptr) -> CallResult<bool> {
+    pub(crate) fn test_without_size(&self, req: Ptr) -> CallResult<bool> {
         let f = entry!(self.net, test);
         let mut done: c_int = 0;
         // SAFETY: req is a live request; sizes may be NULL.
@@ -346,7 +352,7 @@ impl Net {
     }
 
     /// test(); Ok(Some(size)) when done.
-    pub fn test(&self, req: Ptr) -> CallResult<Option<usize>> {
+    pub(crate) fn test(&self, req: Ptr) -> CallResult<Option<usize>> {
         let f = entry!(self.net, test);
         let mut done: c_int = 0;
         let mut size: c_int = -7;
@@ -366,17 +372,17 @@ impl Net {
         }
     }
 
-    pub fn close_send(&self, c: Ptr) -> CallResult<()> {
+    pub(crate) fn close_send(&self, c: Ptr) -> CallResult<()> {
         let f = entry!(self.net, close_send);
         // SAFETY: c came from connect.
         check(|| "closeSend".into(), unsafe { f(c) })
     }
-    pub fn close_recv(&self, c: Ptr) -> CallResult<()> {
+    pub(crate) fn close_recv(&self, c: Ptr) -> CallResult<()> {
         let f = entry!(self.net, close_recv);
         // SAFETY: c came from accept.
         check(|| "closeRecv".into(), unsafe { f(c) })
     }
-    pub fn close_listen(&self, c: Ptr) -> CallResult<()> {
+    pub(crate) fn close_listen(&self, c: Ptr) -> CallResult<()> {
         let f = entry!(self.net, close_listen);
         // SAFETY: c came from listen.
         check(|| "closeListen".into(), unsafe { f(c) })
@@ -440,7 +446,7 @@ fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
 
 /// Posts up to `total` operations with at most 32 in flight, retrying NULL requests, testing
 /// the oldest request each step (NCCL tests in posting order).
-pub struct Pump {
+pub(crate) struct Pump {
     total: usize,
     next: usize,
     inflight: VecDeque<(usize, Ptr)>,
@@ -450,7 +456,7 @@ pub struct Pump {
 }
 
 impl Pump {
-    pub fn new(total: usize) -> Pump {
+    pub(crate) fn new(total: usize) -> Pump {
         Pump {
             total,
             next: 0,
@@ -460,17 +466,17 @@ impl Pump {
         }
     }
 
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.next == self.total && self.inflight.is_empty()
     }
 
     /// Index of the oldest unfinished operation.
-    pub fn oldest(&self) -> usize {
+    pub(crate) fn oldest(&self) -> usize {
         self.inflight.front().map(|x| x.0).unwrap_or(self.next)
     }
 
     /// One step; returns whether anything progressed.
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         net: &Net,
         mut post: impl FnMut(usize) -> CallResult<Option<Ptr>>,
@@ -504,19 +510,23 @@ impl Pump {
 }
 
 /// Tracks stalls: errors out when nothing progressed for `limit`.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     last: Instant,
     limit: Duration,
 }
 
 impl Watchdog {
-    pub fn new(limit: Duration) -> Watchdog {
+    pub(crate) fn new(limit: Duration) -> Watchdog {
         Watchdog {
             last: Instant::now(),
             limit,
         }
     }
-    pub fn tick(&mut self, progressed: bool, what: impl FnOnce() -> String) -> CallResult<()> {
+    pub(crate) fn tick(
+        &mut self,
+        progressed: bool,
+        what: impl FnOnce() -> String,
+    ) -> CallResult<()> {
         if progressed {
             self.last = Instant::now();
         } else if self.last.elapsed() > self.limit {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Opens the hostile connections to the handle's address; returns the idle ones, which the
 /// caller keeps open until its real transfer is over.
-pub fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
+pub(crate) fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
     let info = abi::parse_handle(handle)?;
     let addr = SocketAddr::new(info.addr, info.port);
     let dial = || {
@@ -65,13 +65,13 @@ pub fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
 }
 
 /// Streams of the wrong-secret connection (qps 1: control + one data stream).
-pub const WRONG_SECRET_STREAMS: u16 = 2;
+pub(crate) const WRONG_SECRET_STREAMS: u16 = 2;
 
-/// The 64-byte stream hello of the TCP transport (src/transport/tcp/wire.rs `Hello::encode`),
+/// The 64-byte stream hello of the TCP transport (crates/transport/src/tcp/wire.rs `Hello::encode`),
 /// written out here independently: "DQPS", the protocol version of the listen handle,
 /// stream index, qps 1, 8 outstanding, 64 KiB segments, 32 messages, fabricId, policy 0 (dqplb),
 /// connection id, secret. Every field passes the listener's checks except, here, the secret.
-pub fn hello(
+pub(crate) fn hello(
     stream: u16,
     version: u16,
     conn_id: u64,

@@ -2,7 +2,7 @@
 //! checked byte-exactly on receive together with a canary in the unused tail of oversized
 //! receive buffers.
 
-pub const CANARY: u8 = 0xA5;
+pub(crate) const CANARY: u8 = 0xA5;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 fn base(seed: u64, index: u64, size: u64) -> u64 {
@@ -25,7 +25,7 @@ fn word(b: u64, j: u64) -> u64 {
 }
 
 /// Writes the pattern of message `index` (whose length is `buf.len()`) into `buf`.
-pub fn fill(buf: &mut [u8], seed: u64, index: u64) {
+pub(crate) fn fill(buf: &mut [u8], seed: u64, index: u64) {
     let b = base(seed, index, buf.len() as u64);
     let mut chunks = buf.chunks_exact_mut(8);
     let mut j = 0u64;
@@ -40,7 +40,7 @@ pub fn fill(buf: &mut [u8], seed: u64, index: u64) {
 }
 
 /// Checks that `buf[..len]` holds message `index`'s pattern and `buf[len..]` is still canary.
-pub fn verify(buf: &[u8], len: usize, seed: u64, index: u64) -> Result<(), String> {
+pub(crate) fn verify(buf: &[u8], len: usize, seed: u64, index: u64) -> Result<(), String> {
     let b = base(seed, index, len as u64);
     let data = &buf[..len];
     let mut j = 0u64;
@@ -79,33 +79,33 @@ pub fn verify(buf: &[u8], len: usize, seed: u64, index: u64) -> Result<(), Strin
 }
 
 /// xorshift64*: the seeded generator for random sizes.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
 /// One message of a transfer plan: its size on the wire and the receive buffer's capacity.
 #[derive(Debug, Clone, Copy)]
-pub struct Msg {
+pub(crate) struct Msg {
     pub size: usize,
     pub capacity: usize,
 }
 
 /// The sizes every cycle sends, in order, interleaved with `random` seeded sizes up to 256 KiB;
 /// every third receive buffer is larger than the message it gets.
-pub fn plan(seed: u64, random: usize, with_big: bool) -> Vec<Msg> {
+pub(crate) fn plan(seed: u64, random: usize, with_big: bool) -> Vec<Msg> {
     let mut fixed: Vec<usize> = vec![0, 1, 3, 7, 127, 128, 129, 4095, 4096, 65537, (1 << 20) + 1];
     if with_big {
         fixed.push(64 << 20);

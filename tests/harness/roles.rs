@@ -9,14 +9,14 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub const TAG: i32 = 1;
+pub(crate) const TAG: i32 = 1;
 const SETUP_LIMIT: Duration = Duration::from_secs(60);
 const STALL_LIMIT: Duration = Duration::from_secs(60);
 /// Extra buffer space for the unmatched operations left outstanding at close.
 const EXTRA: usize = 4096;
 
 /// Settings passed from the test to its children through the environment.
-pub struct RoleCfg {
+pub(crate) struct RoleCfg {
     pub seed: u64,
     pub cycles: usize,
     pub random: usize,
@@ -32,7 +32,7 @@ fn env_num(name: &str, default: u64) -> Result<u64, String> {
 }
 
 impl RoleCfg {
-    pub fn from_env() -> Result<RoleCfg, String> {
+    pub(crate) fn from_env() -> Result<RoleCfg, String> {
         Ok(RoleCfg {
             seed: env_num("DQPLB_HARNESS_SEED", 0x5eed)?,
             cycles: env_num("DQPLB_HARNESS_CYCLES", 3)? as usize,
@@ -46,7 +46,7 @@ impl RoleCfg {
 }
 
 /// Emits one protocol line to the parent (stdout lines without "@@" are libtest's own).
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "@@{line}");
     let _ = out.flush();
@@ -122,7 +122,7 @@ fn layout(plan: &[Msg]) -> (Vec<usize>, usize) {
     (offs, at)
 }
 
-pub fn run_from_env() -> Result<(), String> {
+pub(crate) fn run_from_env() -> Result<(), String> {
     let role =
         std::env::var("DQPLB_HARNESS_ROLE").map_err(|_| "DQPLB_HARNESS_ROLE unset".to_string())?;
     let cfg = RoleCfg::from_env()?;

@@ -9,22 +9,27 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 /// Where children find (or build) the C logger: next to the test executable.
-pub fn logger_dir() -> PathBuf {
+pub(crate) fn logger_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     exe.parent().expect("exe dir").join("dqplb-harness")
 }
 
 /// A line from child `who`; `None` is end of its stdout.
-pub type Event = (usize, Option<String>);
+pub(crate) type Event = (usize, Option<String>);
 
-pub struct Peer {
+pub(crate) struct Peer {
     pub child: Child,
     stdin: Option<ChildStdin>,
 }
 
 impl Peer {
     /// Spawns role `role` with extra environment `envs`; its "@@" lines go to `events` as `who`.
-    pub fn spawn(role: &str, who: usize, envs: &[(&str, String)], events: Sender<Event>) -> Peer {
+    pub(crate) fn spawn(
+        role: &str,
+        who: usize,
+        envs: &[(&str, String)],
+        events: Sender<Event>,
+    ) -> Peer {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
         cmd.args([
@@ -59,18 +64,18 @@ impl Peer {
         Peer { child, stdin }
     }
 
-    pub fn send_line(&mut self, line: &str) -> Result<(), String> {
+    pub(crate) fn send_line(&mut self, line: &str) -> Result<(), String> {
         let s = self.stdin.as_mut().ok_or("child stdin closed")?;
         writeln!(s, "{line}")
             .and_then(|_| s.flush())
             .map_err(|e| format!("writing to child: {e}"))
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
     }
 
-    pub fn wait(&mut self, limit: Duration) -> Result<ExitStatus, String> {
+    pub(crate) fn wait(&mut self, limit: Duration) -> Result<ExitStatus, String> {
         let start = Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().map_err(|e| e.to_string())? {
@@ -93,14 +98,14 @@ impl Drop for Peer {
 }
 
 /// Outcome of a receiver/sender pair: every "@@" line of each, in order.
-pub struct PairLog {
+pub(crate) struct PairLog {
     pub receiver: Vec<String>,
     pub sender: Vec<String>,
 }
 
 /// Runs roles `receiver` and `sender` to completion, relaying each HANDLE line from the
 /// receiver to the sender after calling `on_handle` with it. Fails on a child failure or timeout.
-pub fn run_pair(
+pub(crate) fn run_pair(
     envs: &[(&str, String)],
     limit: Duration,
     on_handle: impl FnMut(&[u8; HANDLE_BYTES]),
@@ -109,7 +114,7 @@ pub fn run_pair(
 }
 
 /// `run_pair` with other roles: `roles.0` listens and prints HANDLE, `roles.1` connects.
-pub fn run_roles(
+pub(crate) fn run_roles(
     roles: (&str, &str),
     envs: &[(&str, String)],
     limit: Duration,

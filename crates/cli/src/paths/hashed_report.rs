@@ -1,0 +1,298 @@
+//! Output of the port-hash scenarios: one line per trial, paths-hashed-*.csv and an SVG of the
+//! throughput over time per scenario with its ideal.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::hashed::{HashedSummary, CONVERGE_FRACTION, RECOVER_FRACTION};
+use super::metrics::SeriesPoint;
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.0} ms"))
+        .unwrap_or_else(|| "never".into())
+}
+
+fn cell(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.1}")).unwrap_or_default()
+}
+
+fn buckets(b: &[usize]) -> String {
+    b.iter().map(usize::to_string).collect::<Vec<_>>().join(" ")
+}
+
+/// One human-readable line per trial.
+pub(crate) fn line(s: &HashedSummary) -> String {
+    let mut l = format!(
+        "{:<20} {:>7.1} of {:>6.1} Mbit/s = {:.3} of ideal (acknowledged {:.3}, last third {:.3}); >= {CONVERGE_FRACTION} of ideal from {}; re-hashes {}, failures {}, resent {}, streams replaced {}; buckets {} -> {}; messages sent {} received {} corrupt {}",
+        s.label,
+        s.achieved_mbit,
+        s.ideal_mbit,
+        s.ratio,
+        s.acked_ratio,
+        s.late_ratio,
+        opt(s.converge_ms),
+        s.rehashes,
+        s.failures,
+        s.resent,
+        s.repaths,
+        buckets(&s.initial_buckets),
+        buckets(&s.final_buckets),
+        s.sent_messages,
+        s.received_messages,
+        s.corrupt_messages
+    );
+    if let Some(d) = &s.death {
+        l.push_str(&format!(
+            "; {} stream(s) replaced before the death; path death at {:.0} ms: goodput >= {RECOVER_FRACTION} of the new ideal {:.0} Mbit/s after {} (acknowledged bytes after {}), {:.3} of it from the death on",
+            d.replaced_before,
+            d.at_ms,
+            d.new_ideal_mbit,
+            opt(d.recover_ms),
+            opt(d.recover_acked_ms),
+            d.after_ratio
+        ));
+    }
+    l
+}
+
+/// paths-hashed-summary.csv.
+pub(crate) fn summary_csv(rows: &[HashedSummary]) -> String {
+    let mut out = String::from(
+        "scenario,name,variant,streams,buckets,window_ms,ideal_mbit,achieved_mbit,ratio,acked_ratio,late_ratio,converge_ms,death_ms,new_ideal_mbit,recover_ms,recover_acked_ms,after_death_ratio,replaced_before_death,rehashes,failures,resent,streams_replaced,initial_buckets,final_buckets,sent_messages,received_messages,corrupt_messages\n",
+    );
+    for s in rows {
+        let d = s.death.as_ref();
+        out.push_str(&format!(
+            "{},{},{},{},{},{:.1},{:.2},{:.2},{:.4},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            s.scenario,
+            s.name,
+            s.label,
+            s.streams,
+            s.buckets,
+            s.window_ms,
+            s.ideal_mbit,
+            s.achieved_mbit,
+            s.ratio,
+            s.acked_ratio,
+            s.late_ratio,
+            cell(s.converge_ms),
+            cell(d.map(|d| d.at_ms)),
+            cell(d.map(|d| d.new_ideal_mbit)),
+            cell(d.and_then(|d| d.recover_ms)),
+            cell(d.and_then(|d| d.recover_acked_ms)),
+            d.map(|d| format!("{:.4}", d.after_ratio)).unwrap_or_default(),
+            d.map(|d| d.replaced_before.to_string()).unwrap_or_default(),
+            s.rehashes,
+            s.failures,
+            s.resent,
+            s.repaths,
+            buckets(&s.initial_buckets),
+            buckets(&s.final_buckets),
+            s.sent_messages,
+            s.received_messages,
+            s.corrupt_messages
+        ));
+    }
+    out
+}
+
+/// paths-hashed-timeseries.csv: one row per 10 ms bin, the data streams' Mbit/s in columns.
+pub(crate) fn series_csv(rows: &[(HashedSummary, Vec<SeriesPoint>)]) -> String {
+    let qps = rows
+        .iter()
+        .flat_map(|r| r.1.iter().map(|p| p.path_mbit.len()))
+        .max()
+        .unwrap_or(0);
+    let mut out = String::from("scenario,variant,t_ms,ideal_mbit,total_mbit");
+    for q in 0..qps {
+        out.push_str(&format!(",qp{q}_mbit"));
+    }
+    out.push('\n');
+    for (s, pts) in rows {
+        for p in pts {
+            out.push_str(&format!(
+                "{},{},{:.1},{:.1},{:.1}",
+                s.scenario, s.label, p.t_ms, p.ideal_mbit, p.total_mbit
+            ));
+            for q in 0..qps {
+                out.push_str(&format!(
+                    ",{:.1}",
+                    p.path_mbit.get(q).copied().unwrap_or(0.0)
+                ));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+];
+/// Bins averaged for the plotted lines (the CSV keeps the raw bins).
+const SMOOTH_BINS: usize = 5;
+
+fn smooth(pts: &[SeriesPoint]) -> Vec<(f64, f64)> {
+    (0..pts.len())
+        .map(|i| {
+            let lo = i.saturating_sub(SMOOTH_BINS - 1);
+            let n = (i + 1 - lo) as f64;
+            let total: f64 = pts[lo..=i].iter().map(|p| p.total_mbit).sum();
+            (pts[i].t_ms, total / n)
+        })
+        .collect()
+}
+
+/// paths-hashed-SCENARIO.svg for every scenario in `rows`.
+pub(crate) fn plots(dir: &Path, rows: &[(HashedSummary, Vec<SeriesPoint>)]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let mut ids: Vec<u32> = rows.iter().map(|r| r.0.scenario).collect();
+    ids.dedup();
+    for id in ids {
+        let mine: Vec<&(HashedSummary, Vec<SeriesPoint>)> =
+            rows.iter().filter(|r| r.0.scenario == id).collect();
+        plot_one(&dir.join(format!("paths-hashed-{id}.svg")), &mine)?;
+    }
+    Ok(())
+}
+
+fn plot_one(path: &Path, rows: &[&(HashedSummary, Vec<SeriesPoint>)]) -> Result<(), String> {
+    let e = |err: DrawingAreaErrorKind<std::io::Error>| format!("plot {}: {err:?}", path.display());
+    let root = SVGBackend::new(path, (960, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let Some(first) = rows.first() else {
+        return root.present().map_err(e);
+    };
+    let tmax = rows
+        .iter()
+        .flat_map(|r| r.1.last())
+        .map(|p| p.t_ms)
+        .fold(1.0, f64::max);
+    let ymax = rows
+        .iter()
+        .flat_map(|r| r.1.iter())
+        .map(|p| p.ideal_mbit.max(p.total_mbit))
+        .fold(1.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "scenario {} ({}): acknowledged Mbit/s, {} ms moving average",
+                first.0.scenario,
+                first.0.name,
+                SMOOTH_BINS * 10
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..tmax, 0f64..ymax)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("ms since start")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc("Mbit/s")
+        .draw()
+        .map_err(e)?;
+    let ideal: Vec<(f64, f64)> = first.1.iter().map(|p| (p.t_ms, p.ideal_mbit)).collect();
+    chart
+        .draw_series(LineSeries::new(ideal, BLACK.stroke_width(2)))
+        .map_err(e)?
+        .label("ideal")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
+    for (i, (s, pts)) in rows.iter().map(|r| (&r.0, &r.1)).enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(smooth(pts), c.stroke_width(2)))
+            .map_err(e)?
+            .label(s.label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
+    }
+    if let Some(d) = &first.0.death {
+        chart
+            .draw_series(LineSeries::new(
+                [(d.at_ms, 0.0), (d.at_ms, ymax)],
+                BLACK.mix(0.5),
+            ))
+            .map_err(e)?
+            .label("path dies")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::hashed::DeathFigures;
+
+    fn row() -> HashedSummary {
+        HashedSummary {
+            scenario: 7,
+            name: "hash-path-death",
+            label: "dqplb+isolation",
+            streams: 8,
+            buckets: 8,
+            window_ms: 2500.0,
+            ideal_mbit: 733.3,
+            achieved_mbit: 700.0,
+            ratio: 0.9546,
+            acked_ratio: 0.95,
+            late_ratio: 0.97,
+            converge_ms: Some(120.0),
+            death: Some(DeathFigures {
+                at_ms: 1000.4,
+                new_ideal_mbit: 700.0,
+                recover_ms: Some(150.0),
+                recover_acked_ms: Some(20.0),
+                after_ratio: 0.95,
+                replaced_before: 0,
+            }),
+            rehashes: 0,
+            failures: 1,
+            resent: 3,
+            repaths: 1,
+            initial_buckets: vec![1, 2, 3, 4, 5, 6, 7, 0],
+            final_buckets: vec![1, 2, 6, 4, 5, 6, 7, 0],
+            sent_messages: 300,
+            received_messages: 301,
+            corrupt_messages: 0,
+        }
+    }
+
+    #[test]
+    fn csv_and_line_carry_every_figure() {
+        let csv = summary_csv(&[row()]);
+        let mut lines = csv.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let vals: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(head.len(), vals.len());
+        let col = |n: &str| vals[head.iter().position(|h| *h == n).unwrap()];
+        assert_eq!(col("variant"), "dqplb+isolation");
+        assert_eq!(col("recover_ms"), "150.0");
+        assert_eq!(col("final_buckets"), "1 2 6 4 5 6 7 0");
+        assert_eq!(col("corrupt_messages"), "0");
+        let l = line(&row());
+        assert!(
+            l.contains("after 150 ms (acknowledged bytes after 20 ms)"),
+            "{l}"
+        );
+        assert!(
+            l.contains("buckets 1 2 3 4 5 6 7 0 -> 1 2 6 4 5 6 7 0"),
+            "{l}"
+        );
+    }
+}

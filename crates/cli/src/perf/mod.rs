@@ -1,0 +1,354 @@
+//! `dqplb perf`: point-to-point bandwidth and latency through the plugin's vtable between two
+//! local processes (this executable re-run with a hidden `__role`), or over raw TCP as the ceiling.
+
+pub(crate) mod args;
+pub(crate) mod bw;
+pub(crate) mod latency;
+pub(crate) mod link;
+pub(crate) mod net;
+pub(crate) mod pattern;
+pub(crate) mod rawpoll;
+pub(crate) mod report;
+mod roles;
+
+use args::{PerfArgs, USAGE};
+use report::{LatRow, RunInfo};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+
+/// Entry point of `dqplb perf ARGS`; returns the exit code (0 ok, 1 failed run or wrong bytes,
+/// 2 bad arguments).
+pub(crate) fn run(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some("__role") {
+        return roles::run(&args[1..]);
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
+    let a = match PerfArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("dqplb perf: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    let info = match resolve(&a) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("dqplb perf: {e}");
+            return 2;
+        }
+    };
+    let result = if a.latency {
+        run_latency(&a, info)
+    } else {
+        run_bandwidth(&a, info)
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("dqplb perf: {e}");
+            1
+        }
+    }
+}
+
+/// Environment for the children: the plugin's overrides from the options, loopback interface,
+/// INFO logging (so the plugin reports the connection it set up) unless the caller chose.
+fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
+    let mut v = vec![(
+        "NCCL_DQPLB_TRANSPORT".to_string(),
+        if a.verbs { "verbs" } else { "tcp" }.to_string(),
+    )];
+    if let Some(p) = &a.policy {
+        v.push(("NCCL_DQPLB_POLICY".to_string(), p.clone()));
+    }
+    if let Some(q) = a.qps {
+        v.push(("NCCL_DQPLB_QPS".to_string(), q.to_string()));
+    }
+    if let Some(s) = a.segment {
+        v.push(("NCCL_DQPLB_SEGMENT_BYTES".to_string(), s.to_string()));
+    }
+    if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+        v.push(("NCCL_SOCKET_IFNAME".to_string(), "lo".to_string()));
+    }
+    if std::env::var_os("NCCL_DEBUG").is_none() {
+        v.push(("NCCL_DEBUG".to_string(), "INFO".to_string()));
+    }
+    v
+}
+
+/// The configuration the plugin will use (site config plus the options' overrides), for the
+/// header and for the raw-TCP stream count.
+fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
+    let mut vars = dqplb_config::load::process_env_vars();
+    vars.retain(|(k, _)| !child_env(a).iter().any(|(c, _)| c == k));
+    vars.extend(child_env(a));
+    let lookup = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let loaded =
+        dqplb_config::load::load_with(&lookup, &vars, std::path::Path::new(dqplb_config::ETC_PATH))
+            .map_err(|e| format!("plugin configuration: {e}"))?;
+    let plan = loaded.config.plan(dqplb_config::ConnClass::SameRail);
+    let mode = if a.raw_tcp && a.raw_one_thread {
+        "raw TCP streams (no plugin), one polling thread"
+    } else if a.raw_tcp {
+        "raw TCP streams (no plugin)"
+    } else if a.verbs {
+        "plugin vtable, verbs transport"
+    } else {
+        "plugin vtable, socket transport"
+    };
+    Ok(RunInfo {
+        mode: mode.to_string(),
+        policy: if a.raw_tcp {
+            "n/a".into()
+        } else {
+            loaded.config.engine.policy.as_str().to_string()
+        },
+        qps: plan.qps,
+        outstanding: plan.outstanding,
+        segment_bytes: plan.segment_bytes,
+        inflight: a.inflight,
+        check: a.check,
+        plugin_line: None,
+    })
+}
+
+/// Lines each child printed, in order.
+struct ChildLines {
+    first: Vec<String>,
+    second: Vec<String>,
+    /// The plugin's "... data QPs ..." connection line, from either child's stderr.
+    plugin_line: Option<String>,
+    /// The verbs comms' close-time "verbs send|recv comm ... op counts: k=v ..." lines, as
+    /// (side, counts), from the children's stderr.
+    ops: Vec<(String, String)>,
+}
+
+/// Prints each verbs comm's operation counts divided by `messages` (stderr, so table, csv and
+/// json output stay as they are).
+fn print_ops(lines: &ChildLines, messages: u64) {
+    for (side, ops) in &lines.ops {
+        if let Some(pm) = net::per_message(ops, messages) {
+            eprintln!("dqplb perf: verbs {side} comm ops per message ({messages} messages, warmup included): {pm}");
+        }
+    }
+}
+
+/// Passes a child's stderr through, except the INFO lines perf asked for itself (NCCL_DEBUG was
+/// unset): of those it keeps only the plugin's connection line, stored in `conn`.
+fn filter_stderr(
+    err: std::process::ChildStderr,
+    quiet_info: bool,
+    conn: &Mutex<Option<String>>,
+    ops: &Mutex<Vec<(String, String)>>,
+) {
+    for l in BufReader::new(err).lines().map_while(Result::ok) {
+        if let Some(at) = l.find("op counts: ") {
+            let side = if l.contains("verbs send comm") {
+                "send"
+            } else {
+                "recv"
+            };
+            if let Ok(mut g) = ops.lock() {
+                g.push((side.to_string(), l[at + "op counts: ".len()..].to_string()));
+            }
+        }
+        let is_conn = l.contains("connecting to") && l.contains("data QPs");
+        if let Some(at) = l.find("dev ").filter(|_| is_conn) {
+            if let Ok(mut g) = conn.lock() {
+                g.get_or_insert_with(|| l[at..].to_string());
+            }
+        }
+        if quiet_info && l.contains(" INFO ") {
+            continue;
+        }
+        eprintln!("{l}");
+    }
+}
+
+/// Runs `__role first` and `__role second` with `child_args`, relaying each one's HANDLE line
+/// to the other's stdin; fails if either exits non-zero.
+fn run_pair(
+    first: &str,
+    second: &str,
+    child_args: &[String],
+    env: &[(String, String)],
+) -> Result<ChildLines, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let (tx, rx) = channel::<(usize, Option<String>)>();
+    let quiet_info = std::env::var_os("NCCL_DEBUG").is_none();
+    let conn = Arc::new(Mutex::new(None::<String>));
+    let ops = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let mut err_threads = Vec::new();
+    let mut children = Vec::new();
+    let mut stdins = Vec::new();
+    for (who, role) in [first, second].into_iter().enumerate() {
+        let mut c = Command::new(&exe)
+            .args(["perf", "__role", role])
+            .args(child_args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting the {role} process: {e}"))?;
+        let out = c.stdout.take().ok_or("child stdout")?;
+        let err = c.stderr.take().ok_or("child stderr")?;
+        let (quiet_info, conn, ops) = (quiet_info, conn.clone(), ops.clone());
+        err_threads.push(std::thread::spawn(move || {
+            filter_stderr(err, quiet_info, &conn, &ops)
+        }));
+        stdins.push(c.stdin.take());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send((who, Some(l)));
+            }
+            let _ = tx.send((who, None));
+        });
+        children.push(c);
+    }
+    drop(tx);
+    let mut lines = ChildLines {
+        first: vec![],
+        second: vec![],
+        plugin_line: None,
+        ops: Vec::new(),
+    };
+    let mut open = 2;
+    while open > 0 {
+        let Ok((who, l)) = rx.recv() else { break };
+        let Some(l) = l else {
+            open -= 1;
+            continue;
+        };
+        if l.starts_with("HANDLE ") || l == "DONE" {
+            if let Some(Some(stdin)) = stdins.get_mut(1 - who) {
+                let _ = writeln!(stdin, "{l}").and_then(|_| stdin.flush());
+            }
+        }
+        if who == 0 {
+            &mut lines.first
+        } else {
+            &mut lines.second
+        }
+        .push(l);
+    }
+    drop(stdins);
+    for t in err_threads {
+        let _ = t.join();
+    }
+    lines.plugin_line = conn.lock().ok().and_then(|g| g.clone());
+    lines.ops = ops.lock().map(|g| g.clone()).unwrap_or_default();
+    let mut failed = Vec::new();
+    for (c, role) in children.iter_mut().zip([first, second]) {
+        let st = c.wait().map_err(|e| format!("waiting for {role}: {e}"))?;
+        if !st.success() {
+            failed.push(format!("{role} exited with {st}"));
+        }
+    }
+    let errors: Vec<&String> = lines
+        .first
+        .iter()
+        .chain(&lines.second)
+        .filter(|l| l.starts_with("ERROR "))
+        .collect();
+    if !failed.is_empty() || !errors.is_empty() {
+        return Err(format!(
+            "{}; {}",
+            failed.join(", "),
+            errors
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    Ok(lines)
+}
+
+fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
+    let mut child = a.clone();
+    if a.raw_tcp {
+        child.qps = Some(info.qps);
+    }
+    let lines = run_pair("bw-recv", "bw-send", &child.to_args(), &child_env(a))?;
+    info.plugin_line = lines
+        .second
+        .iter()
+        .find_map(|l| l.strip_prefix("CONFIG ").map(String::from))
+        .or(lines.plugin_line.clone());
+    let rows: Vec<bw::Row> = lines
+        .first
+        .iter()
+        .filter_map(|l| bw::Row::from_line(l))
+        .collect();
+    let want = a.sizes().len();
+    if rows.len() != want {
+        return Err(format!("receiver reported {} of {want} sizes", rows.len()));
+    }
+    print!("{}", report::bandwidth(&info, &rows, a.format));
+    let messages: u64 = a
+        .sizes()
+        .into_iter()
+        .map(|s| a.warmup_for(s) + a.iters_for(s))
+        .sum();
+    print_ops(&lines, messages);
+    Ok(if rows.iter().all(|r| r.wrong == 0) {
+        0
+    } else {
+        1
+    })
+}
+
+fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
+    let mut rows = Vec::new();
+    let kinds: &[(&str, bool)] = if a.raw_tcp {
+        &[("raw-tcp", true)]
+    } else {
+        &[("plugin", false), ("raw-tcp", true)]
+    };
+    let mut info = info;
+    for &(name, raw) in kinds {
+        let mut child = a.clone();
+        child.raw_tcp = raw;
+        let lines = run_pair("lat-ping", "lat-pong", &child.to_args(), &child_env(a))?;
+        if !raw {
+            // each side sends and receives warmup + iters 8-byte messages
+            print_ops(
+                &lines,
+                a.warmup.unwrap_or(1_000) + a.iters.unwrap_or(10_000),
+            );
+            info.plugin_line = lines
+                .first
+                .iter()
+                .chain(&lines.second)
+                .find_map(|l| l.strip_prefix("CONFIG ").map(String::from))
+                .or(lines.plugin_line.clone());
+        }
+        let lat = lines
+            .first
+            .iter()
+            .find_map(|l| {
+                let mut it = l.strip_prefix("LAT ")?.split_whitespace();
+                Some((
+                    it.next()?.parse::<f64>().ok()?,
+                    it.next()?.parse::<f64>().ok()?,
+                    it.next()?.parse::<usize>().ok()?,
+                ))
+            })
+            .ok_or_else(|| format!("{name}: the pinger reported no LAT line: {:?}", lines.first))?;
+        rows.push(LatRow {
+            transport: name.to_string(),
+            median_us: lat.0,
+            p99_us: lat.1,
+            samples: lat.2,
+        });
+    }
+    print!("{}", report::latency(&info, a.min_bytes, &rows, a.format));
+    Ok(0)
+}

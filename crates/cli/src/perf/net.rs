@@ -1,0 +1,285 @@
+//! `dqplb perf`'s calls into the plugin, made through the in-crate exported vtable
+//! (`ffi::vtable::ncclNetPlugin_v8`) exactly as NCCL would, plus the logger handed to init().
+
+use nccl_net_dqplb::ffi::sys::{
+    ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNet_v8_t, ncclResult_t, NCCL_PTR_HOST,
+};
+use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v8;
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub(crate) type Ptr = *mut c_void;
+pub(crate) const HANDLE_BYTES: usize = 128;
+
+/// A failed plugin call: the call and the ncclResult_t it returned.
+#[derive(Debug)]
+pub(crate) struct NetErr(pub String);
+
+impl std::fmt::Display for NetErr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub(crate) type NetRes<T> = Result<T, NetErr>;
+
+fn vt() -> &'static ncclNet_v8_t {
+    &ncclNetPlugin_v8.0
+}
+
+fn check(what: &str, rc: ncclResult_t) -> NetRes<()> {
+    if rc == ncclResult_t::ncclSuccess {
+        Ok(())
+    } else {
+        Err(NetErr(format!("plugin {what} returned {rc:?}")))
+    }
+}
+
+macro_rules! f {
+    ($name:ident) => {
+        vt().$name
+            .ok_or_else(|| NetErr(format!("vtable entry {} is NULL", stringify!($name))))?
+    };
+}
+
+/// The plugin's INFO line describing the connection it set up (QPs, outstanding, segment).
+static CONN_LINE: Mutex<Option<String>> = Mutex::new(None);
+/// The verbs comm's "... op counts: k=v ..." line logged at close, if any.
+static OPS_LINE: Mutex<Option<String>> = Mutex::new(None);
+
+/// NCCL's logger type is C-variadic, which stable Rust cannot define. The plugin only ever calls
+/// it as `(level, flags, file, line, "%s", msg)`: on the x86_64 SysV and AArch64 Linux ABIs a
+/// variadic call passes those six integer/pointer arguments in the same registers as a
+/// non-variadic call, so this six-argument function receives them correctly.
+unsafe extern "C" fn perf_logger(
+    level: c_int,
+    _flags: c_ulong,
+    _file: *const c_char,
+    _line: c_int,
+    fmt: *const c_char,
+    arg: *const c_char,
+) {
+    if fmt.is_null() {
+        return;
+    }
+    // SAFETY: fmt is a C string; with fmt "%s" the next argument is one too.
+    let fmt = unsafe { CStr::from_ptr(fmt) };
+    if fmt.to_bytes() != b"%s" || arg.is_null() {
+        return;
+    }
+    let msg = unsafe { CStr::from_ptr(arg) }.to_string_lossy();
+    if let Some(at) = msg.find("op counts: ") {
+        if let Ok(mut g) = OPS_LINE.lock() {
+            *g = Some(msg[at + "op counts: ".len()..].to_string());
+        }
+    }
+    if msg.contains("data QPs") {
+        if let Ok(mut g) = CONN_LINE.lock() {
+            *g = Some(msg.to_string());
+        }
+    }
+    if level <= 2 {
+        eprintln!("dqplb perf: plugin: {msg}");
+    }
+}
+
+/// The connection line the plugin logged at connect, if any.
+pub(crate) fn conn_line() -> Option<String> {
+    CONN_LINE.lock().ok().and_then(|g| g.clone())
+}
+
+/// The `k=v` op counts the verbs comm logged when it closed (None on TCP or before close).
+pub(crate) fn ops_line() -> Option<String> {
+    OPS_LINE.lock().ok().and_then(|g| g.clone())
+}
+
+/// `ops` (`k=v` words) divided by `messages`, as "k=v.vv ..." (None if nothing parses).
+pub(crate) fn per_message(ops: &str, messages: u64) -> Option<String> {
+    let words: Vec<String> = ops
+        .split_whitespace()
+        .filter_map(|w| {
+            let (k, v) = w.split_once('=')?;
+            let v: u64 = v.parse().ok()?;
+            Some(format!("{k}={:.2}", v as f64 / messages.max(1) as f64))
+        })
+        .collect();
+    (!words.is_empty()).then(|| words.join(" "))
+}
+
+/// init() with the perf logger; devices(); returns the device count.
+pub(crate) fn init() -> NetRes<i32> {
+    // SAFETY: perf_logger is ABI-compatible with the logger for the plugin's "%s" calls (above).
+    let logger: ncclDebugLogger_t = unsafe {
+        std::mem::transmute::<
+            Option<
+                unsafe extern "C" fn(
+                    c_int,
+                    c_ulong,
+                    *const c_char,
+                    c_int,
+                    *const c_char,
+                    *const c_char,
+                ),
+            >,
+            ncclDebugLogger_t,
+        >(Some(perf_logger))
+    };
+    // SAFETY: plain calls into the plugin with valid pointers.
+    unsafe {
+        check("init", f!(init)(logger))?;
+        let mut n: c_int = 0;
+        check("devices", f!(devices)(&mut n))?;
+        if n < 1 {
+            return Err(NetErr(
+                "plugin reports no devices (is NCCL_SOCKET_IFNAME=lo usable?)".into(),
+            ));
+        }
+        Ok(n)
+    }
+}
+
+pub(crate) fn listen(dev: i32) -> NetRes<([u8; HANDLE_BYTES], Ptr)> {
+    let mut h = [0u8; HANDLE_BYTES];
+    let mut c: Ptr = null_mut();
+    // SAFETY: 128-byte handle and an out-pointer.
+    check("listen", unsafe {
+        f!(listen)(dev, h.as_mut_ptr().cast(), &mut c)
+    })?;
+    Ok((h, c))
+}
+
+/// Connect and accept on one thread, as NCCL's service thread does: call both until each
+/// returns a comm. `listen` / `handle` may be absent for one-sided setups.
+pub(super) fn establish(
+    dev: i32,
+    handle: Option<&mut [u8; HANDLE_BYTES]>,
+    listen: Option<Ptr>,
+    limit: Duration,
+) -> NetRes<(Ptr, Ptr)> {
+    let (mut sc, mut rc): (Ptr, Ptr) = (null_mut(), null_mut());
+    let mut dh: *mut ncclNetDeviceHandle_v8_t = null_mut();
+    let want_send = handle.is_some();
+    let mut handle = handle;
+    let start = Instant::now();
+    loop {
+        if let Some(h) = handle.as_deref_mut() {
+            if sc.is_null() {
+                // SAFETY: the same 128-byte handle buffer on every call.
+                check("connect", unsafe {
+                    f!(connect)(dev, h.as_mut_ptr().cast(), &mut sc, &mut dh)
+                })?;
+            }
+        }
+        if let Some(l) = listen {
+            if rc.is_null() {
+                // SAFETY: l came from listen.
+                check("accept", unsafe { f!(accept)(l, &mut rc, &mut dh) })?;
+            }
+        }
+        if (!want_send || !sc.is_null()) && (listen.is_none() || !rc.is_null()) {
+            return Ok((sc, rc));
+        }
+        if start.elapsed() > limit {
+            return Err(NetErr(format!(
+                "connect/accept not complete after {limit:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+pub(super) fn reg_mr(comm: Ptr, buf: &mut [u8]) -> NetRes<Ptr> {
+    let mut mh: Ptr = null_mut();
+    // SAFETY: buf outlives the registration (callers deregister before dropping it).
+    check("regMr", unsafe {
+        f!(regMr)(
+            comm,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            NCCL_PTR_HOST as c_int,
+            &mut mh,
+        )
+    })?;
+    Ok(mh)
+}
+
+pub(super) fn dereg_mr(comm: Ptr, mh: Ptr) -> NetRes<()> {
+    // SAFETY: mh came from reg_mr on comm.
+    check("deregMr", unsafe { f!(deregMr)(comm, mh) })
+}
+
+/// isend; Ok(None) = try again later.
+///
+/// # Safety
+/// `data` must point into the region registered as `mh` with `size` bytes, valid until done.
+pub(super) unsafe fn isend(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
+    unsafe {
+        let mut req: Ptr = null_mut();
+        check(
+            "isend",
+            f!(isend)(comm, data.cast(), size as c_int, 0, mh, &mut req),
+        )?;
+        Ok((!req.is_null()).then_some(req))
+    }
+}
+
+/// irecv of one buffer; Ok(None) = try again later.
+///
+/// # Safety
+/// As for `isend`, with `size` writable bytes.
+pub(super) unsafe fn irecv(comm: Ptr, data: *mut u8, size: usize, mh: Ptr) -> NetRes<Option<Ptr>> {
+    unsafe {
+        let mut d = data as Ptr;
+        let mut s = size as c_int;
+        let mut tag: c_int = 0;
+        let mut m = mh;
+        let mut req: Ptr = null_mut();
+        check(
+            "irecv",
+            f!(irecv)(comm, 1, &mut d, &mut s, &mut tag, &mut m, &mut req),
+        )?;
+        Ok((!req.is_null()).then_some(req))
+    }
+}
+
+/// test(); Some(size) once done.
+pub(super) fn test(req: Ptr) -> NetRes<Option<usize>> {
+    let mut done: c_int = 0;
+    let mut size: c_int = 0;
+    // SAFETY: req is a live request.
+    check("test", unsafe { f!(test)(req, &mut done, &mut size) })?;
+    Ok((done != 0).then_some(size.max(0) as usize))
+}
+
+pub(super) fn close_send(c: Ptr) -> NetRes<()> {
+    // SAFETY: c came from connect.
+    check("closeSend", unsafe { f!(closeSend)(c) })
+}
+
+pub(super) fn close_recv(c: Ptr) -> NetRes<()> {
+    // SAFETY: c came from accept.
+    check("closeRecv", unsafe { f!(closeRecv)(c) })
+}
+
+pub(super) fn close_listen(c: Ptr) -> NetRes<()> {
+    // SAFETY: c came from listen.
+    check("closeListen", unsafe { f!(closeListen)(c) })
+}
+
+pub(crate) fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub(crate) fn from_hex(s: &str) -> Option<[u8; HANDLE_BYTES]> {
+    let s = s.trim();
+    if s.len() != 2 * HANDLE_BYTES || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; HANDLE_BYTES];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}

@@ -1,0 +1,447 @@
+//! `dqplb plan`: loads the site config (as the plugin would), parses NCCL_IB_HCA, and prints the
+//! devices with their fabric ids and the per-class plan (QPs, outstanding, segment, budget).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use dqplb_config::load::{load_from_process_env, load_path, process_env_vars};
+use dqplb_config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig, PolicyName};
+
+/// Usage text of `dqplb plan`.
+pub(crate) const USAGE: &str = "\
+usage: dqplb plan [--config FILE] [--hca STRING] [--format table|json]
+
+  --config FILE    read FILE instead of NCCL_DQPLB_CONF / /etc/nccl-dqplb.toml / the built-in
+                   default (NCCL_DQPLB_* overrides still apply)
+  --hca STRING     an NCCL_IB_HCA value (default: the NCCL_IB_HCA environment variable)
+  --format FMT     table (default) or json
+  -h, --help       show this help
+
+exit status: 0 success, 2 bad input (the message names the file, key, variable or field)";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Default)]
+struct PlanArgs {
+    config: Option<String>,
+    hca: Option<String>,
+    json: bool,
+    help: bool,
+}
+
+fn parse_args(args: &[String]) -> Result<PlanArgs, String> {
+    let mut out = PlanArgs::default();
+    let mut format = Format::Table;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |opt: &str| -> Result<String, String> {
+            match inline.clone().or_else(|| it.next().cloned()) {
+                Some(v) => Ok(v),
+                None => Err(format!("option {opt} needs a value")),
+            }
+        };
+        match name {
+            "-h" | "--help" => out.help = true,
+            "--config" => out.config = Some(value("--config")?),
+            "--hca" => out.hca = Some(value("--hca")?),
+            "--format" => {
+                format = match value("--format")?.as_str() {
+                    "table" => Format::Table,
+                    "json" => Format::Json,
+                    other => {
+                        return Err(format!(
+                            "--format '{other}' is not accepted (table or json)"
+                        ))
+                    }
+                }
+            }
+            other => return Err(format!("unknown option '{other}'")),
+        }
+    }
+    out.json = format == Format::Json;
+    Ok(out)
+}
+
+/// One device of the NCCL_IB_HCA list, flattened for printing.
+#[derive(Debug, Serialize)]
+struct DeviceRow {
+    name: String,
+    port: Option<u32>,
+    fabric_id: Option<u32>,
+    dc: Option<u32>,
+    rail: Option<u32>,
+    plane: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct HcaReport {
+    value: String,
+    exclude: bool,
+    exact: bool,
+    devices: Vec<DeviceRow>,
+}
+
+/// The class of a connection between two listed devices that both carry fabric ids.
+#[derive(Debug, Serialize)]
+struct PairRow {
+    local: String,
+    remote: String,
+    class: dqplb_config::ConnClass,
+}
+
+#[derive(Debug, Serialize)]
+struct Override {
+    variable: String,
+    value: String,
+}
+
+/// Whether the engine policy can steer a class's connections: dqplb only moves segments off a
+/// slow QP when QPs fill, which they seldom do when the window holds all the data NCCL keeps in
+/// flight per connection (its SIMPLE buffer, NCCL_BUFFSIZE; docs/simulation.md, "Sizing").
+#[derive(Debug, Serialize)]
+struct Steering {
+    class: &'static str,
+    window_bytes: u64,
+    nccl_buffsize: u64,
+    /// False: the window holds all NCCL keeps in flight, so dqplb splits about like
+    /// static-split.
+    steers: bool,
+    note: Option<String>,
+}
+
+/// NCCL's default SIMPLE-protocol buffer per connection (src/init.cc, DEFAULT_BUFFSIZE 1 << 22,
+/// NCCL 2.x master 5067397), which `NCCL_BUFFSIZE` replaces.
+const NCCL_DEFAULT_BUFFSIZE: u64 = 1 << 22;
+
+/// NCCL_BUFFSIZE as NCCL reads it (a byte count; unset or unparsable: the default, with a
+/// note for the latter).
+fn nccl_buffsize(env: Option<&str>) -> (u64, Option<String>) {
+    match env.map(str::trim) {
+        None | Some("") => (NCCL_DEFAULT_BUFFSIZE, None),
+        Some(v) => match v.parse::<u64>() {
+            Ok(b) if b > 0 => (b, None),
+            _ => (
+                NCCL_DEFAULT_BUFFSIZE,
+                Some(format!(
+                    "NCCL_BUFFSIZE '{v}' is not a positive byte count; NCCL's default {NCCL_DEFAULT_BUFFSIZE} B assumed"
+                )),
+            ),
+        },
+    }
+}
+
+fn steering(policy: PolicyName, c: &ClassPlan, buffsize: u64) -> Steering {
+    let window = c.inflight_bytes;
+    let steers = policy != PolicyName::Dqplb || window < buffsize;
+    let note = (!steers).then(|| {
+        let per_depth = u64::from(c.qps) * c.segment_bytes;
+        let fix = match (buffsize - 1) / per_depth.max(1) {
+            0 => "fewer QPs or smaller segments (one segment on each QP already holds it)"
+                .to_string(),
+            d => format!("outstanding <= {d}"),
+        };
+        format!(
+            "window {window} B >= NCCL_BUFFSIZE {buffsize} B (NCCL's data in flight per connection): the window holds all of it, QPs seldom fill, and dqplb splits about like static-split; set policy dqplb-led, or {fix} (docs/simulation.md, Sizing)"
+        )
+    });
+    Steering {
+        class: c.class.as_str(),
+        window_bytes: window,
+        nccl_buffsize: buffsize,
+        steers,
+        note,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct PlanReport {
+    source: String,
+    overrides: Vec<Override>,
+    policy: &'static str,
+    hca_third_field: &'static str,
+    max_rails: u32,
+    max_messages: u32,
+    hca: Option<HcaReport>,
+    pairs: Vec<PairRow>,
+    classes: Vec<ClassPlan>,
+    /// NCCL_BUFFSIZE's note, if it was unusable.
+    buffsize_note: Option<String>,
+    steering: Vec<Steering>,
+}
+
+fn device_label(name: &str, port: Option<u32>) -> String {
+    match port {
+        Some(p) => format!("{name}:{p}"),
+        None => name.to_string(),
+    }
+}
+
+fn build_report(
+    loaded: LoadedConfig,
+    hca: Option<(String, HcaList)>,
+    buffsize_env: Option<&str>,
+) -> PlanReport {
+    let cfg = &loaded.config;
+    let (buffsize, buffsize_note) = nccl_buffsize(buffsize_env);
+    let classes = cfg.plans().to_vec();
+    let steer = classes
+        .iter()
+        .map(|c| steering(cfg.engine.policy, c, buffsize))
+        .collect();
+    let mut pairs = Vec::new();
+    let hca = hca.map(|(value, list)| {
+        let with_ids: Vec<(String, FabricId)> = list
+            .entries
+            .iter()
+            .filter_map(|e| e.fabric.map(|f| (device_label(&e.name, e.port), f)))
+            .collect();
+        for (i, (a, fa)) in with_ids.iter().enumerate() {
+            for (b, fb) in &with_ids[i + 1..] {
+                pairs.push(PairRow {
+                    local: a.clone(),
+                    remote: b.clone(),
+                    class: classify(fa, fb),
+                });
+            }
+        }
+        let devices = list
+            .entries
+            .iter()
+            .map(|e| DeviceRow {
+                name: e.name.clone(),
+                port: e.port,
+                fabric_id: e.fabric.map(|f| f.id),
+                dc: e.fabric.map(|f| f.dc),
+                rail: e.fabric.map(|f| f.rail),
+                plane: e.fabric.and_then(|f| f.plane),
+            })
+            .collect();
+        HcaReport {
+            value,
+            exclude: list.exclude,
+            exact: list.exact,
+            devices,
+        }
+    });
+    PlanReport {
+        source: loaded.source.clone(),
+        overrides: loaded
+            .overrides
+            .iter()
+            .map(|(variable, value)| Override {
+                variable: variable.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        policy: cfg.engine.policy.as_str(),
+        hca_third_field: cfg.fabric.hca_third_field.as_str(),
+        max_rails: cfg.fabric.max_rails,
+        max_messages: cfg.engine.max_messages,
+        hca,
+        pairs,
+        classes,
+        buffsize_note,
+        steering: steer,
+    }
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map_or_else(|| "-".to_string(), |x| x.to_string())
+}
+
+fn render_table(r: &PlanReport) -> String {
+    let mut s = String::new();
+    // Writing into a String cannot fail; the results are ignored on purpose.
+    let _ = writeln!(s, "config: {}", r.source);
+    if r.overrides.is_empty() {
+        let _ = writeln!(s, "overrides: none");
+    }
+    for o in &r.overrides {
+        let _ = writeln!(s, "override: {}={}", o.variable, o.value);
+    }
+    let _ = writeln!(
+        s,
+        "policy: {}  max-messages: {}  hca-third-field: {}  max-rails: {}",
+        r.policy, r.max_messages, r.hca_third_field, r.max_rails
+    );
+    match &r.hca {
+        None => {
+            let _ = writeln!(s, "\nNCCL_IB_HCA: not set (all devices, no fabric ids)");
+        }
+        Some(h) => {
+            let mode = match (h.exclude, h.exact) {
+                (true, true) => "exclude, exact names",
+                (true, false) => "exclude, name prefixes",
+                (false, true) => "exact names",
+                (false, false) => "name prefixes",
+            };
+            let _ = writeln!(s, "\nNCCL_IB_HCA: {} ({mode})", h.value);
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>5} {:>9} {:>4} {:>5} {:>6}",
+                "device", "port", "fabric-id", "dc", "rail", "plane"
+            );
+            for d in &h.devices {
+                let port = d.port.map_or_else(|| "any".to_string(), |p| p.to_string());
+                let _ = writeln!(
+                    s,
+                    "  {:<16} {:>5} {:>9} {:>4} {:>5} {:>6}",
+                    d.name,
+                    port,
+                    opt(d.fabric_id),
+                    opt(d.dc),
+                    opt(d.rail),
+                    opt(d.plane)
+                );
+            }
+        }
+    }
+    if !r.pairs.is_empty() {
+        let _ = writeln!(s, "\nconnections between listed devices:");
+        for p in &r.pairs {
+            let _ = writeln!(s, "  {} <-> {}: {}", p.local, p.remote, p.class.as_str());
+        }
+    }
+    // One steering entry per class, in the same order.
+    for (c, steer) in r.classes.iter().zip(&r.steering) {
+        let status = if !c.within_budget {
+            "OVER BUDGET"
+        } else if c.budget_note.is_some() {
+            "fits after lowering outstanding"
+        } else {
+            "fits"
+        };
+        let _ = writeln!(s, "\nclass {}", c.class.as_str());
+        let _ = writeln!(s, "  {:<12} {} us", "rtt", c.rtt_us);
+        let _ = writeln!(s, "  {:<12} {} Gb/s", "rate", c.rate_gbps);
+        let _ = writeln!(s, "  {:<12} {} B", "bdp", c.bdp_bytes);
+        let _ = writeln!(s, "  {:<12} {}", "qps", c.qps);
+        let mut depth = format!(
+            "{} per QP (ceil(BDP / segment) = {}, clamped to {}..={}",
+            c.outstanding, c.bdp_segments, c.min_outstanding, c.max_outstanding
+        );
+        if c.outstanding != c.ideal_outstanding {
+            let _ = write!(
+                depth,
+                " -> {}, then lowered by the budget",
+                c.ideal_outstanding
+            );
+        }
+        let _ = writeln!(s, "  {:<12} {depth})", "outstanding");
+        let _ = writeln!(s, "  {:<12} {} B", "segment", c.segment_bytes);
+        let _ = writeln!(
+            s,
+            "  {:<12} {} B of {} B budget ({status})",
+            "in-flight", c.inflight_bytes, c.budget_bytes
+        );
+        if let Some(note) = &c.budget_note {
+            let _ = writeln!(s, "  note: {note}");
+        }
+        if let Some(note) = &steer.note {
+            let _ = writeln!(s, "  note: {note}");
+        }
+    }
+    if let Some(note) = &r.buffsize_note {
+        let _ = writeln!(s, "\nnote: {note}");
+    }
+    s
+}
+
+/// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok(stdout text) or Err(message).
+fn plan_output(
+    args: &[String],
+    ib_hca_env: Option<String>,
+    buffsize_env: Option<String>,
+) -> Result<String, String> {
+    let a = parse_args(args)?;
+    if a.help {
+        return Ok(format!("{USAGE}\n"));
+    }
+    let loaded = match &a.config {
+        Some(path) => load_path(Path::new(path), &process_env_vars()),
+        None => load_from_process_env(),
+    }
+    .map_err(|e| e.to_string())?;
+    let hca_text = a.hca.or(ib_hca_env.filter(|v| !v.is_empty()));
+    let hca = match hca_text {
+        Some(text) => {
+            let fabric = &loaded.config.fabric;
+            let list = HcaList::parse(&text, fabric.hca_third_field, fabric.max_rails)
+                .map_err(|e| e.to_string())?;
+            Some((text, list))
+        }
+        None => None,
+    };
+    let report = build_report(loaded, hca, buffsize_env.as_deref());
+    if a.json {
+        serde_json::to_string_pretty(&report)
+            .map(|j| j + "\n")
+            .map_err(|e| format!("cannot encode JSON: {e}"))
+    } else {
+        Ok(render_table(&report))
+    }
+}
+
+/// `dqplb plan [--config F] [--hca STRING] [--format table|json]`; returns the exit code.
+pub(crate) fn run(args: &[String]) -> i32 {
+    match plan_output(
+        args,
+        std::env::var("NCCL_IB_HCA").ok(),
+        std::env::var("NCCL_BUFFSIZE").ok(),
+    ) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(message) => {
+            eprintln!("dqplb plan: {message}");
+            2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_parse_in_both_spellings() {
+        let a = parse_args(&args(&[
+            "--config=x.toml",
+            "--hca",
+            "mlx5",
+            "--format",
+            "json",
+        ]))
+        .expect("valid");
+        assert_eq!(a.config.as_deref(), Some("x.toml"));
+        assert_eq!(a.hca.as_deref(), Some("mlx5"));
+        assert!(a.json);
+        assert_eq!(
+            parse_args(&args(&["--format", "xml"])).err().as_deref(),
+            Some("--format 'xml' is not accepted (table or json)")
+        );
+        assert_eq!(
+            parse_args(&args(&["--hca"])).err().as_deref(),
+            Some("option --hca needs a value")
+        );
+        assert_eq!(
+            parse_args(&args(&["-x"])).err().as_deref(),
+            Some("unknown option '-x'")
+        );
+    }
+}

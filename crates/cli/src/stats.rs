@@ -1,0 +1,321 @@
+//! `dqplb stats`: the per-QP statistics files the plugin writes (`[stats] file`) as a table, JSON
+//! or the Prometheus text exposition format.
+
+use nccl_net_dqplb::plugin::telemetry::{read_file, CommEntry, QpEntry, StatsFile};
+use std::fmt::Write as _;
+use std::path::Path;
+
+const USAGE: &str = "\
+usage: dqplb stats [--json | --prometheus] FILE...
+
+Prints the per-QP statistics the plugin writes when the site config sets [stats] file (or
+NCCL_DQPLB_STATS_FILE), one file per process: segments, bytes, completions, outstanding,
+completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.
+
+  --json        one JSON document: {\"files\": [...]}
+  --prometheus  text exposition format (node exporter textfile collector)
+exit status: 0 printed, 2 bad usage or an unreadable file";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Table,
+    Json,
+    Prometheus,
+}
+
+pub(crate) fn run(args: &[String]) -> i32 {
+    let mut format = Format::Table;
+    let mut files = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return 0;
+            }
+            "--json" => format = Format::Json,
+            "--prometheus" => format = Format::Prometheus,
+            s if s.starts_with('-') => {
+                eprintln!("dqplb stats: unknown option '{s}'\n\n{USAGE}");
+                return 2;
+            }
+            s => files.push(s.to_string()),
+        }
+    }
+    if files.is_empty() {
+        eprintln!("dqplb stats: no stats file given\n\n{USAGE}");
+        return 2;
+    }
+    let mut parsed = Vec::new();
+    for f in &files {
+        match read_file(Path::new(f)) {
+            Ok(s) => parsed.push(s),
+            Err(e) => {
+                eprintln!("dqplb stats: {e}");
+                return 2;
+            }
+        }
+    }
+    let out = match format {
+        Format::Table => table(&parsed),
+        Format::Json => json(&parsed),
+        Format::Prometheus => prometheus(&parsed),
+    };
+    print!("{out}");
+    0
+}
+
+/// The latency (ns) below which fraction `p` of the histogram's samples fall, as the upper edge
+/// of the bucket that holds that rank (bucket k >= 1 is [2^(k-1), 2^k)); None without samples.
+pub(crate) fn percentile_ns(hist: &[u64], p: f64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((total as f64) * p).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (k, &n) in hist.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(if k == 0 { 0 } else { 1u64 << k.min(63) });
+        }
+    }
+    None
+}
+
+fn us(ns: Option<u64>) -> String {
+    ns.map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1000.0))
+}
+
+fn table(files: &[StatsFile]) -> String {
+    let mut o = String::new();
+    for f in files {
+        let _ = writeln!(
+            o,
+            "# pid {} on {}, written {} ms after the epoch, {} send connection(s)",
+            f.pid,
+            f.host,
+            f.written_unix_ms,
+            f.comms.len()
+        );
+        let _ = writeln!(
+            o,
+            "{:>5} {:>4} {:<22} {:<10} {:>3} {:>10} {:>14} {:>10} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7}",
+            "comm", "dev", "peer", "class", "qp", "segments", "bytes", "completed", "outst", "ewma_us", "p50_us", "p99_us", "resent", "rehash", "failed"
+        );
+        for c in &f.comms {
+            for q in &c.qps {
+                let _ = writeln!(
+                    o,
+                    "{:>5} {:>4} {:<22} {:<10} {:>3} {:>10} {:>14} {:>10} {:>5} {:>9.1} {:>9} {:>9} {:>7} {:>7} {:>7}",
+                    c.id,
+                    c.dev,
+                    c.peer,
+                    c.class,
+                    q.qp,
+                    q.segments,
+                    q.bytes,
+                    q.completed,
+                    q.outstanding,
+                    q.latency_ewma_ns / 1000.0,
+                    us(percentile_ns(&q.latency_log2_ns, 0.5)),
+                    us(percentile_ns(&q.latency_log2_ns, 0.99)),
+                    q.resent,
+                    q.rehashes,
+                    q.failures
+                );
+            }
+        }
+    }
+    o
+}
+
+fn js(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn json_qp(q: &QpEntry) -> String {
+    let hist: Vec<String> = q.latency_log2_ns.iter().map(|n| n.to_string()).collect();
+    let ewma = if q.latency_ewma_ns.is_finite() {
+        format!("{}", q.latency_ewma_ns)
+    } else {
+        "null".to_string()
+    };
+    format!(
+        "{{\"qp\":{},\"segments\":{},\"bytes\":{},\"completed\":{},\"outstanding\":{},\"peak_outstanding\":{},\"latency_ewma_ns\":{ewma},\"latency_log2_ns\":[{}],\"resent\":{},\"rehashes\":{},\"failures\":{}}}",
+        q.qp, q.segments, q.bytes, q.completed, q.outstanding, q.peak_outstanding, hist.join(","), q.resent, q.rehashes, q.failures
+    )
+}
+
+fn json_comm(c: &CommEntry) -> String {
+    let qps: Vec<String> = c.qps.iter().map(json_qp).collect();
+    format!(
+        "{{\"id\":{},\"dev\":{},\"transport\":{},\"peer\":{},\"class\":{},\"qps\":[{}]}}",
+        c.id,
+        c.dev,
+        js(&c.transport),
+        js(&c.peer),
+        js(&c.class),
+        qps.join(",")
+    )
+}
+
+fn json(files: &[StatsFile]) -> String {
+    let fs: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let comms: Vec<String> = f.comms.iter().map(json_comm).collect();
+            format!(
+                "{{\"pid\":{},\"host\":{},\"written_unix_ms\":{},\"comms\":[{}]}}",
+                f.pid,
+                js(&f.host),
+                f.written_unix_ms,
+                comms.join(",")
+            )
+        })
+        .collect();
+    format!("{{\"files\":[{}]}}\n", fs.join(","))
+}
+
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn prometheus(files: &[StatsFile]) -> String {
+    let mut o = String::new();
+    type Counter = (&'static str, &'static str, fn(&QpEntry) -> u64);
+    let counters: [Counter; 6] = [
+        (
+            "dqplb_qp_segments_total",
+            "Segments posted on the QP",
+            |q| q.segments,
+        ),
+        (
+            "dqplb_qp_bytes_total",
+            "Payload bytes posted on the QP",
+            |q| q.bytes,
+        ),
+        (
+            "dqplb_qp_completed_total",
+            "Segments completed on the QP",
+            |q| q.completed,
+        ),
+        (
+            "dqplb_qp_resent_total",
+            "Segments the QP carried again after another path failed",
+            |q| q.resent,
+        ),
+        (
+            "dqplb_qp_rehashes_total",
+            "Times the QP was replaced as a straggler",
+            |q| q.rehashes,
+        ),
+        (
+            "dqplb_qp_failures_total",
+            "Times the QP's path failed",
+            |q| q.failures,
+        ),
+    ];
+    let labels = |f: &StatsFile, c: &CommEntry, q: &QpEntry| {
+        format!(
+            "host=\"{}\",pid=\"{}\",comm=\"{}\",dev=\"{}\",transport=\"{}\",peer=\"{}\",class=\"{}\",qp=\"{}\"",
+            label(&f.host),
+            f.pid,
+            c.id,
+            c.dev,
+            label(&c.transport),
+            label(&c.peer),
+            label(&c.class),
+            q.qp
+        )
+    };
+    for (name, help, get) in counters {
+        let _ = writeln!(o, "# HELP {name} {help}.\n# TYPE {name} counter");
+        for f in files {
+            for c in &f.comms {
+                for q in &c.qps {
+                    let _ = writeln!(o, "{name}{{{}}} {}", labels(f, c, q), get(q));
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP dqplb_qp_outstanding Segments in flight on the QP.\n# TYPE dqplb_qp_outstanding gauge"
+    );
+    for f in files {
+        for c in &f.comms {
+            for q in &c.qps {
+                let _ = writeln!(
+                    o,
+                    "dqplb_qp_outstanding{{{}}} {}",
+                    labels(f, c, q),
+                    q.outstanding
+                );
+            }
+        }
+    }
+    let name = "dqplb_qp_completion_latency_seconds";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Post-to-completion latency of the QP's segments.\n# TYPE {name} histogram"
+    );
+    for f in files {
+        for c in &f.comms {
+            for q in &c.qps {
+                let l = labels(f, c, q);
+                let mut cum = 0u64;
+                let last = q.latency_log2_ns.len().saturating_sub(1);
+                for (k, &n) in q.latency_log2_ns.iter().enumerate() {
+                    cum += n;
+                    if k == last {
+                        break;
+                    }
+                    // Bucket k holds latencies below 2^k ns.
+                    let le = (1u64 << k) as f64 / 1e9;
+                    let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le:e}\"}} {cum}");
+                }
+                let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {cum}");
+                let _ = writeln!(o, "{name}_count{{{l}}} {cum}");
+            }
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_bucket_upper_edges() {
+        let mut h = vec![0u64; 32];
+        assert_eq!(percentile_ns(&h, 0.5), None);
+        h[0] = 1;
+        h[3] = 98;
+        h[10] = 1;
+        assert_eq!(percentile_ns(&h, 0.01), Some(0));
+        assert_eq!(percentile_ns(&h, 0.5), Some(8));
+        assert_eq!(percentile_ns(&h, 0.99), Some(8));
+        assert_eq!(percentile_ns(&h, 1.0), Some(1024));
+    }
+
+    #[test]
+    fn json_escapes_strings() {
+        assert_eq!(js("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+}

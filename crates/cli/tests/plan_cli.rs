@@ -1,0 +1,264 @@
+//! `dqplb plan` run as a process: the class tables, exit code 2 with a named field on bad input,
+//! and the JSON output with exact figures.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn default_conf() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugin-conf/default.toml")
+        .display()
+        .to_string()
+}
+
+/// Runs the binary with no NCCL_IB_HCA / NCCL_DQPLB_* from the test's own environment.
+fn dqplb(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dqplb"));
+    cmd.args(args)
+        .env_remove("NCCL_IB_HCA")
+        .env_remove("NCCL_BUFFSIZE");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NCCL_DQPLB_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    match cmd.output() {
+        Ok(out) => out,
+        Err(e) => panic!("cannot run dqplb: {e}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn table_shows_devices_and_three_classes() {
+    let conf = default_conf();
+    let out = dqplb(
+        &["plan", "--config", &conf, "--hca", "=mlx5_0:1:0,mlx5_1:1:1"],
+        &[],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(stdout.contains(&format!("config: {conf}")), "{stdout}");
+    for class in ["class same-rail", "class cross-rail", "class cross-dc"] {
+        assert_eq!(stdout.matches(class).count(), 1, "{class} in {stdout}");
+    }
+    assert!(
+        stdout.contains("mlx5_0:1 <-> mlx5_1:1: cross-rail"),
+        "{stdout}"
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("mlx5_1 "))
+        .unwrap_or_default();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols, ["mlx5_1", "1", "1", "0", "1", "-"], "{stdout}");
+    assert!(
+        stdout.contains("1073741824 B of 1073741824 B budget"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_hca_exits_2_naming_the_field() {
+    let conf = default_conf();
+    let out = dqplb(&["plan", "--config", &conf, "--hca", "mlx5_0:x"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        "dqplb plan: NCCL_IB_HCA entry 'mlx5_0:x': port 'x' is not a number (expected 1..=255); \
+         this entry matches no port"
+    );
+    let out = dqplb(
+        &["plan", "--config", &conf],
+        &[("NCCL_IB_HCA", "mlx5_0:1:2:3:4")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("5 fields; expected dev[:port"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_config_and_bad_options_exit_2() {
+    let dir = std::env::temp_dir().join(format!("dqplb-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[class.cross-dc]\nqps = 0\n").expect("write");
+    let bad_str = bad.display().to_string();
+    let out = dqplb(&["plan", "--config", &bad_str], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        format!(
+            "dqplb plan: {bad_str}:2:7: key 'class.cross-dc.qps': value 0 is out of range \
+             (accepted: an integer in 1..=128)"
+        )
+    );
+    let out = dqplb(&["plan"], &[("NCCL_DQPLB_CONF", &bad_str)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains(&format!("{bad_str}:2:7")));
+    let out = dqplb(&["plan", "--format", "yaml"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = dqplb(
+        &["plan", "--config", &default_conf()],
+        &[("NCCL_DQPLB_QPS", "0")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("environment: NCCL_DQPLB_QPS"));
+    let out = dqplb(&["frobnicate"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = dqplb(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("plan"));
+}
+
+#[test]
+fn json_output_has_exact_figures() {
+    let conf = default_conf();
+    let out = dqplb(
+        &[
+            "plan",
+            "--config",
+            &conf,
+            "--hca",
+            "=mlx5_0:1:0,mlx5_1:1:9",
+            "--format",
+            "json",
+        ],
+        &[("NCCL_DQPLB_CLASS_CROSS_RAIL_QPS", "12")],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let v: Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("bad JSON ({e}): {}", text(&out.stdout)),
+    };
+    assert_eq!(v["source"], Value::from(conf));
+    assert_eq!(v["policy"], "dqplb");
+    assert_eq!(
+        v["overrides"][0]["variable"],
+        "NCCL_DQPLB_CLASS_CROSS_RAIL_QPS"
+    );
+    assert_eq!(v["hca"]["exact"], true);
+    assert_eq!(v["hca"]["devices"][1]["fabric_id"], 9);
+    assert_eq!(v["hca"]["devices"][1]["dc"], 1);
+    assert_eq!(v["hca"]["devices"][1]["rail"], 1);
+    assert_eq!(v["pairs"][0]["class"], "cross-dc");
+    let classes = v["classes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(classes.len(), 3);
+    let figures: Vec<(String, u64, u64, u64, u64, u64)> = classes
+        .iter()
+        .map(|c| {
+            let n = |k: &str| c[k].as_u64().unwrap_or(u64::MAX);
+            let name = c["class"].as_str().unwrap_or("?").to_string();
+            (
+                name,
+                n("bdp_bytes"),
+                n("qps"),
+                n("outstanding"),
+                n("segment_bytes"),
+                n("inflight_bytes"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        figures,
+        vec![
+            ("same-rail".to_string(), 200_000, 4, 4, 524_288, 8_388_608),
+            // 12 QPs x 8 x 512 KiB.
+            (
+                "cross-rail".to_string(),
+                600_000,
+                12,
+                8,
+                524_288,
+                50_331_648
+            ),
+            (
+                "cross-dc".to_string(),
+                100_000_000,
+                16,
+                128,
+                524_288,
+                1_073_741_824
+            ),
+        ]
+    );
+    assert_eq!(classes[2]["ideal_outstanding"], 191);
+    assert_eq!(classes[2]["within_budget"], true);
+    assert_eq!(classes[0]["budget_note"], Value::Null);
+    assert_eq!(classes[1]["rtt_us"], 12.0);
+}
+
+#[test]
+fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
+    let conf = default_conf();
+    let json = |env: &[(&str, &str)]| -> Value {
+        let out = dqplb(&["plan", "--config", &conf, "--format", "json"], env);
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let steer = |v: &Value| -> Vec<(String, u64, u64, bool)> {
+        v["steering"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                (
+                    s["class"].as_str().unwrap_or("?").to_string(),
+                    s["window_bytes"].as_u64().unwrap_or(0),
+                    s["nccl_buffsize"].as_u64().unwrap_or(0),
+                    s["steers"].as_bool().unwrap_or(true),
+                )
+            })
+            .collect()
+    };
+    // NCCL's default 4 MiB: every default class's window (8 MiB, 32 MiB, 1 GiB) holds it.
+    let v = json(&[]);
+    let mib = 1u64 << 20;
+    assert_eq!(
+        steer(&v),
+        vec![
+            ("same-rail".into(), 8 * mib, 4 * mib, false),
+            ("cross-rail".into(), 32 * mib, 4 * mib, false),
+            ("cross-dc".into(), 1024 * mib, 4 * mib, false),
+        ]
+    );
+    // Same-rail: 4 QPs x 512 KiB per depth, so depth 1 (2 MiB) stays under 4 MiB.
+    let note = v["steering"][0]["note"].as_str().unwrap_or("");
+    assert!(
+        note.contains("set policy dqplb-led, or outstanding <= 1"),
+        "{note}"
+    );
+    // NCCL_BUFFSIZE = 64 MiB: only cross-dc's 1 GiB still holds it (8 MiB per depth -> 7).
+    let v = json(&[("NCCL_BUFFSIZE", "67108864")]);
+    let s = steer(&v);
+    assert_eq!(
+        s.iter().map(|x| x.3).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    let note = v["steering"][2]["note"].as_str().unwrap_or("");
+    assert!(note.contains("outstanding <= 7"), "{note}");
+    assert!(v["steering"][0]["note"].is_null());
+    // dqplb-led steers at any window: no note.
+    let v = json(&[("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")]);
+    assert!(steer(&v).iter().all(|x| x.3), "{v}");
+    // A bad NCCL_BUFFSIZE is named, and NCCL's default used.
+    let out = dqplb(&["plan", "--config", &conf], &[("NCCL_BUFFSIZE", "4M")]);
+    assert_eq!(out.status.code(), Some(0));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("note: NCCL_BUFFSIZE '4M' is not a positive byte count; NCCL's default 4194304 B assumed"),
+        "{t}"
+    );
+    assert!(t.contains("outstanding <= 1"), "{t}");
+}

@@ -1,0 +1,449 @@
+//! The site-config schema: one serde type per TOML table, kebab-case keys, unknown keys rejected.
+//! Defaults live here; ranges and cross-field rules live in `keys` and `validate`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::dcqcn::DcqcnSection;
+use super::plan::ConnClass;
+
+/// One KiB, for readable defaults.
+const KIB: u64 = 1024;
+
+/// The whole site configuration (`/etc/nccl-dqplb.toml` or the embedded default).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct SiteConfig {
+    pub fabric: FabricSection,
+    pub engine: EngineSection,
+    pub patterns: PatternsSection,
+    pub class: ClassSections,
+    pub tcp: TcpSection,
+    pub stats: StatsSection,
+    pub log: LogSection,
+    pub dcqcn: DcqcnSection,
+}
+
+/// How the third field of an `NCCL_IB_HCA` entry is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum HcaThirdField {
+    /// `dev:port:fabricId`, fabricId = dc * max-rails + rail (NCCL's cross-DC branch).
+    #[default]
+    #[serde(rename = "fabric-id")]
+    FabricId,
+    /// `dev:port:rail[:plane]` (NCCL 2.30.7+).
+    #[serde(rename = "rail:plane")]
+    RailPlane,
+}
+
+impl HcaThirdField {
+    /// The spelling used in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HcaThirdField::FabricId => "fabric-id",
+            HcaThirdField::RailPlane => "rail:plane",
+        }
+    }
+}
+
+/// `[fabric]`: how the cluster's rails and data centres are described.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct FabricSection {
+    pub hca_third_field: HcaThirdField,
+    pub max_rails: u32,
+    /// Which transport carries data: RDMA ports when present (`auto`), or one forced.
+    pub transport: TransportKind,
+    /// Traffic class of the verbs control (clear-to-send) QP; -1: NCCL_IB_TC. NCCL_IB_FIFO_TC,
+    /// when set, wins (a job's own setting over the site's).
+    pub control_traffic_class: i32,
+}
+
+/// `fabric.transport`: RDMA (verbs) or TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// Verbs on every active RDMA port NCCL_IB_HCA selects; TCP when there is none.
+    #[default]
+    Auto,
+    /// Always TCP, even where RDMA devices exist.
+    Tcp,
+    /// Always verbs; init fails when no RDMA port is usable.
+    Verbs,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Verbs => "verbs",
+        }
+    }
+}
+
+impl Default for FabricSection {
+    fn default() -> Self {
+        FabricSection {
+            hca_third_field: HcaThirdField::FabricId,
+            max_rails: 8,
+            transport: TransportKind::Auto,
+            control_traffic_class: -1,
+        }
+    }
+}
+
+/// Which load-balancing policy the engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// Dynamic QP load balancing: segments go to whichever QP has room (NCCLX's DQPLB).
+    #[default]
+    Dqplb,
+    /// DQPLB choosing, among QPs with room, the one with the lowest expected completion
+    /// (outstanding + 1) x completion-latency EWMA: steers with any window size.
+    DqplbLed,
+    /// Each message split evenly over all QPs (NCCL_IB_SPLIT_DATA_ON_QPS=1).
+    StaticSplit,
+    /// Each whole message on one QP, rotating (NCCL's default since 2.20).
+    RoundRobinMessage,
+    /// Everything on one data QP.
+    SingleQp,
+}
+
+impl PolicyName {
+    /// Every policy, in documentation order.
+    pub const ALL: [PolicyName; 5] = [
+        PolicyName::Dqplb,
+        PolicyName::DqplbLed,
+        PolicyName::StaticSplit,
+        PolicyName::RoundRobinMessage,
+        PolicyName::SingleQp,
+    ];
+
+    /// The spelling used in the config file and environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Dqplb => "dqplb",
+            PolicyName::DqplbLed => "dqplb-led",
+            PolicyName::StaticSplit => "static-split",
+            PolicyName::RoundRobinMessage => "round-robin-message",
+            PolicyName::SingleQp => "single-qp",
+        }
+    }
+}
+
+/// A pattern's policy: `default` (= `engine.policy`) or one of the policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PatternPolicy {
+    /// Whatever `engine.policy` says.
+    #[default]
+    Default,
+    Dqplb,
+    DqplbLed,
+    StaticSplit,
+    RoundRobinMessage,
+    SingleQp,
+}
+
+impl PatternPolicy {
+    /// The policy this resolves to under `engine` (the configured one for `Default`).
+    pub fn resolve(self, engine: PolicyName) -> PolicyName {
+        match self {
+            PatternPolicy::Default => engine,
+            PatternPolicy::Dqplb => PolicyName::Dqplb,
+            PatternPolicy::DqplbLed => PolicyName::DqplbLed,
+            PatternPolicy::StaticSplit => PolicyName::StaticSplit,
+            PatternPolicy::RoundRobinMessage => PolicyName::RoundRobinMessage,
+            PatternPolicy::SingleQp => PolicyName::SingleQp,
+        }
+    }
+}
+
+/// `[patterns]`: the policy per NCCL traffic pattern, picked per message from NCCL's setNetAttr
+/// hints (net ABI v11+, NCCL 2.28+). Older NCCL gives no hints: every message runs `engine.policy`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct PatternsSection {
+    /// Ring/tree collectives (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce).
+    pub collective: PatternPolicy,
+    /// Point-to-point send/recv with fewer than `alltoall-min-peers` concurrent peers.
+    pub p2p: PatternPolicy,
+    /// All-to-all, scatter, gather, and send/recv batches with many concurrent peers.
+    pub alltoall: PatternPolicy,
+    /// Data QPs the all-to-all policy uses (0 = all of the connection's).
+    pub alltoall_qps: u32,
+    /// Concurrent peers from which a send/recv transfer counts as all-to-all.
+    pub alltoall_min_peers: u32,
+}
+
+impl Default for PatternsSection {
+    fn default() -> Self {
+        // NCCLX moved all-to-all from DQPLB to spray over 4 QPs (many concurrent all-to-alls
+        // did badly with DQPLB's per-QP windows on every peer): static-split over 4 QPs here.
+        PatternsSection {
+            collective: PatternPolicy::Default,
+            p2p: PatternPolicy::Default,
+            alltoall: PatternPolicy::StaticSplit,
+            alltoall_qps: 4,
+            alltoall_min_peers: 8,
+        }
+    }
+}
+
+/// `[engine]`: segmentation and per-connection limits shared by all classes.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct EngineSection {
+    pub policy: PolicyName,
+    pub segment_bytes: u64,
+    pub max_messages: u32,
+    pub inflight_budget_bytes: u64,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        EngineSection {
+            policy: PolicyName::Dqplb,
+            segment_bytes: 512 * KIB,
+            max_messages: 32,
+            inflight_budget_bytes: 1024 * 1024 * KIB,
+        }
+    }
+}
+
+/// One connection class: the path's rate and RTT, and the QP fan-out and depth limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClassSpec {
+    pub rate_gbps: f64,
+    pub rtt_us: f64,
+    pub qps: u32,
+    pub min_outstanding: u32,
+    pub max_outstanding: u32,
+    /// Overrides `[engine] segment-bytes` for this class when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_bytes: Option<u64>,
+    /// Straggler re-hash: a QP whose completions stay this many times the connection's median
+    /// latency ...
+    pub rehash_ratio: f64,
+    /// ... for this many consecutive completions is drained and replaced (TCP: a new stream).
+    pub rehash_window: u32,
+    /// No re-hash within this long of the previous one on the connection.
+    pub rehash_cooldown_ms: u64,
+    /// At most this many re-hashes per connection per minute; 0 turns re-hashing off.
+    pub rehash_max_per_minute: u32,
+    /// A data QP with a segment unacknowledged this long is a failed (blackholed) path; 0: off.
+    pub stall_timeout_ms: u64,
+}
+
+impl ClassSpec {
+    /// The built-in defaults of a class (design table: rack-local, cross-rack, cross-DC).
+    pub(crate) fn default_for(class: ConnClass) -> ClassSpec {
+        let (rtt_us, qps, min_outstanding, max_outstanding) = match class {
+            ConnClass::SameRail => (4.0, 4, 4, 8),
+            ConnClass::CrossRail => (12.0, 8, 8, 32),
+            ConnClass::CrossDc => (2000.0, 16, 64, 256),
+        };
+        ClassSpec {
+            rate_gbps: 400.0,
+            rtt_us,
+            qps,
+            min_outstanding,
+            max_outstanding,
+            segment_bytes: None,
+            rehash_ratio: 1.5,
+            rehash_window: 64,
+            rehash_cooldown_ms: 1000,
+            // Off until the port-hash shaped-path bench has measured it (issue 17).
+            rehash_max_per_minute: 0,
+            stall_timeout_ms: 2000,
+        }
+    }
+}
+
+/// A class table as written in the file: every key optional, missing ones take the class default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawClassSpec {
+    rate_gbps: Option<f64>,
+    rtt_us: Option<f64>,
+    qps: Option<u32>,
+    min_outstanding: Option<u32>,
+    max_outstanding: Option<u32>,
+    segment_bytes: Option<u64>,
+    rehash_ratio: Option<f64>,
+    rehash_window: Option<u32>,
+    rehash_cooldown_ms: Option<u64>,
+    rehash_max_per_minute: Option<u32>,
+    stall_timeout_ms: Option<u64>,
+}
+
+impl RawClassSpec {
+    fn over(self, base: ClassSpec) -> ClassSpec {
+        ClassSpec {
+            rate_gbps: self.rate_gbps.unwrap_or(base.rate_gbps),
+            rtt_us: self.rtt_us.unwrap_or(base.rtt_us),
+            qps: self.qps.unwrap_or(base.qps),
+            min_outstanding: self.min_outstanding.unwrap_or(base.min_outstanding),
+            max_outstanding: self.max_outstanding.unwrap_or(base.max_outstanding),
+            segment_bytes: self.segment_bytes.or(base.segment_bytes),
+            rehash_ratio: self.rehash_ratio.unwrap_or(base.rehash_ratio),
+            rehash_window: self.rehash_window.unwrap_or(base.rehash_window),
+            rehash_cooldown_ms: self.rehash_cooldown_ms.unwrap_or(base.rehash_cooldown_ms),
+            rehash_max_per_minute: self
+                .rehash_max_per_minute
+                .unwrap_or(base.rehash_max_per_minute),
+            stall_timeout_ms: self.stall_timeout_ms.unwrap_or(base.stall_timeout_ms),
+        }
+    }
+}
+
+fn class_from<'de, D: Deserializer<'de>>(d: D, class: ConnClass) -> Result<ClassSpec, D::Error> {
+    RawClassSpec::deserialize(d).map(|raw| raw.over(ClassSpec::default_for(class)))
+}
+
+fn de_same_rail<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::SameRail)
+}
+
+fn de_cross_rail<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::CrossRail)
+}
+
+fn de_cross_dc<'de, D: Deserializer<'de>>(d: D) -> Result<ClassSpec, D::Error> {
+    class_from(d, ConnClass::CrossDc)
+}
+
+fn default_same_rail() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::SameRail)
+}
+
+fn default_cross_rail() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::CrossRail)
+}
+
+fn default_cross_dc() -> ClassSpec {
+    ClassSpec::default_for(ConnClass::CrossDc)
+}
+
+/// `[class.same-rail]`, `[class.cross-rail]`, `[class.cross-dc]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClassSections {
+    #[serde(default = "default_same_rail", deserialize_with = "de_same_rail")]
+    pub same_rail: ClassSpec,
+    #[serde(default = "default_cross_rail", deserialize_with = "de_cross_rail")]
+    pub cross_rail: ClassSpec,
+    #[serde(default = "default_cross_dc", deserialize_with = "de_cross_dc")]
+    pub cross_dc: ClassSpec,
+}
+
+impl Default for ClassSections {
+    fn default() -> Self {
+        ClassSections {
+            same_rail: default_same_rail(),
+            cross_rail: default_cross_rail(),
+            cross_dc: default_cross_dc(),
+        }
+    }
+}
+
+impl ClassSections {
+    /// The spec of one class.
+    pub fn get(&self, class: ConnClass) -> &ClassSpec {
+        match class {
+            ConnClass::SameRail => &self.same_rail,
+            ConnClass::CrossRail => &self.cross_rail,
+            ConnClass::CrossDc => &self.cross_dc,
+        }
+    }
+}
+
+/// `[tcp]`: the TCP fallback transport's socket options.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct TcpSection {
+    /// SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel default.
+    pub socket_buffer_bytes: u64,
+    pub nodelay: bool,
+    /// fabricId of this node's TCP devices (TCP has no NCCL_IB_HCA entry to carry one).
+    pub fabric_id: u32,
+    /// When non-zero, the connecting side binds stream i (0 = control) to source port base + i,
+    /// so each data stream can be shaped or traced by port (scripts/paths-bench.sh).
+    pub src_port_base: u16,
+}
+
+impl Default for TcpSection {
+    fn default() -> Self {
+        TcpSection {
+            socket_buffer_bytes: 0,
+            nodelay: true,
+            fabric_id: 0,
+            src_port_base: 0,
+        }
+    }
+}
+
+/// `[stats]`: per-connection statistics logging.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct StatsSection {
+    pub log_on_close: bool,
+    /// Periodic per-QP statistics log interval (INFO); 0 disables periodic logging.
+    pub log_interval_ms: u64,
+    /// Per-QP statistics file the plugin rewrites (`%p` = process id, `%h` = host name); empty:
+    /// none. Read with `dqplb stats`.
+    pub file: String,
+    /// How often the statistics file is rewritten, at most once a second.
+    pub file_interval_ms: u64,
+}
+
+impl Default for StatsSection {
+    fn default() -> Self {
+        StatsSection {
+            log_on_close: true,
+            log_interval_ms: 0,
+            file: String::new(),
+            file_interval_ms: 1000,
+        }
+    }
+}
+
+/// A log level override for the plugin's own messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogLevel {
+    Warn,
+    Info,
+    Trace,
+}
+
+impl LogLevel {
+    /// The spelling used in the config file and environment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// `[log]`: optional level override (otherwise NCCL's logger level applies).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LogSection {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<LogLevel>,
+}
+
+impl SiteConfig {
+    /// The segment size a class uses: its own override, else the engine's.
+    pub(crate) fn segment_bytes_for(&self, class: ConnClass) -> u64 {
+        self.class
+            .get(class)
+            .segment_bytes
+            .unwrap_or(self.engine.segment_bytes)
+    }
+}

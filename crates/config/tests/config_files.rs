@@ -1,0 +1,142 @@
+//! Every shipped site config in plugin-conf/ parses, validates and yields its documented figures
+//! (files named dcqcn* belong to the DCQCN checker and are tested there).
+
+use std::path::{Path, PathBuf};
+
+use dqplb_config::{
+    embedded_default, load_path, ConnClass, HcaThirdField, LogLevel, PolicyName, SiteConfig,
+};
+
+fn conf_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugin-conf")
+}
+
+fn load(name: &str) -> SiteConfig {
+    let path = conf_dir().join(name);
+    match load_path(&path, &[]) {
+        Ok(loaded) => loaded.config,
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+#[test]
+fn every_site_file_parses() {
+    let mut names: Vec<String> = std::fs::read_dir(conf_dir())
+        .expect("plugin-conf/ exists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml") && !n.starts_with("dcqcn"))
+        .collect();
+    names.sort();
+    for required in [
+        "default.toml",
+        "rail-optimized-8rail-roce.toml",
+        "two-dc.toml",
+    ] {
+        assert!(
+            names.iter().any(|n| n == required),
+            "missing {required} in {names:?}"
+        );
+    }
+    for name in &names {
+        let loaded = load_path(&conf_dir().join(name), &[]);
+        assert!(
+            loaded.is_ok(),
+            "{name}: {:?}",
+            loaded.err().map(|e| e.to_string())
+        );
+    }
+}
+
+#[test]
+fn default_file_equals_built_in_defaults() {
+    let from_file = load("default.toml");
+    assert_eq!(from_file, SiteConfig::default());
+    assert_eq!(
+        embedded_default().expect("embedded default parses"),
+        SiteConfig::default()
+    );
+    assert_eq!(from_file.engine.policy, PolicyName::Dqplb);
+    assert_eq!(from_file.engine.segment_bytes, 524_288);
+    assert_eq!(from_file.engine.max_messages, 32);
+    assert_eq!(from_file.engine.inflight_budget_bytes, 1 << 30);
+    assert_eq!(from_file.fabric.hca_third_field, HcaThirdField::FabricId);
+    assert_eq!(from_file.fabric.max_rails, 8);
+    assert_eq!(from_file.class.cross_dc.qps, 16);
+    assert_eq!(from_file.class.cross_dc.max_outstanding, 256);
+    assert!(from_file.tcp.nodelay);
+    assert!(from_file.stats.log_on_close);
+    assert_eq!(from_file.log.level, None);
+}
+
+#[test]
+fn rail_optimized_site_figures() {
+    let c = load("rail-optimized-8rail-roce.toml");
+    assert_eq!(c.fabric.max_rails, 8);
+    assert_eq!(c.class.same_rail.segment_bytes, Some(131_072));
+    assert_eq!(c.tcp.socket_buffer_bytes, 4 << 20);
+    // same-rail: 400 Gb/s * 3 us = 150000 B = ceil(1.14) = 2 segments of 128 KiB -> min 4.
+    let same = c.plan(ConnClass::SameRail);
+    assert_eq!(
+        (same.bdp_bytes, same.bdp_segments, same.outstanding),
+        (150_000, 2, 4)
+    );
+    assert_eq!(same.inflight_bytes, 4 * 4 * 131_072);
+    // cross-rail: 400 * 8 * 125 = 400000 B -> 1 segment of 512 KiB -> min 8.
+    let cross = c.plan(ConnClass::CrossRail);
+    assert_eq!(
+        (cross.bdp_bytes, cross.outstanding, cross.segment_bytes),
+        (400_000, 8, 524_288)
+    );
+    // cross-dc: 400 * 1000 * 125 = 5e7 B -> ceil(95.4) = 96, 16 * 96 * 512 KiB fits in 1 GiB.
+    let dc = c.plan(ConnClass::CrossDc);
+    assert_eq!(
+        (dc.outstanding, dc.inflight_bytes, dc.within_budget),
+        (96, 805_306_368, true)
+    );
+    assert_eq!(dc.budget_note, None);
+}
+
+#[test]
+fn two_dc_site_figures() {
+    let c = load("two-dc.toml");
+    assert_eq!(c.engine.max_messages, 64);
+    assert_eq!(c.log.level, Some(LogLevel::Info));
+    // cross-dc: 200 Gb/s * 4000 us = 1e8 B -> ceil(95.4) = 96 segments of 1 MiB;
+    // 32 * 96 * 1 MiB = 3 GiB > 2 GiB budget -> 2 GiB / (32 * 1 MiB) = 64 = min-outstanding.
+    let dc = c.plan(ConnClass::CrossDc);
+    assert_eq!(dc.bdp_bytes, 100_000_000);
+    assert_eq!((dc.qps, dc.ideal_outstanding, dc.outstanding), (32, 96, 64));
+    assert_eq!(dc.segment_bytes, 1_048_576);
+    assert_eq!(dc.inflight_bytes, 2_147_483_648);
+    assert!(dc.within_budget);
+    assert!(dc.budget_note.is_some());
+    let rail = c.plan(ConnClass::CrossRail);
+    assert_eq!(
+        (rail.bdp_bytes, rail.outstanding, rail.inflight_bytes),
+        (500_000, 8, 33_554_432)
+    );
+}
+
+#[test]
+fn docs_name_every_key_and_variable() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("docs/configuration.md exists");
+    let mut missing = Vec::new();
+    for spec in dqplb_config::keys::all_keys() {
+        let leaf = spec.path.rsplit('.').next().unwrap_or(spec.path);
+        if !doc.contains(&format!("`{leaf}`")) {
+            missing.push(spec.path.to_string());
+        }
+        let var = dqplb_config::keys::env_name(spec.path);
+        if !spec.path.starts_with("class.") && !doc.contains(&var) {
+            missing.push(var);
+        }
+    }
+    for alias in dqplb_config::env::ALIASES {
+        if !doc.contains(alias) {
+            missing.push(alias.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "not documented: {missing:?}");
+}

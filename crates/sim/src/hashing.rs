@@ -1,0 +1,151 @@
+//! ECMP as switches do it: a CRC-32 over the RoCEv2 5-tuple (optionally the BTH destination QPN),
+//! with the UDP source port derived from the QP numbers the way Linux/mlx5 derive it.
+
+// Source port (Linux `include/rdma/ib_verbs.h`, used by mlx5 when the address handle's flow
+// label is 0, i.e. always for NCCL's RC QPs): `flow_label = fold(lqpn * rqpn)` with
+// `v ^= v >> 20; v ^= v >> 40; v & 0xFFFFF` (`rdma_calc_flow_label`), then
+// `sport = 0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14))` (`rdma_flow_label_to_udp_sport`).
+
+/// UDP destination port of RoCEv2.
+pub(crate) const ROCE_UDP_DPORT: u16 = 4791;
+
+/// How a QP's UDP source port is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePort {
+    /// From the local and remote QPN, as mlx5 does (see module docs).
+    FromQpn,
+    /// One port for every QP (NICs or configs that pin it): all QPs of a host pair hash alike.
+    Fixed(u16),
+}
+
+/// What the switches feed their hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashFields {
+    pub source_port: SourcePort,
+    /// E-ECMP: the BTH destination QPN is hashed too (switches that parse past UDP).
+    pub dest_qpn: bool,
+}
+
+impl Default for HashFields {
+    fn default() -> Self {
+        HashFields {
+            source_port: SourcePort::FromQpn,
+            dest_qpn: false,
+        }
+    }
+}
+
+/// `rdma_calc_flow_label(lqpn, rqpn)`: a 20-bit flow label from the QP pair.
+pub fn flow_label(lqpn: u32, rqpn: u32) -> u32 {
+    let mut v = u64::from(lqpn) * u64::from(rqpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v & 0xF_FFFF) as u32
+}
+
+/// `rdma_flow_label_to_udp_sport(fl)`: 0xC000..=0xFFFF.
+pub(crate) fn flow_label_to_sport(fl: u32) -> u16 {
+    let low = fl & 0x3FFF;
+    let high = fl & 0xF_C000;
+    ((low ^ (high >> 14)) | 0xC000) as u16
+}
+
+/// The UDP source port a QP `lqpn` connected to `rqpn` sends from.
+pub(crate) fn udp_sport(src: SourcePort, lqpn: u32, rqpn: u32) -> u16 {
+    match src {
+        SourcePort::FromQpn => flow_label_to_sport(flow_label(lqpn, rqpn)),
+        SourcePort::Fixed(p) => p,
+    }
+}
+
+const fn crc_table() -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+
+static CRC: [u32; 256] = crc_table();
+
+/// CRC-32 (IEEE 802.3, reflected) of `bytes` from initial value `seed` (a switch's hash seed).
+pub(crate) fn crc32(seed: u32, bytes: &[u8]) -> u32 {
+    let mut c = !seed;
+    for &b in bytes {
+        c = CRC[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// The hash a switch with `seed` computes for one RoCEv2 packet of QP `lqpn` -> `rqpn` between
+/// IPv4 addresses `sip` -> `dip`.
+pub(crate) fn ecmp_hash(
+    seed: u32,
+    fields: HashFields,
+    sip: u32,
+    dip: u32,
+    lqpn: u32,
+    rqpn: u32,
+) -> u32 {
+    let sport = udp_sport(fields.source_port, lqpn, rqpn);
+    let mut b = [0u8; 16];
+    b[0..4].copy_from_slice(&sip.to_be_bytes());
+    b[4..8].copy_from_slice(&dip.to_be_bytes());
+    b[8] = 17;
+    b[9..11].copy_from_slice(&sport.to_be_bytes());
+    b[11..13].copy_from_slice(&ROCE_UDP_DPORT.to_be_bytes());
+    if fields.dest_qpn {
+        b[13..16].copy_from_slice(&rqpn.to_be_bytes()[1..4]);
+        crc32(seed, &b)
+    } else {
+        crc32(seed, &b[..13])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_check_value() {
+        assert_eq!(crc32(0, b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn sport_in_roce_range_and_qpn_dependent() {
+        let a = udp_sport(SourcePort::FromQpn, 0x1234, 0x5678);
+        let b = udp_sport(SourcePort::FromQpn, 0x1235, 0x5678);
+        assert!(a >= 0xC000 && b >= 0xC000);
+        assert_ne!(a, b);
+        assert_eq!(udp_sport(SourcePort::Fixed(49152), 1, 2), 49152);
+        // Worked example: 0x100 * 0x200 = 0x20000 -> fl 0x20000 -> low 0 ^ (0x20000 >> 14 = 8).
+        assert_eq!(flow_label(0x100, 0x200), 0x20000);
+        assert_eq!(flow_label_to_sport(0x20000), 0xC008);
+    }
+
+    #[test]
+    fn fixed_port_collides_unless_dest_qpn_hashed() {
+        let f = HashFields {
+            source_port: SourcePort::Fixed(0xC000),
+            dest_qpn: false,
+        };
+        assert_eq!(ecmp_hash(9, f, 1, 2, 10, 20), ecmp_hash(9, f, 1, 2, 11, 21));
+        let e = HashFields {
+            dest_qpn: true,
+            ..f
+        };
+        assert_ne!(ecmp_hash(9, e, 1, 2, 10, 20), ecmp_hash(9, e, 1, 2, 11, 21));
+    }
+}

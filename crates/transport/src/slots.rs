@@ -1,0 +1,400 @@
+//! Request slots shared by every transport comm: a fixed table (allocated once) of requests that
+//! are free, in flight with their transport data, or done with their size, plus the free list.
+
+use std::collections::VecDeque;
+
+use crate::{NetError, NetResult};
+
+/// Most buffers in one grouped receive: NCCL's net_ib value (NCCL_NET_IB_MAX_RECVS), reported
+/// as maxRecvs in every device's properties.
+pub const MAX_RECVS: usize = 8;
+
+/// Received sizes of a completed grouped receive, one per buffer in posting order.
+pub type RecvSizes = arrayvec::ArrayVec<usize, MAX_RECVS>;
+
+#[derive(Debug, Clone, Copy)]
+enum State<T> {
+    Free,
+    Active(T),
+    Done(usize),
+}
+
+#[derive(Debug)]
+pub struct Slots<T: Copy> {
+    table: Vec<State<T>>,
+    free: Vec<u32>,
+}
+
+impl<T: Copy> Slots<T> {
+    pub fn new(n: usize) -> Slots<T> {
+        Slots {
+            table: vec![State::Free; n],
+            free: (0..n as u32).rev().collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Takes a free slot for `v`; None when every slot is in use.
+    pub fn alloc(&mut self, v: T) -> Option<u32> {
+        let i = self.free.pop()?;
+        self.table[i as usize] = State::Active(v);
+        Some(i)
+    }
+
+    #[cfg(test)]
+    /// Returns a slot taken by `alloc` that never reached the wire.
+    pub(crate) fn cancel(&mut self, i: u32) {
+        if let Some(s @ State::Active(_)) = self.table.get_mut(i as usize) {
+            *s = State::Free;
+            self.free.push(i);
+        }
+    }
+
+    /// The data of an in-flight slot.
+    pub fn active(&self, i: u32) -> Option<T> {
+        match self.table.get(i as usize) {
+            Some(State::Active(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Mutable data of an in-flight slot.
+    pub(crate) fn active_mut(&mut self, i: u32) -> Option<&mut T> {
+        match self.table.get_mut(i as usize) {
+            Some(State::Active(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Marks an in-flight slot complete with `size` bytes (ignored for other states).
+    pub fn finish(&mut self, i: u32, size: usize) {
+        if let Some(s @ State::Active(_)) = self.table.get_mut(i as usize) {
+            *s = State::Done(size);
+        }
+    }
+
+    /// Some(size) and frees the slot if it is done; None otherwise (no error for any state).
+    pub(crate) fn take_done(&mut self, i: u32) -> Option<usize> {
+        match self.table.get(i as usize) {
+            Some(State::Done(size)) => {
+                let size = *size;
+                self.table[i as usize] = State::Free;
+                self.free.push(i);
+                Some(size)
+            }
+            _ => None,
+        }
+    }
+
+    /// NCCL's test(): Some(size) once done (the slot is then free again), None while in flight.
+    pub fn test(&mut self, i: u32, what: &str) -> NetResult<Option<usize>> {
+        match self.table.get(i as usize) {
+            Some(State::Done(size)) => {
+                let size = *size;
+                self.table[i as usize] = State::Free;
+                self.free.push(i);
+                Ok(Some(size))
+            }
+            Some(State::Active(_)) => Ok(None),
+            _ => Err(NetError::invalid_usage(format!(
+                "test on {what} request {i} that is not in flight"
+            ))),
+        }
+    }
+}
+
+/// NCCL's matching rule for a send against the receive the peer posted next: the receive buffer
+/// must hold the send and carry the same tag. Shared by every transport's isend.
+pub fn check_send_matches(
+    peer: &dyn std::fmt::Display,
+    len: usize,
+    tag: i32,
+    capacity: u64,
+    posted_tag: i32,
+) -> NetResult<()> {
+    if len as u64 > capacity {
+        return Err(NetError::invalid_usage(format!(
+            "isend of {len} bytes to {peer} exceeds the receive buffer of {capacity} bytes the peer posted (tag {posted_tag}): NCCL requires receive >= send"
+        )));
+    }
+    if posted_tag != tag {
+        return Err(NetError::invalid_usage(format!(
+            "isend tag {tag} to {peer} does not match the tag {posted_tag} of the receive the peer posted next"
+        )));
+    }
+    Ok(())
+}
+
+/// One buffer of a grouped receive as the sender sees it: tag, capacity and where it lives on
+/// the receiver (`R`: a buffer id for TCP, address and rkey for verbs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Target<R> {
+    pub tag: i32,
+    pub capacity: u64,
+    pub remote: R,
+}
+
+/// Marks a buffer of a group that no isend has matched yet.
+const UNMATCHED: u32 = u32::MAX;
+
+/// A grouped receive the receiver announced, and the send requests matched to its buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Group<R> {
+    n: usize,
+    targets: [Target<R>; MAX_RECVS],
+    sends: [u32; MAX_RECVS],
+    matched: usize,
+}
+
+impl<R: Copy> Group<R> {
+    /// The send request of each buffer, in buffer order (complete groups only).
+    pub fn sends(&self) -> &[u32] {
+        &self.sends[..self.n]
+    }
+
+    pub fn targets(&self) -> &[Target<R>] {
+        &self.targets[..self.n]
+    }
+}
+
+/// Where an isend goes, by [`GroupMatcher::find`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// Buffer `i` of the first incomplete group.
+    Buffer(usize),
+    /// No group is announced yet.
+    NoGroup,
+    /// The first incomplete group carries this tag, but every buffer with it is matched already
+    /// (the send belongs to a later group): try again once this group is complete.
+    Busy,
+}
+
+/// The sender's queue of announced groups, matched strictly in order: an isend goes to the
+/// unmatched buffer with its tag in the first group not yet complete; a group is handed to the
+/// engine (in buffer order) once every buffer has its isend, as net_ib's multi-send does.
+#[derive(Debug)]
+pub(crate) struct GroupMatcher<R> {
+    queue: VecDeque<Group<R>>,
+    cap: usize,
+}
+
+impl<R: Copy + Default> GroupMatcher<R> {
+    /// Room for `groups` announced groups (allocated once).
+    pub(crate) fn new(groups: usize) -> GroupMatcher<R> {
+        GroupMatcher {
+            queue: VecDeque::with_capacity(groups),
+            cap: groups,
+        }
+    }
+
+    /// Groups announced and not yet complete.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Queues an announced group of 1..=MAX_RECVS buffers; Err(why) when it cannot be one (the
+    /// caller turns it into a protocol error naming the peer).
+    pub(crate) fn push(&mut self, targets: &[Target<R>]) -> Result<(), String> {
+        if targets.is_empty() || targets.len() > MAX_RECVS {
+            return Err(format!(
+                "a receive group of {} buffers (accepted 1..={MAX_RECVS})",
+                targets.len()
+            ));
+        }
+        if self.queue.len() >= self.cap {
+            return Err(format!("more than {} receive groups at once", self.cap));
+        }
+        let mut g = Group {
+            n: targets.len(),
+            targets: [Target::default(); MAX_RECVS],
+            sends: [UNMATCHED; MAX_RECVS],
+            matched: 0,
+        };
+        g.targets[..targets.len()].copy_from_slice(targets);
+        self.queue.push_back(g);
+        Ok(())
+    }
+
+    /// Where a send of `len` bytes with `tag` goes. A tag absent from the first incomplete group,
+    /// or a send larger than the buffer it matches, is NCCL misuse (ncclInvalidUsage).
+    pub(crate) fn find(
+        &self,
+        peer: &dyn std::fmt::Display,
+        len: usize,
+        tag: i32,
+    ) -> NetResult<Match> {
+        let Some(g) = self.queue.front() else {
+            return Ok(Match::NoGroup);
+        };
+        let targets = g.targets();
+        let free = (0..g.n).find(|&i| g.sends[i] == UNMATCHED && targets[i].tag == tag);
+        match free {
+            Some(i) => {
+                let t = targets[i];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Ok(Match::Buffer(i))
+            }
+            None if targets.iter().any(|t| t.tag == tag) => Ok(Match::Busy),
+            None if g.n == 1 => {
+                // The one-buffer wording of the shared rule ("does not match the tag ...").
+                let t = targets[0];
+                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} does not match the tag {} of the receive the peer posted next",
+                    t.tag
+                )))
+            }
+            None => {
+                let tags: arrayvec::ArrayVec<i32, MAX_RECVS> =
+                    targets.iter().map(|t| t.tag).collect();
+                Err(NetError::invalid_usage(format!(
+                    "isend tag {tag} to {peer} matches none of the tags {tags:?} of the {}-buffer receive the peer posted next",
+                    g.n
+                )))
+            }
+        }
+    }
+
+    /// The buffer `find` chose.
+    pub(crate) fn target(&self, i: usize) -> Option<Target<R>> {
+        self.queue.front().filter(|g| i < g.n).map(|g| g.targets[i])
+    }
+
+    /// Records send request `slot` for buffer `i` of the first group; hands the group back once
+    /// every buffer has its send (it then leaves the queue).
+    pub(crate) fn assign(&mut self, i: usize, slot: u32) -> Option<Group<R>> {
+        let g = self.queue.front_mut()?;
+        if i >= g.n || g.sends[i] != UNMATCHED {
+            return None;
+        }
+        g.sends[i] = slot;
+        g.matched += 1;
+        if g.matched < g.n {
+            return None;
+        }
+        self.queue.pop_front()
+    }
+}
+
+/// The first fatal error of a comm, returned by every later call (a failed comm stays failed).
+#[derive(Debug, Default)]
+pub(crate) struct Sticky(Option<NetError>);
+
+impl Sticky {
+    pub(crate) fn check(&self) -> NetResult<()> {
+        match &self.0 {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `e` (logging it once, naming `who`) and hands it back.
+    pub(crate) fn fail(&mut self, who: &str, e: NetError) -> NetError {
+        tracing::warn!(target: "dqplb::net", "{who} failed: {}", e.msg);
+        self.0 = Some(e.clone());
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cycle_and_refuse_unknown_tests() {
+        let mut s: Slots<u8> = Slots::new(2);
+        let a = s.alloc(1).unwrap();
+        let b = s.alloc(2).unwrap();
+        assert_eq!(s.alloc(3), None);
+        assert_eq!(s.active(b), Some(2));
+        assert_eq!(s.test(a, "send").unwrap(), None);
+        s.finish(a, 10);
+        assert_eq!(s.test(a, "send").unwrap(), Some(10));
+        assert!(s.test(a, "send").unwrap_err().msg.contains("not in flight"));
+        s.cancel(b);
+        assert_eq!(s.active(b), None);
+        assert!(s.alloc(4).is_some() && s.alloc(5).is_some());
+    }
+
+    #[test]
+    fn send_matching_rule() {
+        let peer = "10.0.0.1:5";
+        assert!(check_send_matches(&peer, 10, 3, 10, 3).is_ok());
+        let big = check_send_matches(&peer, 11, 3, 10, 3).unwrap_err();
+        assert!(
+            big.msg.contains("11 bytes") && big.msg.contains("10 bytes"),
+            "{big}"
+        );
+        let tag = check_send_matches(&peer, 1, 3, 10, 4).unwrap_err();
+        assert!(
+            tag.msg.contains("tag 3") && tag.msg.contains("tag 4"),
+            "{tag}"
+        );
+        assert_eq!(tag.code, crate::ErrorCode::InvalidUsage);
+    }
+
+    #[test]
+    fn groups_match_by_tag_in_order_and_complete_in_buffer_order() {
+        let peer = "10.0.0.1:5";
+        let t = |tag, capacity, remote| Target {
+            tag,
+            capacity,
+            remote,
+        };
+        let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
+        assert_eq!(m.find(&peer, 1, 1).unwrap(), Match::NoGroup);
+        m.push(&[t(1, 10, 100), t(2, 20, 101)]).unwrap();
+        m.push(&[t(1, 5, 200)]).unwrap();
+        assert!(m.push(&[t(1, 5, 300)]).unwrap_err().contains("more than 2"));
+        // Sends come in any tag order within the first group.
+        assert_eq!(m.find(&peer, 20, 2).unwrap(), Match::Buffer(1));
+        assert_eq!(m.target(1).unwrap().remote, 101);
+        assert!(m.assign(1, 7).is_none());
+        // Tag 2 is taken in the first group: the send belongs to a later one.
+        assert_eq!(m.find(&peer, 1, 2).unwrap(), Match::Busy);
+        let absent = m.find(&peer, 1, 3).unwrap_err();
+        assert_eq!(absent.code, crate::ErrorCode::InvalidUsage);
+        assert!(
+            absent.msg.contains("tag 3") && absent.msg.contains("[1, 2]"),
+            "{absent}"
+        );
+        let big = m.find(&peer, 11, 1).unwrap_err();
+        assert_eq!(big.code, crate::ErrorCode::InvalidUsage);
+        assert_eq!(m.find(&peer, 10, 1).unwrap(), Match::Buffer(0));
+        let g = m.assign(0, 9).expect("group complete");
+        assert_eq!(
+            g.sends(),
+            &[9, 7],
+            "sends in buffer order, not posting order"
+        );
+        assert_eq!(g.targets()[1].remote, 101);
+        assert_eq!(m.len(), 1);
+        // The next group is matched only now; its smaller buffer is checked.
+        assert!(m.find(&peer, 6, 1).is_err());
+        assert_eq!(m.find(&peer, 0, 1).unwrap(), Match::Buffer(0));
+        // A one-buffer receive keeps the single-receive wording.
+        let one = m.find(&peer, 0, 8).unwrap_err();
+        assert!(
+            one.msg.contains("tag 8") && one.msg.contains("does not match the tag 1"),
+            "{one}"
+        );
+        assert!(m.push(&[]).is_err());
+        assert!(m.push(&[t(0, 0, 0); MAX_RECVS + 1]).is_err());
+    }
+
+    #[test]
+    fn sticky_keeps_the_first_error() {
+        let mut st = Sticky::default();
+        assert!(st.check().is_ok());
+        let e = st.fail("comm", NetError::remote("gone"));
+        assert_eq!(e.msg, "gone");
+        assert_eq!(st.check().unwrap_err().msg, "gone");
+    }
+}

@@ -1,0 +1,233 @@
+//! The connecting side: opens the control and data streams without blocking, sends each its hello,
+//! and yields a send comm once all are established; called again until then, as NCCL does.
+
+use std::io::IoSlice;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::handle::{ListenHandle, PROTOCOL_VERSION};
+use super::io::{write_some, StreamName};
+use super::send::TcpSendComm;
+use super::wire::{ConnParams, Hello, HELLO_BYTES};
+use super::TcpOptions;
+use crate::{NetError, NetResult};
+
+enum Stage {
+    Connecting(Socket),
+    Hello(TcpStream, [u8; HELLO_BYTES], usize),
+    Ready(TcpStream),
+    Taken,
+}
+
+pub struct TcpConnector {
+    peer: SocketAddr,
+    params: ConnParams,
+    conn_id: u64,
+    secret: [u8; 16],
+    streams: Vec<Stage>,
+    opts: TcpOptions,
+    traffic_class: Option<u8>,
+}
+
+/// Opens a non-blocking TCP connect to `peer` (optionally from `local`); shared with the verbs
+/// bootstrap.
+pub(crate) fn start_stream(
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    opts: &TcpOptions,
+) -> NetResult<Socket> {
+    let ctx = |what: &str| format!("connect to {peer}: {what}");
+    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| NetError::io(&ctx("socket"), &e))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| NetError::io(&ctx("non-blocking"), &e))?;
+    if let Some(local) = local {
+        sock.set_reuse_address(true)
+            .map_err(|e| NetError::io(&ctx("SO_REUSEADDR"), &e))?;
+        sock.bind(&SockAddr::from(local))
+            .map_err(|e| NetError::io(&ctx(&format!("bind {local}")), &e))?;
+    }
+    opts.apply_socket(&sock)?;
+    match sock.connect(&SockAddr::from(peer)) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS)
+                || e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(NetError::io(&ctx("connect"), &e)),
+    }
+    Ok(sock)
+}
+
+/// Whether a non-blocking connect finished: Ok(true) connected, Ok(false) still in progress.
+pub(crate) fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout: never blocks.
+    let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(NetError::io(&format!("connect to {peer}: poll"), &e));
+    }
+    if r == 0 {
+        return Ok(false);
+    }
+    match sock.take_error() {
+        Ok(None) => Ok(true),
+        Ok(Some(e)) | Err(e) => Err(NetError::io(&format!("connect to {peer}"), &e)),
+    }
+}
+
+impl TcpConnector {
+    /// Starts connecting `params.qps + 1` streams to the listener in `handle`. With a source port
+    /// base, stream i binds local port base+i (predictable ports for per-path shaping).
+    pub fn start(
+        handle: &ListenHandle,
+        params: ConnParams,
+        local_ip: Option<IpAddr>,
+        opts: &TcpOptions,
+    ) -> NetResult<TcpConnector> {
+        Self::start_with_traffic_class(handle, params, local_ip, opts, None)
+    }
+
+    /// As `start`, with every stream's IP_TOS / IPV6_TCLASS set to `traffic_class` (NCCL v10+
+    /// connection config; None leaves the kernel default).
+    pub fn start_with_traffic_class(
+        handle: &ListenHandle,
+        params: ConnParams,
+        local_ip: Option<IpAddr>,
+        opts: &TcpOptions,
+        traffic_class: Option<u8>,
+    ) -> NetResult<TcpConnector> {
+        let id = super::handle::random_secret()?;
+        let mut conn_id = [0u8; 8];
+        conn_id.copy_from_slice(&id[..8]);
+        let mut streams = Vec::with_capacity(params.qps as usize + 1);
+        for i in 0..=params.qps {
+            let local = match opts.src_port_base {
+                Some(base) => {
+                    let any = if handle.addr.is_ipv4() {
+                        IpAddr::from([0u8; 4])
+                    } else {
+                        IpAddr::from([0u16; 8])
+                    };
+                    let stride = opts.src_port_stride.max(1);
+                    let port = i
+                        .checked_mul(stride)
+                        .and_then(|off| base.checked_add(off))
+                        .ok_or_else(|| {
+                            NetError::invalid_argument(format!(
+                                "source port base {base} + stream {i} x {stride} exceeds 65535"
+                            ))
+                        })?;
+                    Some(SocketAddr::new(local_ip.unwrap_or(any), port))
+                }
+                None => None,
+            };
+            let sock = start_stream(handle.addr, local, opts)?;
+            if let Some(tc) = traffic_class {
+                super::set_traffic_class(sock.as_raw_fd(), handle.addr.is_ipv6(), tc)?;
+            }
+            streams.push(Stage::Connecting(sock));
+        }
+        Ok(TcpConnector {
+            peer: handle.addr,
+            params,
+            conn_id: u64::from_le_bytes(conn_id),
+            secret: handle.secret,
+            streams,
+            opts: opts.clone(),
+            traffic_class,
+        })
+    }
+
+    /// The traffic class of each stream still held here (tests).
+    #[cfg(test)]
+    pub(crate) fn traffic_classes(&self) -> NetResult<Vec<u8>> {
+        let v6 = self.peer.is_ipv6();
+        self.streams
+            .iter()
+            .filter_map(|st| match st {
+                Stage::Connecting(s) => Some(s.as_raw_fd()),
+                Stage::Hello(s, ..) | Stage::Ready(s) => Some(s.as_raw_fd()),
+                Stage::Taken => None,
+            })
+            .map(|fd| super::traffic_class_of(fd, v6))
+            .collect()
+    }
+
+    /// Advances every stream; the send comm once all are connected and greeted.
+    pub fn progress(&mut self) -> NetResult<Option<TcpSendComm>> {
+        for (i, st) in self.streams.iter_mut().enumerate() {
+            let name = StreamName {
+                peer: self.peer,
+                index: i as u16,
+            };
+            if let Stage::Connecting(sock) = st {
+                if !connect_done(sock, self.peer)? {
+                    continue;
+                }
+                let Stage::Connecting(sock) = std::mem::replace(st, Stage::Taken) else {
+                    continue;
+                };
+                let hello = Hello {
+                    version: PROTOCOL_VERSION,
+                    stream: i as u16,
+                    conn_id: self.conn_id,
+                    secret: self.secret,
+                    params: self.params,
+                };
+                *st = Stage::Hello(sock.into(), hello.encode(), 0);
+            }
+            if let Stage::Hello(sock, buf, sent) = st {
+                while *sent < HELLO_BYTES {
+                    let n = write_some(sock, &[IoSlice::new(&buf[*sent..])], &name)?;
+                    if n == 0 {
+                        break;
+                    }
+                    *sent += n;
+                }
+                if *sent == HELLO_BYTES {
+                    let Stage::Hello(sock, ..) = std::mem::replace(st, Stage::Taken) else {
+                        continue;
+                    };
+                    *st = Stage::Ready(sock);
+                }
+            }
+        }
+        if !self.streams.iter().all(|s| matches!(s, Stage::Ready(_))) {
+            return Ok(None);
+        }
+        let mut socks = std::mem::take(&mut self.streams)
+            .into_iter()
+            .filter_map(|s| match s {
+                Stage::Ready(sock) => Some(sock),
+                _ => None,
+            });
+        let Some(ctrl) = socks.next() else {
+            return Err(NetError::internal(
+                "connector finished without a control stream",
+            ));
+        };
+        let data: Vec<TcpStream> = socks.collect();
+        let setup = super::repath::StreamSetup {
+            conn_id: self.conn_id,
+            secret: self.secret,
+            params: self.params,
+            opts: self.opts.clone(),
+            traffic_class: self.traffic_class,
+        };
+        let comm = TcpSendComm::new(ctrl, data, setup)?;
+        for (local, peer) in comm.data_stream_addrs() {
+            tracing::debug!(target: "dqplb::net", "data stream {local} -> {peer}");
+        }
+        Ok(Some(comm))
+    }
+}

@@ -1,0 +1,179 @@
+//! Non-blocking socket primitives for the TCP transport: one zero-timeout poll per progress step,
+//! reads that report data / would-block / EOF, writes that never raise SIGPIPE, EINTR retried.
+
+use std::io::{ErrorKind, IoSlice, Read as _};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+
+use socket2::SockRef;
+
+use crate::{NetError, NetResult};
+
+/// Human name of a stream for error messages: "data stream 2 (QP 1) with 127.0.0.1:4000".
+#[derive(Debug, Clone)]
+pub struct StreamName {
+    pub peer: SocketAddr,
+    pub index: u16,
+}
+
+impl std::fmt::Display for StreamName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.index == 0 {
+            write!(f, "control stream with {}", self.peer)
+        } else {
+            write!(
+                f,
+                "data stream {} (QP {}) with {}",
+                self.index,
+                self.index - 1,
+                self.peer
+            )
+        }
+    }
+}
+
+/// What one read brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    Data(usize),
+    WouldBlock,
+    /// The peer closed its side (orderly); every byte it sent before was read.
+    Eof,
+}
+
+/// Reads what is available into `buf` (which must not be empty).
+pub(crate) fn read_some(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    name: &StreamName,
+) -> NetResult<Read> {
+    loop {
+        match sock.read(buf) {
+            Ok(0) => return Ok(Read::Eof),
+            Ok(n) => return Ok(Read::Data(n)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Read::WouldBlock),
+            Err(e) => return Err(NetError::io(&format!("{name}: read"), &e)),
+        }
+    }
+}
+
+/// How far `fill` got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    Full,
+    Partial,
+    Eof,
+}
+
+/// Fills `buf[*got..]` from the socket.
+pub fn fill(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    got: &mut usize,
+    name: &StreamName,
+) -> NetResult<Fill> {
+    while *got < buf.len() {
+        match read_some(sock, &mut buf[*got..], name)? {
+            Read::Data(n) => *got += n,
+            Read::WouldBlock => return Ok(Fill::Partial),
+            Read::Eof => return Ok(Fill::Eof),
+        }
+    }
+    Ok(Fill::Full)
+}
+
+/// Writes what the socket takes (MSG_NOSIGNAL: a dead peer is an error, never a SIGPIPE that
+/// would kill the NCCL process); Ok(0) means "would block".
+pub(crate) fn write_some(
+    sock: &TcpStream,
+    bufs: &[IoSlice<'_>],
+    name: &StreamName,
+) -> NetResult<usize> {
+    let s = SockRef::from(sock);
+    loop {
+        match s.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(0),
+            Err(e) => return Err(NetError::io(&format!("{name}: write"), &e)),
+        }
+    }
+}
+
+/// Writes `out[*pos..]`; resets both to empty once everything went out. True when drained.
+pub fn drain(
+    sock: &TcpStream,
+    out: &mut Vec<u8>,
+    pos: &mut usize,
+    name: &StreamName,
+) -> NetResult<bool> {
+    while *pos < out.len() {
+        let n = write_some(sock, &[IoSlice::new(&out[*pos..])], name)?;
+        if n == 0 {
+            return Ok(false);
+        }
+        *pos += n;
+    }
+    out.clear();
+    *pos = 0;
+    Ok(true)
+}
+
+/// Readiness of a fixed set of sockets from one zero-timeout poll(2): a progress step reads only
+/// the streams that have something (data, EOF or an error), instead of one empty read per stream.
+pub(crate) struct Readiness {
+    fds: Vec<libc::pollfd>,
+}
+
+impl Readiness {
+    pub(crate) fn new<'a>(socks: impl IntoIterator<Item = &'a TcpStream>) -> Readiness {
+        let fds = socks
+            .into_iter()
+            .map(|s| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Readiness { fds }
+    }
+
+    /// Refreshes readiness without blocking.
+    pub(crate) fn poll(&mut self) -> NetResult<()> {
+        loop {
+            // SAFETY: `fds` is a valid array of pollfd for its length; timeout 0 never blocks.
+            let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, 0) };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                return Err(NetError::io("poll on the connection's streams", &e));
+            }
+        }
+    }
+
+    /// Watches `sock` in place of socket `i` (a replaced stream).
+    pub(crate) fn replace(&mut self, i: usize, sock: &TcpStream) {
+        if let Some(p) = self.fds.get_mut(i) {
+            p.fd = sock.as_raw_fd();
+            p.revents = 0;
+        }
+    }
+
+    /// Stops watching socket `i` (a failed stream: poll skips negative descriptors).
+    pub(crate) fn ignore(&mut self, i: usize) {
+        if let Some(p) = self.fds.get_mut(i) {
+            p.fd = -1;
+            p.revents = 0;
+        }
+    }
+
+    /// Whether socket `i` (in construction order) has data, EOF or an error to read.
+    pub(crate) fn readable(&self, i: usize) -> bool {
+        self.fds
+            .get(i)
+            .is_some_and(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+    }
+}

@@ -1,0 +1,773 @@
+//! Receiver side of a TCP connection: announces posted buffers on the control stream, reads each
+//! segment's payload straight into its buffer at its offset, acks it, and lets the engine order them.
+
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use super::handle::PROTOCOL_VERSION;
+use super::io::{drain, fill, read_some, Fill, Read, Readiness, StreamName};
+use super::wire::{
+    buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
+    ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
+};
+use super::TcpOptions;
+use crate::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
+use crate::{NetError, NetResult, UserBuf};
+use dqplb_engine::Receiver;
+
+/// Bytes of small frames read per syscall: a header and a small payload (or several small
+/// segments) arrive in one read; payloads of at least half of this are read straight into place.
+const STAGE_BYTES: usize = 4096;
+
+/// Where a data stream is in its byte sequence.
+#[derive(Clone, Copy)]
+enum RxState {
+    Header,
+    Payload {
+        seg: SegHeader,
+        got: usize,
+    },
+    /// A second copy of a segment that already arrived (resent after a path failure): its
+    /// payload is read and dropped, never placed, and it is acknowledged like any other.
+    Discard {
+        seg: SegHeader,
+        got: usize,
+    },
+    /// The sender closed the stream at a segment boundary, or the stream failed.
+    Closed,
+}
+
+struct DataRx {
+    sock: TcpStream,
+    name: StreamName,
+    /// Read-ahead for headers and small payloads: valid bytes are `stage[start..end]`.
+    stage: Box<[u8; STAGE_BYTES]>,
+    start: usize,
+    end: usize,
+    state: RxState,
+    acks: Vec<u8>,
+    acks_pos: usize,
+    /// Test hook: this stream is not read any more (a blackholed path).
+    blackholed: bool,
+    /// Test hook: blackhole the stream as soon as it is part-way through a segment's payload.
+    blackhole_mid_segment: bool,
+    /// Test hook: the stream is read only every `slow_every`-th pass (0: every pass).
+    slow_every: u32,
+}
+
+/// One buffer of a posted receive and what the sender's segments placed into it so far.
+#[derive(Clone, Copy)]
+struct Posted {
+    buf: UserBuf,
+    /// Payload bytes placed by segments naming this buffer.
+    placed: u64,
+    /// Highest end offset of those segments.
+    end: u64,
+    /// Received size, once the engine completed this buffer.
+    size: usize,
+    done: bool,
+}
+
+const NOT_POSTED: Posted = Posted {
+    buf: UserBuf::empty(),
+    placed: 0,
+    end: 0,
+    size: 0,
+    done: true,
+};
+
+/// A grouped receive in flight (one request): its buffer count and how many are incomplete.
+#[derive(Clone, Copy)]
+struct Grp {
+    n: u8,
+    left: u8,
+}
+
+/// The buffer a segment names (`slot * MAX_RECVS + index`), if it is posted and incomplete.
+fn posted(slots: &Slots<Grp>, bufs: &[Posted], id: u32) -> Option<Posted> {
+    let g = slots.active(id / MAX_RECVS as u32)?;
+    if id % MAX_RECVS as u32 >= u32::from(g.n) {
+        return None;
+    }
+    bufs.get(id as usize).copied().filter(|p| !p.done)
+}
+
+/// What a replacement data stream's hello must carry: the connection it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Auth {
+    pub conn_id: u64,
+    pub secret: [u8; 16],
+}
+
+/// A replacement data stream accepted on the re-path listener, its hello still arriving.
+struct Replacement {
+    sock: TcpStream,
+    peer: std::net::SocketAddr,
+    buf: [u8; HELLO_BYTES],
+    got: usize,
+    since: Instant,
+}
+
+/// A replacement that has not sent its hello within this long is dropped.
+const REPATH_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+pub struct TcpRecvComm {
+    ctrl: TcpStream,
+    ctrl_name: StreamName,
+    ctrl_out: Vec<u8>,
+    ctrl_pos: usize,
+    ctrl_closed: bool,
+    data: Vec<DataRx>,
+    ready: Readiness,
+    engine: Receiver,
+    /// One request per grouped receive; its buffers are `bufs[slot * MAX_RECVS..][..n]`.
+    slots: Slots<Grp>,
+    bufs: Vec<Posted>,
+    failed: Sticky,
+    params: ConnParams,
+    duplicates: u64,
+    /// Where the sender opens replacement data streams (its port went out on the control
+    /// stream first); None when it could not be bound (then streams are never replaced).
+    repath: Option<TcpListener>,
+    replacements: Vec<Replacement>,
+    auth: Auth,
+    opts: TcpOptions,
+    /// Data streams replaced so far.
+    repaths: u64,
+    /// Test hook (`debug_hold_replacements`).
+    hold_replacements: bool,
+    /// Progress passes so far (the `debug_slow_stream` hook reads a slow stream every n-th).
+    passes: u32,
+}
+
+impl TcpRecvComm {
+    pub(super) fn new(
+        ctrl: TcpStream,
+        data: Vec<TcpStream>,
+        params: ConnParams,
+        auth: Auth,
+        opts: TcpOptions,
+    ) -> NetResult<TcpRecvComm> {
+        let peer = ctrl
+            .peer_addr()
+            .map_err(|e| NetError::io("accepted control stream has no peer address", &e))?;
+        let window = params.qps as u32 * params.outstanding;
+        let n = params.max_messages as usize;
+        // Every buffer of every group is one engine message, completed in posting order.
+        let engine = Receiver::new(window, n * MAX_RECVS)
+            .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
+        let cap = params.outstanding as usize * ACK_BYTES;
+        let data: Vec<DataRx> = data
+            .into_iter()
+            .enumerate()
+            .map(|(i, sock)| DataRx {
+                sock,
+                name: StreamName {
+                    peer,
+                    index: i as u16 + 1,
+                },
+                stage: Box::new([0; STAGE_BYTES]),
+                start: 0,
+                end: 0,
+                state: RxState::Header,
+                acks: Vec::with_capacity(cap),
+                acks_pos: 0,
+                blackholed: false,
+                blackhole_mid_segment: false,
+                slow_every: 0,
+            })
+            .collect();
+        let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
+        // The re-path listener on the address the sender reached us at; its port is the first
+        // control frame (protocol 4).
+        let repath = ctrl
+            .local_addr()
+            .and_then(|a| TcpListener::bind((a.ip(), 0)))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l));
+        let mut ctrl_out = Vec::with_capacity(n * MAX_RECVS * ANNOUNCE_BYTES + ANNOUNCE_BYTES);
+        let repath = match repath {
+            Ok(l) => match l.local_addr() {
+                Ok(a) => {
+                    ctrl_out.extend_from_slice(&encode_repath(a.port()));
+                    Some(l)
+                }
+                Err(_) => None,
+            },
+            Err(e) => {
+                tracing::info!(target: "dqplb::net", "receive comm from {peer}: no re-path listener ({e}): failed data streams will not be replaced");
+                None
+            }
+        };
+        Ok(TcpRecvComm {
+            ctrl,
+            ctrl_name: StreamName { peer, index: 0 },
+            ctrl_out,
+            ctrl_pos: 0,
+            ctrl_closed: false,
+            data,
+            ready,
+            engine,
+            slots: Slots::new(n),
+            bufs: vec![NOT_POSTED; n * MAX_RECVS],
+            failed: Sticky::default(),
+            params,
+            duplicates: 0,
+            repath,
+            replacements: Vec::new(),
+            auth,
+            opts,
+            repaths: 0,
+            hold_replacements: false,
+            passes: 0,
+        })
+    }
+
+    pub fn params(&self) -> &ConnParams {
+        &self.params
+    }
+
+    pub fn max_requests(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Posts one receive buffer (a group of one); see [`TcpRecvComm::irecv_group`].
+    pub fn irecv(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
+        self.irecv_group(&[(buf, tag)])
+    }
+
+    /// Posts a grouped receive of 1..=MAX_RECVS (buffer, tag) pairs as one request and announces
+    /// its buffers to the sender; None when all request slots are busy.
+    pub fn irecv_group(&mut self, bufs: &[(UserBuf, i32)]) -> NetResult<Option<u32>> {
+        let n = bufs.len();
+        if n == 0 || n > MAX_RECVS {
+            return Err(NetError::invalid_argument(format!(
+                "irecv of {n} buffers: accepted 1..={MAX_RECVS} (maxRecvs)"
+            )));
+        }
+        self.progress()?;
+        if self.ctrl_closed {
+            return Err(NetError::remote(format!(
+                "{}: the sender closed the connection; nothing more will arrive",
+                self.ctrl_name
+            )));
+        }
+        let Some(slot) = self.slots.alloc(Grp {
+            n: n as u8,
+            left: n as u8,
+        }) else {
+            return Ok(None);
+        };
+        for (i, &(buf, tag)) in bufs.iter().enumerate() {
+            let id = buffer_id(slot, i as u8);
+            self.bufs[id as usize] = Posted {
+                buf,
+                placed: 0,
+                end: 0,
+                size: 0,
+                done: false,
+            };
+            if let Err(e) = self.engine.post(id, buf.len() as u64) {
+                let e = NetError::internal(format!(
+                    "engine refused a receive from {}: {e}",
+                    self.ctrl_name.peer
+                ));
+                return Err(self.fail(e));
+            }
+            let a = Announce {
+                slot,
+                tag,
+                index: i as u8,
+                count: n as u8,
+                capacity: buf.len() as u64,
+            };
+            self.ctrl_out.extend_from_slice(&a.encode());
+        }
+        self.progress()?;
+        Ok(Some(slot))
+    }
+
+    /// Some(total bytes received) once every buffer of request `slot` is complete.
+    pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        Ok(self.test_sizes(slot)?.map(|s| s.iter().sum()))
+    }
+
+    /// Some(received size of each buffer, in posting order) once every buffer of request `slot`
+    /// arrived completely and in order. A receive that already completed is reported even if
+    /// the peer has closed since.
+    pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
+        let n = match self.slots.take_done(slot) {
+            Some(n) => n,
+            None => {
+                self.progress()?;
+                match self.slots.test(slot, "receive")? {
+                    Some(n) => n,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let first = slot as usize * MAX_RECVS;
+        Ok(Some(
+            self.bufs[first..first + n].iter().map(|p| p.size).collect(),
+        ))
+    }
+
+    fn fail(&mut self, e: NetError) -> NetError {
+        let who = format!("receive comm from {}", self.ctrl_name.peer);
+        self.failed.fail(&who, e)
+    }
+
+    pub fn progress(&mut self) -> NetResult<()> {
+        self.failed.check()?;
+        self.step().map_err(|e| self.fail(e))
+    }
+
+    fn step(&mut self) -> NetResult<()> {
+        self.passes = self.passes.wrapping_add(1);
+        if self.repath.is_some() && !self.hold_replacements {
+            self.accept_replacements();
+        }
+        self.ready.poll()?;
+        drain(
+            &self.ctrl,
+            &mut self.ctrl_out,
+            &mut self.ctrl_pos,
+            &self.ctrl_name,
+        )?;
+        if self.ready.readable(0) && !self.ctrl_closed {
+            // The sender never writes on the control stream: only EOF (it closed) may show up.
+            let mut probe = [0u8; 1];
+            match read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? {
+                Read::WouldBlock => {}
+                Read::Eof => self.ctrl_closed = true,
+                Read::Data(_) => {
+                    return Err(NetError::remote(format!(
+                        "{}: unexpected bytes from the sender",
+                        self.ctrl_name
+                    )))
+                }
+            }
+        }
+        for qp in 0..self.data.len() {
+            let d = &self.data[qp];
+            let skip =
+                d.blackholed || (d.slow_every > 0 && !self.passes.is_multiple_of(d.slow_every));
+            if self.ready.readable(qp + 1) && !skip {
+                if let Some(e) = self.read_stream(qp)? {
+                    self.stream_failed(qp, e);
+                }
+            }
+            let d = &mut self.data[qp];
+            if !d.acks.is_empty() {
+                if matches!(d.state, RxState::Closed) {
+                    // Nobody is left to read them: the sender closed after its last completion.
+                    d.acks.clear();
+                    d.acks_pos = 0;
+                } else if let Err(e) = drain(&d.sock, &mut d.acks, &mut d.acks_pos, &d.name) {
+                    self.stream_failed(qp, e);
+                }
+            }
+        }
+        while let Some((token, size)) = self.engine.poll_done() {
+            // The engine counts a message's bytes by sequence number; the segments must also have
+            // named this receive and tiled [0, size) of it, or the sender is out of step.
+            if let Some(d) = self
+                .data
+                .iter()
+                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token && !self.engine.is_duplicate(seg.imm)))
+            {
+                return Err(NetError::remote(format!(
+                    "{}: receive slot {token} completed by sequence number while a segment for it is still arriving: sender out of step",
+                    d.name
+                )));
+            }
+            let Some(p) = posted(&self.slots, &self.bufs, token) else {
+                return Err(NetError::internal(format!(
+                    "{}: engine completed receive buffer {token} that is not posted",
+                    self.ctrl_name
+                )));
+            };
+            if p.placed != size || p.end != size {
+                return Err(NetError::remote(format!(
+                    "{}: receive buffer {token} completed with {size} bytes by sequence number, but the segments naming it placed {} bytes ending at offset {}: sender wrote to the wrong slot or offset",
+                    self.ctrl_name, p.placed, p.end
+                )));
+            }
+            let b = &mut self.bufs[token as usize];
+            b.size = size as usize;
+            b.done = true;
+            let group = token / MAX_RECVS as u32;
+            if let Some(g) = self.slots.active_mut(group) {
+                g.left -= 1;
+                if g.left == 0 {
+                    let n = usize::from(g.n);
+                    self.slots.finish(group, n);
+                }
+            }
+        }
+        if self.engine.pending() > 0 && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
+        {
+            return Err(NetError::remote(format!(
+                "{}: the sender closed every stream with {} receive(s) incomplete",
+                self.ctrl_name,
+                self.engine.pending()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Data stream `qp` failed (an I/O error, or EOF inside a segment): it is dropped, and the
+    /// sender sends what it had in flight on it again over the other streams. Bytes a partial
+    /// segment placed are rewritten by the second copy; the engine counted nothing of it.
+    fn stream_failed(&mut self, qp: usize, why: NetError) {
+        let d = &mut self.data[qp];
+        if matches!(d.state, RxState::Closed) && d.acks.is_empty() {
+            return;
+        }
+        tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); the sender resends its segments on the other streams", d.name);
+        d.state = RxState::Closed;
+        d.acks.clear();
+        d.acks_pos = 0;
+        d.start = 0;
+        d.end = 0;
+        self.ready.ignore(qp + 1);
+    }
+
+    /// Reads every segment available on one data stream (at most `outstanding` can be in
+    /// flight). Ok(Some(e)): the stream failed; Err: a protocol violation.
+    fn read_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
+        loop {
+            let d = &mut self.data[qp];
+            match d.state {
+                RxState::Closed => return Ok(None),
+                RxState::Header => {
+                    if d.end - d.start < SEG_HEADER_BYTES {
+                        d.stage.copy_within(d.start..d.end, 0);
+                        d.end -= d.start;
+                        d.start = 0;
+                        match read_some(&mut d.sock, &mut d.stage[d.end..], &d.name) {
+                            Err(e) => return Ok(Some(e)),
+                            Ok(Read::Data(n)) => d.end += n,
+                            Ok(Read::WouldBlock) => return Ok(None),
+                            Ok(Read::Eof) if d.end == 0 => {
+                                d.state = RxState::Closed;
+                                return Ok(None);
+                            }
+                            Ok(Read::Eof) => {
+                                return Ok(Some(NetError::remote(format!(
+                                    "{}: peer closed in the middle of a segment header",
+                                    d.name
+                                ))))
+                            }
+                        }
+                        continue;
+                    }
+                    let mut hdr = [0u8; SEG_HEADER_BYTES];
+                    hdr.copy_from_slice(&d.stage[d.start..d.start + SEG_HEADER_BYTES]);
+                    d.start += SEG_HEADER_BYTES;
+                    let seg = SegHeader::decode(&hdr)
+                        .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                    if self.engine.is_duplicate(seg.imm) {
+                        d.state = RxState::Discard { seg, got: 0 };
+                        continue;
+                    }
+                    let fits = posted(&self.slots, &self.bufs, seg.slot).is_some_and(|p| {
+                        p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
+                    });
+                    if !fits {
+                        return Err(NetError::remote(format!(
+                            "{}: segment imm {:#x} for receive slot {} at offset {} length {} does not fit any posted buffer",
+                            d.name, seg.imm, seg.slot, seg.offset, seg.len
+                        )));
+                    }
+                    d.state = RxState::Payload { seg, got: 0 };
+                }
+                RxState::Payload { seg, mut got } => {
+                    let len = seg.len as usize;
+                    // A copy of this segment came in full on another stream while this one was
+                    // still arriving (the sender gave this stream up as stalled and resent): the
+                    // rest is dropped, its receive may already be back with NCCL.
+                    if self.engine.is_duplicate(seg.imm) {
+                        d.state = RxState::Discard { seg, got };
+                        continue;
+                    }
+                    if got < len {
+                        let Some(Posted { buf, .. }) = posted(&self.slots, &self.bufs, seg.slot)
+                        else {
+                            return Err(NetError::remote(format!(
+                                "{}: segment for receive slot {} whose receive already completed: sender out of step",
+                                d.name, seg.slot
+                            )));
+                        };
+                        let dst = buf
+                            .slice_mut(seg.offset as usize + got, len - got)
+                            .ok_or_else(|| {
+                                NetError::internal(format!(
+                                    "{}: payload outside its buffer",
+                                    d.name
+                                ))
+                            })?;
+                        let staged = (d.end - d.start).min(dst.len());
+                        if staged > 0 {
+                            dst[..staged].copy_from_slice(&d.stage[d.start..d.start + staged]);
+                            d.start += staged;
+                            got += staged;
+                        } else {
+                            // Large remainders go straight into place; small ones through the
+                            // stage so the next header comes with them.
+                            let direct = dst.len() >= STAGE_BYTES / 2;
+                            if !direct {
+                                d.start = 0;
+                                d.end = 0;
+                            }
+                            let into: &mut [u8] = if direct { dst } else { &mut d.stage[..] };
+                            match read_some(&mut d.sock, into, &d.name) {
+                                Err(e) => return Ok(Some(e)),
+                                Ok(Read::Data(n)) if direct => got += n,
+                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::WouldBlock) => return Ok(None),
+                                Ok(Read::Eof) => {
+                                    return Ok(Some(NetError::remote(format!(
+                                        "{}: peer closed {got} bytes into a {len}-byte segment",
+                                        d.name
+                                    ))))
+                                }
+                            }
+                        }
+                        d.state = RxState::Payload { seg, got };
+                        if got < len {
+                            if d.blackhole_mid_segment {
+                                d.blackhole_mid_segment = false;
+                                d.blackholed = true;
+                                return Ok(None);
+                            }
+                            continue;
+                        }
+                    }
+                    if posted(&self.slots, &self.bufs, seg.slot).is_some() {
+                        let p = &mut self.bufs[seg.slot as usize];
+                        p.placed += u64::from(seg.len);
+                        p.end = p.end.max(seg.offset + u64::from(seg.len));
+                    }
+                    self.engine.arrived(seg.imm, seg.len).map_err(|e| {
+                        NetError::remote(format!("{}: protocol error: {e}", d.name))
+                    })?;
+                    d.acks.extend_from_slice(&encode_ack(seg.imm));
+                    d.state = RxState::Header;
+                }
+                RxState::Discard { seg, mut got } => {
+                    let len = seg.len as usize;
+                    if got < len {
+                        let staged = (d.end - d.start).min(len - got);
+                        if staged > 0 {
+                            d.start += staged;
+                            got += staged;
+                        } else {
+                            d.start = 0;
+                            d.end = 0;
+                            match read_some(&mut d.sock, &mut d.stage[..], &d.name) {
+                                Err(e) => return Ok(Some(e)),
+                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::WouldBlock) => return Ok(None),
+                                Ok(Read::Eof) => {
+                                    return Ok(Some(NetError::remote(format!(
+                                    "{}: peer closed {got} bytes into a resent {len}-byte segment",
+                                    d.name
+                                ))))
+                                }
+                            }
+                        }
+                        d.state = RxState::Discard { seg, got };
+                        if got < len {
+                            continue;
+                        }
+                    }
+                    self.duplicates += 1;
+                    d.acks.extend_from_slice(&encode_ack(seg.imm));
+                    d.state = RxState::Header;
+                }
+            }
+        }
+    }
+
+    /// Accepts replacement data streams and swaps each in once its hello names this connection
+    /// and a data stream (the sender opens one after draining or losing the old stream, from a
+    /// new source port: a new ECMP hash). Bad ones are dropped with a WARN, never fatal.
+    #[cold]
+    fn accept_replacements(&mut self) {
+        let Some(l) = &self.repath else { return };
+        loop {
+            match l.accept() {
+                Ok((sock, peer)) => {
+                    if sock.set_nonblocking(true).is_err() || self.opts.apply(&sock).is_err() {
+                        continue;
+                    }
+                    self.replacements.push(Replacement {
+                        sock,
+                        peer,
+                        buf: [0; HELLO_BYTES],
+                        got: 0,
+                        since: Instant::now(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let mut i = 0;
+        while i < self.replacements.len() {
+            let r = &mut self.replacements[i];
+            let name = StreamName {
+                peer: r.peer,
+                index: 0,
+            };
+            match fill(&mut r.sock, &mut r.buf, &mut r.got, &name) {
+                Ok(Fill::Partial) if r.since.elapsed() < REPATH_HELLO_WITHIN => i += 1,
+                Ok(Fill::Full) => {
+                    let r = self.replacements.swap_remove(i);
+                    if let Err(e) = self.swap_in(r) {
+                        tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream: {}", self.ctrl_name, e.msg);
+                    }
+                }
+                _ => {
+                    let r = self.replacements.swap_remove(i);
+                    tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes", self.ctrl_name, r.peer, r.got);
+                }
+            }
+        }
+    }
+
+    fn swap_in(&mut self, r: Replacement) -> NetResult<()> {
+        let h = Hello::decode(&r.buf)?;
+        if h.version != PROTOCOL_VERSION
+            || h.secret != self.auth.secret
+            || h.conn_id != self.auth.conn_id
+        {
+            return Err(NetError::remote(format!(
+                "from {}: not a stream of this connection (version {}, wrong secret or connection id)",
+                r.peer, h.version
+            )));
+        }
+        let q = usize::from(h.stream).wrapping_sub(1);
+        if q >= self.data.len() {
+            return Err(NetError::remote(format!(
+                "from {}: data stream index {} of a {}-stream connection",
+                r.peer,
+                h.stream,
+                self.data.len()
+            )));
+        }
+        let d = &mut self.data[q];
+        // The sender replaces a stream only once nothing is due on it (drained) or it failed: what
+        // the old one still held is stale.
+        d.sock = r.sock;
+        d.state = RxState::Header;
+        d.start = 0;
+        d.end = 0;
+        d.acks.clear();
+        d.acks_pos = 0;
+        d.blackholed = false;
+        d.slow_every = 0;
+        self.ready.replace(q + 1, &d.sock);
+        self.repaths += 1;
+        tracing::info!(target: "dqplb::net", "{}: replacement stream from {} accepted", d.name, r.peer);
+        Ok(())
+    }
+
+    #[cfg(test)]
+    /// Fault injection for tests: stream `q` is no longer read or acknowledged (its bytes pile
+    /// up unread, as on a blackholed link) until the sender replaces it.
+    #[doc(hidden)]
+    pub(crate) fn debug_blackhole_stream(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackholed = true;
+        }
+    }
+
+    #[cfg(test)]
+    /// Fault injection for tests: as `debug_blackhole_stream`, once stream `q` has placed part
+    /// of a segment's payload (the rest of it stays in the socket).
+    #[doc(hidden)]
+    pub(crate) fn debug_blackhole_mid_segment(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackhole_mid_segment = true;
+        }
+    }
+
+    #[cfg(test)]
+    /// Test hook: the receive slot of the segment a blackholed stream `q` stopped in.
+    #[doc(hidden)]
+    pub(crate) fn debug_stopped_in_slot(&self, q: usize) -> Option<u32> {
+        match self.data.get(q)? {
+            DataRx {
+                blackholed: true,
+                state: RxState::Payload { seg, .. },
+                ..
+            } => Some(seg.slot),
+            _ => None,
+        }
+    }
+
+    #[cfg(test)]
+    /// Test hook: stream `q` is read only every `every`-th progress pass (a slow path) until it
+    /// is replaced.
+    #[doc(hidden)]
+    pub(crate) fn debug_slow_stream(&mut self, q: usize, every: u32) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.slow_every = every;
+        }
+    }
+
+    #[cfg(test)]
+    /// Test hook: a blackholed stream `q` is read again (what it still holds is stale).
+    #[doc(hidden)]
+    pub(crate) fn debug_reopen_stream(&mut self, q: usize) {
+        if let Some(d) = self.data.get_mut(q) {
+            d.blackholed = false;
+        }
+    }
+
+    #[cfg(test)]
+    /// Test hook: replacement streams wait in the re-path listener's backlog while `hold`.
+    #[doc(hidden)]
+    pub(crate) fn debug_hold_replacements(&mut self, hold: bool) {
+        self.hold_replacements = hold;
+    }
+
+    /// Port of the re-path listener replacement streams connect to (None: replacements off).
+    pub fn repath_port(&self) -> Option<u16> {
+        self.repath
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port())
+    }
+
+    /// Data streams replaced so far (tests, stats).
+    pub fn repaths(&self) -> u64 {
+        self.repaths
+    }
+
+    /// Second copies of segments dropped after a path failure (tests, stats).
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    #[cfg(test)]
+    /// The raw descriptors of the data streams, in QP order (fault-injection tests).
+    pub(crate) fn data_stream_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.data.iter().map(|d| d.sock.as_raw_fd()).collect()
+    }
+}
+
+impl Drop for TcpRecvComm {
+    /// Announcements still queued go out if the socket takes them now (never blocks): a sender
+    /// may match sends to receives posted just before the close.
+    fn drop(&mut self) {
+        let _ = drain(
+            &self.ctrl,
+            &mut self.ctrl_out,
+            &mut self.ctrl_pos,
+            &self.ctrl_name,
+        );
+    }
+}

@@ -1,0 +1,751 @@
+//! Sender side of a TCP connection: matches isends to the receiver's announcements, feeds the engine,
+//! writes its segments (header + payload straight from the user buffer) and turns acks into CQEs.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
+use super::repath::{Repath, StreamSetup, Why};
+use super::wire::{
+    decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
+    SEG_HEADER_BYTES,
+};
+use crate::events::{CommEvents, EventDescr};
+use crate::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
+use crate::{ErrorCode, NetError, NetResult, UserBuf};
+use dqplb_engine::{EngineError, EngineParams, PathEvent, PolicyKind, QpStats, RehashRule, Sender};
+
+/// One segment on its way out of a data stream.
+struct TxSeg {
+    imm: u32,
+    hdr: [u8; SEG_HEADER_BYTES],
+    buf: UserBuf,
+    off: usize,
+    len: usize,
+    written: usize,
+    /// Profiler event of this segment (0: none).
+    ev: usize,
+}
+
+struct DataTx {
+    sock: TcpStream,
+    name: StreamName,
+    queue: VecDeque<TxSeg>,
+    ack: [u8; ACK_BYTES],
+    ack_got: usize,
+    /// Immediates (and profiler events) of segments fully written and not yet acknowledged,
+    /// oldest first.
+    unacked: VecDeque<(u32, usize)>,
+    /// The receiver closed this stream (orderly, with nothing of ours left unacknowledged).
+    closed: bool,
+    /// The stream failed (reset, error, or closed with segments due): the engine resends what
+    /// was in flight on it over the other streams and gives it nothing new.
+    dead: bool,
+}
+
+/// An in-flight send: its buffer and the receive buffer id the peer announced for it.
+#[derive(Clone, Copy)]
+struct Active {
+    buf: UserBuf,
+    remote_slot: u32,
+    /// NCCL's profiler handle of the isend (0: none).
+    parent: usize,
+}
+
+pub struct TcpSendComm {
+    ctrl: TcpStream,
+    ctrl_name: StreamName,
+    ctrl_in: [u8; ANNOUNCE_BYTES],
+    ctrl_got: usize,
+    /// The receiver closed its control stream: no announcement will come any more.
+    ctrl_closed: bool,
+    /// Announced groups not yet matched completely, strictly in order.
+    matcher: GroupMatcher<u32>,
+    /// The group whose announcement frames are still arriving: its slot, count, and buffers.
+    partial: [Target<u32>; MAX_RECVS],
+    partial_n: usize,
+    partial_of: (u32, u8),
+    data: Vec<DataTx>,
+    ready: Readiness,
+    engine: Sender,
+    /// Profiler events (NCCL v10+), per segment from queueing to acknowledgement.
+    events: CommEvents,
+    /// The first data-stream failure (named when the last stream fails too).
+    first_failure: Option<NetError>,
+    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
+    route: u8,
+    slots: Slots<Active>,
+    failed: Sticky,
+    epoch: Instant,
+    params: ConnParams,
+    /// How replacement streams are opened and greeted.
+    setup: StreamSetup,
+    /// The receiver's re-path listener (from its first control frame); None: never replace.
+    repath_to: Option<SocketAddr>,
+    /// Per data stream: a replacement in progress.
+    repaths: Vec<Option<Repath>>,
+    /// Per data stream: replacements after failures (bounded: a peer that is gone stays gone).
+    failure_repaths: Vec<u32>,
+    /// Data streams replaced so far.
+    repaths_done: u64,
+    /// A stream with a segment unacknowledged this long (ns) has failed; 0: never.
+    stall_timeout: u64,
+    next_stall_check: u64,
+}
+
+/// Replacements of one data stream after failures before it is left dead.
+const MAX_FAILURE_REPATHS: u32 = 3;
+
+impl TcpSendComm {
+    pub(super) fn new(
+        ctrl: TcpStream,
+        data: Vec<TcpStream>,
+        setup: StreamSetup,
+    ) -> NetResult<TcpSendComm> {
+        let params = setup.params;
+        let peer = ctrl
+            .peer_addr()
+            .map_err(|e| NetError::io("connected control stream has no peer address", &e))?;
+        let engine = Sender::new(&EngineParams {
+            qps: params.qps as usize,
+            max_outstanding: params.outstanding,
+            segment_bytes: params.segment_bytes,
+            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
+            max_messages: params.max_messages as usize * MAX_RECVS,
+            policy: params.policy,
+        })
+        .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
+        let cap = params.outstanding as usize;
+        let data: Vec<DataTx> = data
+            .into_iter()
+            .enumerate()
+            .map(|(i, sock)| DataTx {
+                sock,
+                name: StreamName {
+                    peer,
+                    index: i as u16 + 1,
+                },
+                queue: VecDeque::with_capacity(cap),
+                ack: [0; ACK_BYTES],
+                ack_got: 0,
+                unacked: VecDeque::with_capacity(cap),
+                closed: false,
+                dead: false,
+            })
+            .collect();
+        let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
+        let n = params.max_messages as usize;
+        Ok(TcpSendComm {
+            ctrl,
+            ctrl_name: StreamName { peer, index: 0 },
+            ctrl_in: [0; ANNOUNCE_BYTES],
+            ctrl_got: 0,
+            ctrl_closed: false,
+            matcher: GroupMatcher::new(n),
+            partial: [Target::default(); MAX_RECVS],
+            partial_n: 0,
+            partial_of: (0, 0),
+            data,
+            ready,
+            engine,
+            events: CommEvents::current(),
+            route: 0,
+            first_failure: None,
+            // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
+            slots: Slots::new(n * MAX_RECVS),
+            failed: Sticky::default(),
+            epoch: Instant::now(),
+            repaths: (0..params.qps).map(|_| None).collect(),
+            failure_repaths: vec![0; params.qps as usize],
+            repaths_done: 0,
+            stall_timeout: 0,
+            next_stall_check: 0,
+            repath_to: None,
+            setup,
+            params,
+        })
+    }
+
+    pub fn params(&self) -> &ConnParams {
+        &self.params
+    }
+
+    pub fn max_requests(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
+    pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
+        self.engine
+            .add_route(policy, qps, self.params.segment_bytes)
+            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+    }
+
+    /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
+    pub fn set_event_parent(&mut self, parent: usize) {
+        self.events.next_parent = parent;
+    }
+
+    /// Messages matched from now on are cut by engine route `route` (from `add_route`).
+    pub fn set_route(&mut self, route: u8) {
+        self.route = route;
+    }
+
+    pub fn qp_stats(&self) -> &[QpStats] {
+        self.engine.qp_stats()
+    }
+
+    /// Local/peer addresses of the data streams (for path shaping and logs).
+    pub fn data_stream_addrs(&self) -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
+        self.data
+            .iter()
+            .filter_map(|d| Some((d.sock.local_addr().ok()?, d.sock.peer_addr().ok()?)))
+            .collect()
+    }
+
+    /// Matches `buf` to a buffer of the first grouped receive the peer announced and not yet
+    /// matched completely (by tag); None means "try again". The group goes to the engine, in
+    /// buffer order, once every buffer has its send. A send whose receive was announced is
+    /// accepted even after the peer closed: test() then reports the close (ncclRemoteError).
+    pub fn isend(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
+        let gone = match self.progress() {
+            Ok(()) => None,
+            Err(e) if e.code == ErrorCode::RemoteError => {
+                // Announcements the peer wrote before it left are still in our socket buffer.
+                let _ = self.read_announces();
+                Some(e)
+            }
+            Err(e) => return Err(e),
+        };
+        let i = match self.matcher.find(&self.ctrl_name.peer, buf.len(), tag)? {
+            Match::Buffer(i) => i,
+            Match::NoGroup | Match::Busy => {
+                if let Some(e) = gone {
+                    return Err(e);
+                }
+                // No later group can come once the receiver closed its control stream.
+                if self.ctrl_closed && self.partial_n == 0 && self.matcher.len() <= 1 {
+                    return Err(NetError::remote(format!(
+                        "{}: the receiver closed the connection; no receive will be posted for this send",
+                        self.ctrl_name
+                    )));
+                }
+                return Ok(None);
+            }
+        };
+        let Some(target) = self.matcher.target(i) else {
+            return Err(NetError::internal("matched receive buffer vanished"));
+        };
+        let Some(slot) = self.slots.alloc(Active {
+            buf,
+            remote_slot: target.remote,
+            parent: self.events.next_parent,
+        }) else {
+            return Ok(None);
+        };
+        if let Some(group) = self.matcher.assign(i, slot) {
+            if gone.is_none() {
+                for &s in group.sends() {
+                    let len = self.slots.active(s).map_or(0, |a| a.buf.len());
+                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
+                        let e = NetError::internal(format!(
+                            "engine refused a send to {}: {e}",
+                            self.ctrl_name.peer
+                        ));
+                        return Err(self.fail(e));
+                    }
+                }
+                // Put the first segments on the wire now rather than at the next test().
+                if let Err(e) = self.progress() {
+                    if e.code != ErrorCode::RemoteError {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(Some(slot))
+    }
+
+    /// Completion of request `slot`: Some(size) once every segment was acknowledged. A request
+    /// that already completed is reported even if the peer has closed since.
+    pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
+        if let Some(n) = self.slots.take_done(slot) {
+            return Ok(Some(n));
+        }
+        self.progress()?;
+        self.slots.test(slot, "send")
+    }
+
+    fn fail(&mut self, e: NetError) -> NetError {
+        let who = format!("send comm to {}", self.ctrl_name.peer);
+        self.failed.fail(&who, e)
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Moves everything that can move without blocking.
+    pub fn progress(&mut self) -> NetResult<()> {
+        self.failed.check()?;
+        self.step().map_err(|e| self.fail(e))
+    }
+
+    fn step(&mut self) -> NetResult<()> {
+        self.ready.poll()?;
+        if self.ready.readable(0) {
+            self.read_announces()?;
+        }
+        // One clock read per pass: completion times, the stall check and post times share it.
+        let now = self.now();
+        self.read_acks(now)?;
+        if self.repaths.iter().any(Option::is_some) {
+            self.advance_repaths(now)?;
+        }
+        while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
+            self.begin_repath(qp, Why::Straggler)?;
+        }
+        if self.stall_timeout > 0 {
+            self.check_stalls(now)?;
+        }
+        self.schedule(now)?;
+        self.write_segments()?;
+        while let Some(token) = self.engine.poll_done() {
+            if let Some(a) = self.slots.active(token) {
+                self.slots.finish(token, a.buf.len());
+            }
+        }
+        Ok(())
+    }
+
+    fn read_announces(&mut self) -> NetResult<()> {
+        while !self.ctrl_closed {
+            match fill(
+                &mut self.ctrl,
+                &mut self.ctrl_in,
+                &mut self.ctrl_got,
+                &self.ctrl_name,
+            )? {
+                Fill::Partial => return Ok(()),
+                Fill::Eof if self.ctrl_got == 0 && self.partial_n == 0 => self.ctrl_closed = true,
+                Fill::Eof if self.ctrl_got == 0 => {
+                    self.ctrl_closed = true;
+                    return Err(NetError::remote(format!(
+                        "{}: peer closed after announcing {} of the {} buffers of receive group {}",
+                        self.ctrl_name, self.partial_n, self.partial_of.1, self.partial_of.0
+                    )));
+                }
+                Fill::Eof => {
+                    return Err(NetError::remote(format!(
+                        "{}: peer closed in the middle of an announcement",
+                        self.ctrl_name
+                    )))
+                }
+                Fill::Full => {
+                    self.ctrl_got = 0;
+                    let frame = Control::decode(&self.ctrl_in)
+                        .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
+                    match frame {
+                        Control::Announce(a) => self.take_announce(a)?,
+                        Control::Repath { port } => {
+                            self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one announcement frame to the group being announced; a complete group joins the
+    /// matching queue. Frames of a group come in order with one slot and count.
+    fn take_announce(&mut self, a: Announce) -> NetResult<()> {
+        let bad = |what: String| {
+            Err(NetError::remote(format!(
+                "{}: {what}: announcements out of order",
+                self.ctrl_name
+            )))
+        };
+        if self.partial_n == 0 {
+            if a.index != 0 {
+                return bad(format!(
+                    "buffer {} of receive group {} announced first",
+                    a.index, a.slot
+                ));
+            }
+            self.partial_of = (a.slot, a.count);
+        } else if (a.slot, a.count) != self.partial_of || usize::from(a.index) != self.partial_n {
+            return bad(format!(
+                "buffer {} of a {}-buffer receive group {} announced while buffer {} of the {}-buffer group {} was due",
+                a.index, a.count, a.slot, self.partial_n, self.partial_of.1, self.partial_of.0
+            ));
+        }
+        self.partial[self.partial_n] = Target {
+            tag: a.tag,
+            capacity: a.capacity,
+            remote: a.buffer_id(),
+        };
+        self.partial_n += 1;
+        if self.partial_n == usize::from(a.count) {
+            self.partial_n = 0;
+            self.matcher
+                .push(&self.partial[..usize::from(a.count)])
+                .map_err(|why| {
+                    NetError::remote(format!("{}: peer announced {why}", self.ctrl_name))
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Turns acknowledgements into engine completions. An ack must name the oldest segment its
+    /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
+    fn read_acks(&mut self, now: u64) -> NetResult<()> {
+        for qp in 0..self.data.len() {
+            if !self.ready.readable(qp + 1) || self.data[qp].dead {
+                continue;
+            }
+            if let Some(e) = self.read_stream_acks(qp, now)? {
+                self.stream_failed(qp, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the acknowledgements available on data stream `qp`. Ok(Some(e)): the stream failed
+    /// (an I/O error, or the receiver closed it with segments due); Err: a protocol violation.
+    fn read_stream_acks(&mut self, qp: usize, now: u64) -> NetResult<Option<NetError>> {
+        let d = &mut self.data[qp];
+        while !d.closed {
+            let Some(&(want, ev)) = d.unacked.front() else {
+                // No ack is due: only EOF may arrive; anything else is a protocol error.
+                let mut probe = [0u8; 1];
+                match read_some(&mut d.sock, &mut probe, &d.name) {
+                    Err(e) => return Ok(Some(e)),
+                    Ok(Read::WouldBlock) => break,
+                    Ok(Read::Eof) => {
+                        if let Err(e) = close_stream(d) {
+                            return Ok(Some(e));
+                        }
+                    }
+                    Ok(Read::Data(_)) => {
+                        return Err(NetError::remote(format!(
+                            "{}: bytes arrived while no written segment awaits an acknowledgement",
+                            d.name
+                        )))
+                    }
+                }
+                continue;
+            };
+            match fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name) {
+                Err(e) => return Ok(Some(e)),
+                Ok(Fill::Partial) => break,
+                Ok(Fill::Eof) => {
+                    if let Err(e) = close_stream(d) {
+                        return Ok(Some(e));
+                    }
+                }
+                Ok(Fill::Full) => {
+                    d.ack_got = 0;
+                    let imm = decode_ack(&d.ack)
+                        .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                    if imm != want {
+                        return Err(NetError::remote(format!(
+                            "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
+                            d.name
+                        )));
+                    }
+                    d.unacked.pop_front();
+                    self.events.stop(ev);
+                    self.engine.completed(qp, now).map_err(|e| {
+                        NetError::remote(format!(
+                            "{}: acknowledgement without a segment in flight: {e}",
+                            d.name
+                        ))
+                    })?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Starts replacing data stream `qp` (drained, or failed) by a new connection from a new
+    /// source port; without a re-path listener a straggler keeps its stream.
+    fn begin_repath(&mut self, qp: usize, why: Why) -> NetResult<()> {
+        let Some(to) = self.repath_to else {
+            if why == Why::Straggler {
+                tracing::info!(target: "dqplb::net", "{}: straggler kept: the receiver has no re-path listener", self.data[qp].name);
+                self.engine
+                    .path_replaced(qp)
+                    .map_err(|e| NetError::internal(e.to_string()))?;
+            }
+            return Ok(());
+        };
+        let now = self.now();
+        match Repath::start(qp, to, why, &self.setup, now) {
+            Ok(r) => self.repaths[qp] = Some(r),
+            Err(e) => self.repath_failed(qp, why, e)?,
+        }
+        Ok(())
+    }
+
+    /// A replacement could not be made: a straggler goes on with its old stream, a failed
+    /// stream tries again from another port while its re-creation budget lasts, then stays dead.
+    fn repath_failed(&mut self, qp: usize, why: Why, e: NetError) -> NetResult<()> {
+        tracing::info!(target: "dqplb::net", "{}: no replacement stream ({}): {e}", self.data[qp].name, why.as_str());
+        self.repaths[qp] = None;
+        match why {
+            Why::Straggler => self
+                .engine
+                .path_replaced(qp)
+                .map_err(|e| NetError::internal(e.to_string()))?,
+            Why::Failure if self.failure_repaths[qp] < MAX_FAILURE_REPATHS => {
+                self.failure_repaths[qp] += 1;
+                self.begin_repath(qp, why)?;
+            }
+            Why::Failure => {}
+        }
+        Ok(())
+    }
+
+    /// Advances replacements in progress; a greeted one takes the old stream's place.
+    #[cold]
+    fn advance_repaths(&mut self, now: u64) -> NetResult<()> {
+        for qp in 0..self.repaths.len() {
+            let Some(r) = &mut self.repaths[qp] else {
+                continue;
+            };
+            let why = r.why;
+            let sock = match r.progress(&self.data[qp].name, now) {
+                Ok(Some(sock)) => sock,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.repath_failed(qp, why, e)?;
+                    continue;
+                }
+            };
+            self.repaths[qp] = None;
+            let d = &mut self.data[qp];
+            let old = d.sock.local_addr().ok();
+            let new = sock.local_addr().ok();
+            d.sock = sock;
+            d.queue.clear();
+            d.unacked.clear();
+            d.ack_got = 0;
+            d.closed = false;
+            d.dead = false;
+            self.ready.replace(qp + 1, &d.sock);
+            self.engine
+                .path_replaced(qp)
+                .map_err(|e| NetError::internal(format!("{}: {e}", d.name)))?;
+            self.repaths_done += 1;
+            tracing::info!(target: "dqplb::net", "{}: replaced ({}): source {} -> {}", d.name, why.as_str(),
+                old.map_or("?".to_string(), |a| a.to_string()), new.map_or("?".to_string(), |a| a.to_string()));
+        }
+        Ok(())
+    }
+
+    /// A stream with a segment unacknowledged for `ms` milliseconds is a failed path (0: off).
+    pub fn set_stall_timeout_ms(&mut self, ms: u64) {
+        self.stall_timeout = ms.saturating_mul(1_000_000);
+    }
+
+    /// Fails the first stream whose oldest segment waited past the stall timeout, at most every
+    /// quarter of the timeout.
+    fn check_stalls(&mut self, now: u64) -> NetResult<()> {
+        if now < self.next_stall_check {
+            return Ok(());
+        }
+        self.next_stall_check = now + (self.stall_timeout / 4).max(1);
+        if let Some(qp) = self.engine.stalled(now, self.stall_timeout) {
+            let e = NetError::remote(format!(
+                "{}: a segment unacknowledged for {} ms: path stalled",
+                self.data[qp].name,
+                self.stall_timeout / 1_000_000
+            ));
+            self.stream_failed(qp, e)?;
+        }
+        Ok(())
+    }
+
+    /// Installs the engine's straggler re-hash rule (per connection class, from the site config).
+    pub fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
+        self.engine
+            .set_rehash_rule(rule)
+            .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))
+    }
+
+    /// Data streams replaced so far (stragglers and failures).
+    pub fn repaths(&self) -> u64 {
+        self.repaths_done
+    }
+
+    /// Data stream `qp` failed with `why`: the engine sends what was in flight on it again over
+    /// the other streams (the receiver counts each sequence number once and never places a
+    /// second copy) and gives it nothing new; the comm fails only when every stream has.
+    fn stream_failed(&mut self, qp: usize, why: NetError) -> NetResult<()> {
+        let d = &mut self.data[qp];
+        if d.dead {
+            return Ok(());
+        }
+        d.dead = true;
+        d.closed = true;
+        d.ack_got = 0;
+        for seg in d.queue.drain(..) {
+            self.events.stop(seg.ev);
+        }
+        for (_, ev) in d.unacked.drain(..) {
+            self.events.stop(ev);
+        }
+        self.ready.ignore(qp + 1);
+        let first = self.first_failure.get_or_insert_with(|| why.clone());
+        match self.engine.path_failed(qp) {
+            Ok(moved) => {
+                tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); {moved} segment(s) in flight on it go out again on the other streams", d.name);
+                self.repaths[qp] = None;
+                if self.repath_to.is_some() && self.failure_repaths[qp] < MAX_FAILURE_REPATHS {
+                    self.failure_repaths[qp] += 1;
+                    self.begin_repath(qp, Why::Failure)?;
+                }
+                Ok(())
+            }
+            // The first failure is the cause worth naming (often the peer going away).
+            Err(EngineError::AllPathsFailed { qps }) => Err(NetError::new(
+                first.code,
+                format!(
+                    "{}; every one of the {qps} data streams to {} has failed",
+                    first.msg, self.ctrl_name.peer
+                ),
+            )),
+            Err(e) => Err(NetError::internal(format!("{}: {e}", d.name))),
+        }
+    }
+
+    fn schedule(&mut self, now: u64) -> NetResult<()> {
+        while let Some(t) = self.engine.poll_transmit(now) {
+            let Some(Active {
+                buf,
+                remote_slot,
+                parent,
+            }) = self.slots.active(t.token)
+            else {
+                return Err(NetError::internal(format!(
+                    "engine scheduled a segment of unknown request {}",
+                    t.token
+                )));
+            };
+            let d = &mut self.data[t.qp];
+            if d.closed {
+                // Closed by the receiver while the engine still used it: a failed path (the
+                // segment just taken goes out again elsewhere).
+                let e = NetError::remote(format!("{}: the receiver closed this stream", d.name));
+                self.stream_failed(t.qp, e)?;
+                continue;
+            }
+            let hdr = SegHeader {
+                imm: t.imm,
+                slot: remote_slot,
+                offset: t.offset,
+                len: t.len,
+            }
+            .encode();
+            let ev = if self.events.enabled() {
+                self.events.start(
+                    parent,
+                    EventDescr::Socket {
+                        fd: d.sock.as_raw_fd(),
+                        op: 0,
+                        length: t.len as usize,
+                    },
+                )
+            } else {
+                0
+            };
+            d.queue.push_back(TxSeg {
+                imm: t.imm,
+                hdr,
+                buf,
+                off: t.offset as usize,
+                len: t.len as usize,
+                written: 0,
+                ev,
+            });
+        }
+        Ok(())
+    }
+
+    fn write_segments(&mut self) -> NetResult<()> {
+        for qp in 0..self.data.len() {
+            if let Some(e) = self.write_stream(qp)? {
+                self.stream_failed(qp, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what data stream `qp` takes now. Ok(Some(e)): the stream failed.
+    fn write_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
+        let d = &mut self.data[qp];
+        if d.dead {
+            return Ok(None);
+        }
+        while let Some(seg) = d.queue.front_mut() {
+            let total = SEG_HEADER_BYTES + seg.len;
+            let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
+                NetError::internal(format!("{}: segment outside its send buffer", d.name))
+            })?;
+            let r = if seg.written < SEG_HEADER_BYTES {
+                let bufs = [IoSlice::new(&seg.hdr[seg.written..]), IoSlice::new(payload)];
+                write_some(&d.sock, &bufs, &d.name)
+            } else {
+                let done = seg.written - SEG_HEADER_BYTES;
+                write_some(&d.sock, &[IoSlice::new(&payload[done..])], &d.name)
+            };
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => return Ok(Some(e)),
+            };
+            if n == 0 {
+                break;
+            }
+            seg.written += n;
+            if seg.written == total {
+                d.unacked.push_back((seg.imm, seg.ev));
+                d.queue.pop_front();
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The receiver closed a data stream: fine when nothing of ours is still due on it.
+fn close_stream(d: &mut DataTx) -> NetResult<()> {
+    if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_got != 0 {
+        return Err(NetError::remote(format!(
+            "{}: peer closed the connection with {} segment(s) unacknowledged",
+            d.name,
+            d.unacked.len() + d.queue.len()
+        )));
+    }
+    d.closed = true;
+    Ok(())
+}
+
+impl Drop for TcpSendComm {
+    /// Segments still queued or unacknowledged end their profiler events with the comm.
+    fn drop(&mut self) {
+        if !self.events.enabled() {
+            return;
+        }
+        for d in &self.data {
+            for seg in &d.queue {
+                self.events.stop(seg.ev);
+            }
+            for &(_, ev) in &d.unacked {
+                self.events.stop(ev);
+            }
+        }
+    }
+}

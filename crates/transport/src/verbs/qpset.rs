@@ -1,0 +1,418 @@
+//! A connection's queue pairs: one control QP plus N data QPs sharing one send CQ, one receive CQ
+//! and optionally one shared receive queue, connected as a unit, polled without blocking.
+
+use super::completion::WorkCompletion;
+use super::device::PortInfo;
+use super::error::{Result, VerbsError};
+use super::qp::{QpCaps, QpEndpoint, RcQp};
+use super::resources::{CompletionQueue, ProtectionDomain};
+use super::srq::SharedReceiveQueue;
+use super::tuning::QpTuning;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Most data QPs one set may hold (NCCLX caps its QP count at 128 as well).
+pub const MAX_DATA_QPS: usize = 128;
+
+/// Sizes of a QP set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpSetConfig {
+    /// Number of data QPs (1..=MAX_DATA_QPS).
+    pub n_data: usize,
+    /// Send work requests per QP (the most writes one QP may have in flight).
+    pub send_depth: u32,
+    /// Receive work requests per QP (zero-length receives kept posted).
+    pub recv_depth: u32,
+    /// Non-zero: the data QPs draw their receives from one shared receive queue of this depth
+    /// (clamped to the device's max_srq_wr) instead of `recv_depth` each.
+    pub srq_depth: u32,
+}
+
+impl Default for QpSetConfig {
+    fn default() -> Self {
+        QpSetConfig {
+            n_data: 4,
+            send_depth: 128,
+            recv_depth: 128,
+            srq_depth: 0,
+        }
+    }
+}
+
+/// The endpoints of every QP of one side, exchanged during connection setup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub control: QpEndpoint,
+    pub data: Vec<QpEndpoint>,
+}
+
+impl ConnInfo {
+    /// Wire form: u16 LE data-QP count, then the control endpoint, then each data endpoint.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + QpEndpoint::WIRE_LEN * (1 + self.data.len()));
+        out.extend_from_slice(&(self.data.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.control.encode());
+        for ep in &self.data {
+            out.extend_from_slice(&ep.encode());
+        }
+        out
+    }
+
+    /// Parses `encode`'s output, rejecting truncated or oversized records.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        if bytes.len() < 2 {
+            return Err(VerbsError::invalid(
+                "connection info shorter than its header",
+            ));
+        }
+        let n = usize::from(u16::from_le_bytes([bytes[0], bytes[1]]));
+        if n == 0 || n > MAX_DATA_QPS {
+            return Err(VerbsError::invalid(format!(
+                "connection info announces {n} data QPs (1..={MAX_DATA_QPS})"
+            )));
+        }
+        let want = 2 + QpEndpoint::WIRE_LEN * (n + 1);
+        if bytes.len() != want {
+            return Err(VerbsError::invalid(format!(
+                "connection info has {} bytes, expected {want} for {n} data QPs",
+                bytes.len()
+            )));
+        }
+        let mut records = bytes[2..].chunks_exact(QpEndpoint::WIRE_LEN);
+        let control = QpEndpoint::decode(records.next().unwrap_or_default())?;
+        let data = records
+            .map(QpEndpoint::decode)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ConnInfo { control, data })
+    }
+
+    /// Encoded length for `n_data` data QPs.
+    pub(crate) fn wire_len(n_data: usize) -> usize {
+        2 + QpEndpoint::WIRE_LEN * (n_data + 1)
+    }
+}
+
+/// Which QP of a set a completion belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpRole {
+    Control,
+    Data(usize),
+    /// A data QP of that index that failed and was replaced (its late completions are dropped).
+    Retired(usize),
+}
+
+/// One control QP and N data QPs of a connection, with their CQs.
+pub struct QpSet {
+    pd: Arc<ProtectionDomain>,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    srq: Option<Arc<SharedReceiveQueue>>,
+    control: RcQp,
+    data: Vec<RcQp>,
+    local: ConnInfo,
+    sgid_index: u32,
+    tuning: QpTuning,
+    port: u8,
+    caps: QpCaps,
+    /// (qpn, role) sorted by qpn, for completion routing without allocation
+    by_qpn: Vec<(u32, QpRole)>,
+}
+
+fn initial_psn(salt: u32) -> u32 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (nanos ^ salt.wrapping_mul(0x9e37_79b9)) & 0xff_ffff
+}
+
+impl QpSet {
+    /// Creates the CQs and QPs of a set on `port` (RESET state until `connect`).
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        port: &PortInfo,
+        tuning: QpTuning,
+        cfg: QpSetConfig,
+    ) -> Result<Self> {
+        let dev = pd.context().name().to_string();
+        if cfg.n_data == 0 || cfg.n_data > MAX_DATA_QPS {
+            return Err(VerbsError::invalid(format!(
+                "{dev}: {} data QPs requested (1..={MAX_DATA_QPS})",
+                cfg.n_data
+            )));
+        }
+        if cfg.send_depth == 0 || cfg.recv_depth == 0 {
+            return Err(VerbsError::invalid(format!(
+                "{dev}: QP depths must be non-zero"
+            )));
+        }
+        let (sgid_index, gid) = match (port.gid, port.lid) {
+            (Some(g), _) => (g.index, g.gid),
+            (None, lid) if lid != 0 => (0, [0u8; 16]),
+            (None, _) => {
+                return Err(VerbsError::invalid(format!(
+                    "{dev} port {}: no usable GID and no LID",
+                    port.port
+                )))
+            }
+        };
+        let n_qps = cfg.n_data as u32 + 1;
+        let send_cq = CompletionQueue::new(pd.context(), cfg.send_depth.saturating_mul(n_qps))?;
+        let srq = match cfg.srq_depth {
+            0 => None,
+            d => Some(SharedReceiveQueue::new(pd, d)?),
+        };
+        let recv_entries = match &srq {
+            Some(q) => q.depth().saturating_add(cfg.recv_depth),
+            None => cfg.recv_depth.saturating_mul(n_qps),
+        };
+        let recv_cq = CompletionQueue::new(pd.context(), recv_entries)?;
+        let caps = QpCaps {
+            max_send_wr: cfg.send_depth,
+            max_recv_wr: cfg.recv_depth,
+        };
+        let control = RcQp::new(pd, &send_cq, &recv_cq, None, port.port, caps)?;
+        let data = (0..cfg.n_data)
+            .map(|_| RcQp::new(pd, &send_cq, &recv_cq, srq.as_ref(), port.port, caps))
+            .collect::<Result<Vec<_>>>()?;
+        let endpoint = |qp: &RcQp| QpEndpoint {
+            qpn: qp.qpn(),
+            psn: initial_psn(qp.qpn()),
+            gid,
+            lid: port.lid,
+            mtu: port.active_mtu,
+        };
+        let local = ConnInfo {
+            control: endpoint(&control),
+            data: data.iter().map(endpoint).collect(),
+        };
+        let mut by_qpn: Vec<(u32, QpRole)> = std::iter::once((control.qpn(), QpRole::Control))
+            .chain(
+                data.iter()
+                    .enumerate()
+                    .map(|(i, q)| (q.qpn(), QpRole::Data(i))),
+            )
+            .collect();
+        by_qpn.sort_by_key(|e| e.0);
+        Ok(QpSet {
+            pd: Arc::clone(pd),
+            send_cq,
+            recv_cq,
+            srq,
+            control,
+            data,
+            local,
+            sgid_index,
+            tuning,
+            port: port.port,
+            caps,
+            by_qpn,
+        })
+    }
+
+    /// A new data QP for this set (same CQs, SRQ, port and depths), in RESET, with its endpoint
+    /// (a fresh PSN): the replacement of a failed one, connected by `connect_spare`.
+    pub(crate) fn create_spare(&self) -> Result<(RcQp, QpEndpoint)> {
+        let qp = RcQp::new(
+            &self.pd,
+            &self.send_cq,
+            &self.recv_cq,
+            self.srq.as_ref(),
+            self.port,
+            self.caps,
+        )?;
+        let ep = QpEndpoint {
+            qpn: qp.qpn(),
+            psn: initial_psn(qp.qpn()),
+            ..self.local.control
+        };
+        Ok((qp, ep))
+    }
+
+    /// Connects a spare data QP (`local` its endpoint) to the peer's `remote` (RESET -> RTS).
+    pub(crate) fn connect_spare(
+        &self,
+        qp: &RcQp,
+        local: &QpEndpoint,
+        remote: &QpEndpoint,
+    ) -> Result<()> {
+        qp.connect(local, self.sgid_index, remote, &self.tuning)
+    }
+
+    /// Puts connected spare `qp` (endpoint `ep`) in place of data QP `i` and returns the old one.
+    /// Completions of the old QP's number route to `QpRole::Retired(i)` from now on.
+    pub(crate) fn swap_data(&mut self, i: usize, qp: RcQp, ep: QpEndpoint) -> Result<RcQp> {
+        if i >= self.data.len() {
+            return Err(VerbsError::invalid(format!(
+                "{}: data QP {i} of {} does not exist",
+                self.device(),
+                self.data.len()
+            )));
+        }
+        let new_qpn = qp.qpn();
+        let old = std::mem::replace(&mut self.data[i], qp);
+        self.local.data[i] = ep;
+        for e in self.by_qpn.iter_mut() {
+            if e.0 == old.qpn() {
+                e.1 = QpRole::Retired(i);
+            }
+        }
+        self.by_qpn.push((new_qpn, QpRole::Data(i)));
+        self.by_qpn.sort_by_key(|e| e.0);
+        Ok(old)
+    }
+
+    /// Forgets the number of a retired QP that will complete nothing more (it was destroyed).
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        self.by_qpn
+            .retain(|e| !(e.0 == qpn && matches!(e.1, QpRole::Retired(_))));
+    }
+
+    /// This side's endpoints, to send to the peer.
+    pub fn local_info(&self) -> &ConnInfo {
+        &self.local
+    }
+
+    /// Connects every QP to its counterpart in `remote` (same data-QP count required).
+    pub fn connect(&self, remote: &ConnInfo) -> Result<()> {
+        if remote.data.len() != self.data.len() {
+            return Err(VerbsError::invalid(format!(
+                "{}: peer has {} data QPs, this side {}",
+                self.device(),
+                remote.data.len(),
+                self.data.len()
+            )));
+        }
+        // the control QP carries the FIFO announcements: NCCL_IB_FIFO_TC, as NCCL's FIFO QP
+        let control_tuning = QpTuning {
+            traffic_class: self.tuning.fifo_traffic_class,
+            ..self.tuning
+        };
+        self.control.connect(
+            &self.local.control,
+            self.sgid_index,
+            &remote.control,
+            &control_tuning,
+        )?;
+        for ((qp, local), peer) in self.data.iter().zip(&self.local.data).zip(&remote.data) {
+            qp.connect(local, self.sgid_index, peer, &self.tuning)?;
+        }
+        // What the QPs really carry (NCCL v10+ trafficClass / NCCL_IB_TC), one INFO line each.
+        for (i, qp) in self.data.iter().enumerate() {
+            match qp.traffic_class() {
+                Ok(tc) => {
+                    tracing::info!(target: "dqplb::net", "{}: data QP {i} (QPN {}): GRH traffic class {tc} (ibv_query_qp)", self.device(), qp.qpn())
+                }
+                Err(e) => {
+                    tracing::info!(target: "dqplb::net", "{}: data QP {i}: traffic class not readable: {e}", self.device())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn device(&self) -> &str {
+        self.pd.context().name()
+    }
+
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    pub fn control(&self) -> &RcQp {
+        &self.control
+    }
+
+    /// The data QPs' shared receive queue (None when each has its own receive queue).
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        self.srq.as_ref()
+    }
+
+    pub fn n_data(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Data QP `i` (0-based).
+    pub fn data(&self, i: usize) -> Result<&RcQp> {
+        self.data.get(i).ok_or_else(|| {
+            VerbsError::invalid(format!(
+                "{}: data QP {i} of {} does not exist",
+                self.device(),
+                self.data.len()
+            ))
+        })
+    }
+
+    /// The role of the QP numbered `qpn` in this set (None if it is not ours).
+    pub fn role_of(&self, qpn: u32) -> Option<QpRole> {
+        self.by_qpn
+            .binary_search_by_key(&qpn, |e| e.0)
+            .ok()
+            .map(|i| self.by_qpn[i].1)
+    }
+
+    /// Polls send completions into `out`; returns how many. Never blocks or allocates.
+    pub fn poll_send(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.send_cq.poll(out)
+    }
+
+    /// Polls receive completions into `out`; returns how many. Never blocks or allocates.
+    pub fn poll_recv(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.recv_cq.poll(out)
+    }
+
+    /// Ok for a successful completion; else an error naming device, QP and status.
+    pub fn check(&self, wc: &WorkCompletion) -> Result<()> {
+        wc.result(self.device())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(qpn: u32) -> QpEndpoint {
+        QpEndpoint {
+            qpn,
+            psn: qpn + 100,
+            gid: [7; 16],
+            lid: 0,
+            mtu: 4096,
+        }
+    }
+
+    #[test]
+    fn conn_info_round_trips() {
+        let info = ConnInfo {
+            control: ep(1),
+            data: vec![ep(2), ep(3), ep(4)],
+        };
+        let bytes = info.encode();
+        assert_eq!(bytes.len(), ConnInfo::wire_len(3));
+        assert_eq!(ConnInfo::decode(&bytes), Ok(info));
+    }
+
+    #[test]
+    fn conn_info_rejects_bad_records() {
+        let info = ConnInfo {
+            control: ep(1),
+            data: vec![ep(2)],
+        };
+        let bytes = info.encode();
+        assert!(ConnInfo::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(ConnInfo::decode(&[]).is_err());
+        let mut zero = bytes.clone();
+        zero[0] = 0;
+        assert!(ConnInfo::decode(&zero).is_err());
+        let mut many = bytes;
+        many[0] = 200;
+        assert!(ConnInfo::decode(&many).is_err());
+    }
+
+    #[test]
+    fn psn_fits_24_bits() {
+        for salt in [0, 1, 0xffff_ffff, 12345] {
+            assert!(initial_psn(salt) <= 0xff_ffff);
+        }
+    }
+}
