@@ -85,7 +85,7 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/c
   export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup-deps: no Rust toolchain found. Install one (Rust >= 1.80) with rustup: https://rustup.rs" >&2
+  echo "setup-deps: no Rust toolchain found. Install one (Rust >= 1.88, the workspace's rust-version) with rustup: https://rustup.rs" >&2
   exit 1
 fi
 if [ "$mode" = test ]; then

@@ -255,7 +255,7 @@ impl ClassSpec {
             rehash_ratio: 1.5,
             rehash_window: 64,
             rehash_cooldown_ms: 1000,
-            // Off until the port-hash shaped-path bench has measured it (issue 17).
+            // Off until the port-hash shaped-path bench has measured it.
             rehash_max_per_minute: 0,
             stall_timeout_ms: 2000,
         }

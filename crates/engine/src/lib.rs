@@ -34,9 +34,9 @@
 //! See [`Sender::footprint_bytes`] and [`Receiver::footprint_bytes`]; with `P(x)` the next power
 //! of two at or above `x`:
 //!
-//! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 332) + 32 *
+//! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 388) + 32 *
 //!   P(max_outstanding)` bytes (message ring; per-QP in-flight rings of (message slot,
-//!   immediate, post time, offset, length); per-QP head index and [`QpStats`]; the resend queue
+//!   immediate, post time, offset, length); per-QP head index (4 bytes) and 384-byte [`QpStats`]; the resend queue
 //!   of failed paths), plus the fixed `Sender` struct and, with a [`RehashRule`], its state.
 //! * receiver: `8 * P(REORDER_SLACK * window) + 24 * P(max_messages)` bytes (per-sequence
 //!   arrival records of (bytes, flags); posted receives), plus the fixed `Receiver` struct.

@@ -1,4 +1,4 @@
-//! Exact per-message operation counts of the verbs data path on rxe0 (issue 14): posts,
+//! Exact per-message operation counts of the verbs data path on rxe0: posts,
 //! completions and CQ polls of one send comm and one receive comm, read through
 //! `op_counters()`. Each step of a message is driven once after the previous one has settled
 //! on the wire, so the counts do not depend on timing: posts and completions are exact by

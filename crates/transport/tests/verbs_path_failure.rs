@@ -1,4 +1,4 @@
-//! Path-failure isolation on verbs (issue 17), on rxe0 in the VM: one data QP moved to the error
+//! Path-failure isolation on verbs, on rxe0 in the VM: one data QP moved to the error
 //! state mid-transfer no longer fails the comm. Its segments are fenced (the receiver closes its
 //! end and says what it counted), resent on the healthy QPs, and the QP pair is re-created; every
 //! message arrives byte-exact into reused receive buffers, each sequence number counted once.

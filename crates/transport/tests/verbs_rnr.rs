@@ -1,4 +1,4 @@
-//! Receiver-not-ready made impossible by the receive credit (issue 14), on rxe0 in the VM: a
+//! Receiver-not-ready made impossible by the receive credit, on rxe0 in the VM: a
 //! stalled receiver stops the sender at exactly its credit, a 50 ms receiver stall mid-stream draws
 //! no RNR NAK (rxe's hw_counters), and the revert check: without the gate the same stall draws them.
 #![cfg(feature = "verbs")]
