@@ -137,8 +137,8 @@ fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devic
 fn gdr_switches() -> NetResult<bool> {
     use dqplb_transport::gdr::{switch_from, FORCE_GDR_ENV};
     let env = |k: &str| std::env::var(k).ok();
-    switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE").map_err(NetError::invalid_argument)?;
-    switch_from(env, FORCE_GDR_ENV).map_err(NetError::invalid_argument)
+    switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE")?;
+    switch_from(env, FORCE_GDR_ENV)
 }
 
 /// NCCL v12 railId/planeId per device from NCCL_IB_HCA (`dev[:port[:rail[:plane]]]`, or the

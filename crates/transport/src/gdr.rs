@@ -12,12 +12,16 @@ pub const PTR_DMABUF: i32 = 4;
 /// production: NCCL would hand real GPU pointers to a NIC that cannot reach them.
 pub const FORCE_GDR_ENV: &str = "DQPLB_TEST_FORCE_GDR";
 
-/// Reads a 0/1 switch (unset or empty = 0); anything else is an error naming it.
-pub fn switch_from(get: impl Fn(&str) -> Option<String>, var: &str) -> Result<bool, String> {
+use crate::{NetError, NetResult};
+
+/// Reads a 0/1 switch (unset or empty = 0); anything else is an invalid argument naming it.
+pub fn switch_from(get: impl Fn(&str) -> Option<String>, var: &str) -> NetResult<bool> {
     match get(var).as_deref().map(str::trim) {
         None | Some("") | Some("0") => Ok(false),
         Some("1") => Ok(true),
-        Some(v) => Err(format!("{var}={v:?}: must be 0 or 1")),
+        Some(v) => Err(NetError::invalid_argument(format!(
+            "{var}={v:?}: must be 0 or 1"
+        ))),
     }
 }
 
@@ -34,7 +38,9 @@ mod tests {
         assert_eq!(switch_from(get(" 1 "), FORCE_GDR_ENV), Ok(true));
         assert_eq!(
             switch_from(get("yes"), FORCE_GDR_ENV),
-            Err("DQPLB_TEST_FORCE_GDR=\"yes\": must be 0 or 1".to_string())
+            Err(NetError::invalid_argument(
+                "DQPLB_TEST_FORCE_GDR=\"yes\": must be 0 or 1"
+            ))
         );
     }
 }

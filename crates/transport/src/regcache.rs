@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::{NetError, NetResult};
+
 /// A page-aligned range: what is actually registered for a request of (addr, len).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PageRange {
@@ -163,14 +165,14 @@ impl<R> RegCache<R> {
     }
 
     /// Drops one reference to the entry holding `region`; at zero the entry leaves the cache.
-    /// Err when no entry holds it (released twice, or never acquired here).
-    pub fn release(&self, region: &Arc<R>) -> Result<Release, String> {
+    /// An internal error when no entry holds it (released twice, or never acquired here).
+    pub fn release(&self, region: &Arc<R>) -> NetResult<Release> {
         let mut entries = self.lock();
         let Some(i) = entries.iter().position(|e| Arc::ptr_eq(&e.region, region)) else {
-            return Err(format!(
+            return Err(NetError::internal(format!(
                 "registration not found in this device's cache of {} entries (released twice?)",
                 entries.len()
-            ));
+            )));
         };
         entries[i].refs -= 1;
         if entries[i].refs > 0 {

@@ -1,6 +1,7 @@
 //! GPUDirect capabilities of a device, decided as net_ib decides them: NCCL_PTR_CUDA when a GPU
 //! peer-memory client is loaded, NCCL_PTR_DMABUF when the dma-buf probe passes; each "off" says why.
 
+use super::error::{Result, VerbsError};
 use super::resources::ProtectionDomain;
 use super::sys as ib;
 use std::path::{Path, PathBuf};
@@ -181,10 +182,11 @@ impl GdrCaps {
 
 /// Detection for an opened device: peer memory under `sys_root`, the dma-buf probe on `pd`,
 /// the test switch and NCCL_IB_GDR_FLUSH_DISABLE from the environment.
-pub(crate) fn detect(sys_root: &Path, pd: &ProtectionDomain) -> Result<GdrCaps, String> {
+pub(crate) fn detect(sys_root: &Path, pd: &ProtectionDomain) -> Result<GdrCaps> {
     let env = |k: &str| std::env::var(k).ok();
-    let force = switch_from(env, FORCE_GDR_ENV)?;
-    let flush_disabled = switch_from(env, "NCCL_IB_GDR_FLUSH_DISABLE")?;
+    let switch = |var: &str| switch_from(env, var).map_err(|e| VerbsError::invalid(e.msg));
+    let force = switch(FORCE_GDR_ENV)?;
+    let flush_disabled = switch("NCCL_IB_GDR_FLUSH_DISABLE")?;
     Ok(GdrCaps::decide(
         &peer_mem(sys_root),
         DmaBufProbe::run(pd),

@@ -51,7 +51,7 @@ impl VerbsDomain {
             RelaxedOrdering::Auto => ctx.verbs().reg_mr_iova2.is_some(),
         };
         let pd = ProtectionDomain::with_relaxed_ordering(&ctx, relaxed)?;
-        let caps = caps::detect(Path::new("/sys"), &pd).map_err(VerbsError::invalid)?;
+        let caps = caps::detect(Path::new("/sys"), &pd)?;
         Ok(Arc::new(VerbsDomain {
             pd,
             port: info,
