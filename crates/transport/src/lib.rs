@@ -1,6 +1,7 @@
 //! Transports that drive the engine over real links: TCP streams and (feature `verbs`) RDMA verbs.
 //! Each maps engine actions to wire operations and wire events back to engine calls.
 
+pub(crate) mod common;
 pub mod error;
 pub mod events;
 pub mod gdr;

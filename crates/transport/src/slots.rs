@@ -199,17 +199,24 @@ impl<R: Copy + Default> GroupMatcher<R> {
         self.queue.len()
     }
 
-    /// Queues an announced group of 1..=MAX_RECVS buffers; Err(why) when it cannot be one (the
-    /// caller turns it into a protocol error naming the peer).
-    pub(crate) fn push(&mut self, targets: &[Target<R>]) -> Result<(), String> {
+    /// Queues a group of 1..=MAX_RECVS buffers that `peer` announced; anything else is the
+    /// peer's protocol error (ncclRemoteError, naming it).
+    pub(crate) fn push(
+        &mut self,
+        peer: &dyn std::fmt::Display,
+        targets: &[Target<R>],
+    ) -> NetResult<()> {
         if targets.is_empty() || targets.len() > MAX_RECVS {
-            return Err(format!(
-                "a receive group of {} buffers (accepted 1..={MAX_RECVS})",
+            return Err(NetError::remote(format!(
+                "{peer}: peer announced a receive group of {} buffers (accepted 1..={MAX_RECVS})",
                 targets.len()
-            ));
+            )));
         }
         if self.queue.len() >= self.cap {
-            return Err(format!("more than {} receive groups at once", self.cap));
+            return Err(NetError::remote(format!(
+                "{peer}: peer announced more than {} receive groups at once",
+                self.cap
+            )));
         }
         let mut g = Group {
             n: targets.len(),
@@ -284,21 +291,29 @@ impl<R: Copy + Default> GroupMatcher<R> {
 }
 
 /// The first fatal error of a comm, returned by every later call (a failed comm stays failed).
-#[derive(Debug, Default)]
-pub(crate) struct Sticky(Option<NetError>);
+#[derive(Debug)]
+pub(crate) struct Sticky {
+    /// The comm in the failure's log line ("send comm to 10.0.0.2:4000").
+    who: String,
+    first: Option<NetError>,
+}
 
 impl Sticky {
+    pub(crate) fn new(who: String) -> Sticky {
+        Sticky { who, first: None }
+    }
+
     pub(crate) fn check(&self) -> NetResult<()> {
-        match &self.0 {
+        match &self.first {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
 
-    /// Records `e` (logging it once, naming `who`) and hands it back.
-    pub(crate) fn fail(&mut self, who: &str, e: NetError) -> NetError {
-        tracing::warn!(target: "dqplb::net", "{who} failed: {}", e.msg);
-        self.0 = Some(e.clone());
+    /// Records `e` (logging it once, naming the comm) and hands it back.
+    pub(crate) fn fail(&mut self, e: NetError) -> NetError {
+        tracing::warn!(target: "dqplb::net", "{} failed: {}", self.who, e.msg);
+        self.first = Some(e.clone());
         e
     }
 }
@@ -350,9 +365,10 @@ mod tests {
         };
         let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
         assert_eq!(m.find(&peer, 1, 1).unwrap(), Match::NoGroup);
-        m.push(&[t(1, 10, 100), t(2, 20, 101)]).unwrap();
-        m.push(&[t(1, 5, 200)]).unwrap();
-        assert!(m.push(&[t(1, 5, 300)]).unwrap_err().contains("more than 2"));
+        m.push(&peer, &[t(1, 10, 100), t(2, 20, 101)]).unwrap();
+        m.push(&peer, &[t(1, 5, 200)]).unwrap();
+        let over = m.push(&peer, &[t(1, 5, 300)]).unwrap_err();
+        assert!(over.msg.contains("more than 2"), "{over}");
         // Sends come in any tag order within the first group.
         assert_eq!(m.find(&peer, 20, 2).unwrap(), Match::Buffer(1));
         assert_eq!(m.target(1).unwrap().remote, 101);
@@ -385,15 +401,15 @@ mod tests {
             one.msg.contains("tag 8") && one.msg.contains("does not match the tag 1"),
             "{one}"
         );
-        assert!(m.push(&[]).is_err());
-        assert!(m.push(&[t(0, 0, 0); MAX_RECVS + 1]).is_err());
+        assert!(m.push(&peer, &[]).is_err());
+        assert!(m.push(&peer, &[t(0, 0, 0); MAX_RECVS + 1]).is_err());
     }
 
     #[test]
     fn sticky_keeps_the_first_error() {
-        let mut st = Sticky::default();
+        let mut st = Sticky::new("comm".to_string());
         assert!(st.check().is_ok());
-        let e = st.fail("comm", NetError::remote("gone"));
+        let e = st.fail(NetError::remote("gone"));
         assert_eq!(e.msg, "gone");
         assert_eq!(st.check().unwrap_err().msg, "gone");
     }

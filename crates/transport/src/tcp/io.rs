@@ -32,6 +32,22 @@ impl std::fmt::Display for StreamName {
     }
 }
 
+/// A connection's data streams in QP order, each made into a `T` with its name (stream i + 1).
+pub(crate) fn data_streams<T>(
+    peer: SocketAddr,
+    socks: Vec<TcpStream>,
+    mut make: impl FnMut(TcpStream, StreamName) -> T,
+) -> Vec<T> {
+    socks
+        .into_iter()
+        .enumerate()
+        .map(|(i, sock)| {
+            let index = i as u16 + 1;
+            make(sock, StreamName { peer, index })
+        })
+        .collect()
+}
+
 /// What one read brought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Read {

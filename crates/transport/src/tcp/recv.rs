@@ -5,15 +5,15 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
 use super::handle::PROTOCOL_VERSION;
-use super::io::{drain, fill, read_some, Fill, Read, Readiness, StreamName};
+use super::io::{data_streams, drain, fill, read_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
     ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
 };
 use super::TcpOptions;
-use crate::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
+use crate::common::{Grp, RecvCore, Requests};
+use crate::slots::{RecvSizes, MAX_RECVS};
 use crate::{NetError, NetResult, UserBuf};
-use dqplb_engine::Receiver;
 
 /// Bytes of small frames read per syscall: a header and a small payload (or several small
 /// segments) arrive in one read; payloads of at least half of this are read straight into place.
@@ -63,8 +63,7 @@ struct Posted {
     placed: u64,
     /// Highest end offset of those segments.
     end: u64,
-    /// Received size, once the engine completed this buffer.
-    size: usize,
+    /// The engine completed this buffer (or it is not posted).
     done: bool,
 }
 
@@ -72,20 +71,12 @@ const NOT_POSTED: Posted = Posted {
     buf: UserBuf::empty(),
     placed: 0,
     end: 0,
-    size: 0,
     done: true,
 };
 
-/// A grouped receive in flight (one request): its buffer count and how many are incomplete.
-#[derive(Clone, Copy)]
-struct Grp {
-    n: u8,
-    left: u8,
-}
-
 /// The buffer a segment names (`slot * MAX_RECVS + index`), if it is posted and incomplete.
-fn posted(slots: &Slots<Grp>, bufs: &[Posted], id: u32) -> Option<Posted> {
-    let g = slots.active(id / MAX_RECVS as u32)?;
+fn posted(rx: &RecvCore, bufs: &[Posted], id: u32) -> Option<Posted> {
+    let g = rx.group(id)?;
     if id % MAX_RECVS as u32 >= u32::from(g.n) {
         return None;
     }
@@ -112,6 +103,9 @@ struct Replacement {
 const REPATH_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct TcpRecvComm {
+    /// Engine and requests: one per grouped receive, whose buffers are
+    /// `bufs[slot * MAX_RECVS..][..n]`.
+    rx: RecvCore,
     ctrl: TcpStream,
     ctrl_name: StreamName,
     ctrl_out: Vec<u8>,
@@ -119,12 +113,7 @@ pub struct TcpRecvComm {
     ctrl_closed: bool,
     data: Vec<DataRx>,
     ready: Readiness,
-    engine: Receiver,
-    /// One request per grouped receive; its buffers are `bufs[slot * MAX_RECVS..][..n]`.
-    slots: Slots<Grp>,
     bufs: Vec<Posted>,
-    failed: Sticky,
-    params: ConnParams,
     duplicates: u64,
     /// Where the sender opens replacement data streams (its port went out on the control
     /// stream first); None when it could not be bound (then streams are never replaced).
@@ -151,32 +140,22 @@ impl TcpRecvComm {
         let peer = ctrl
             .peer_addr()
             .map_err(|e| NetError::io("accepted control stream has no peer address", &e))?;
-        let window = params.qps as u32 * params.outstanding;
+        let rx = RecvCore::new(params, &peer, format!("receive comm from {peer}"))?;
         let n = params.max_messages as usize;
-        // Every buffer of every group is one engine message, completed in posting order.
-        let engine = Receiver::new(window, n * MAX_RECVS)
-            .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
         let cap = params.outstanding as usize * ACK_BYTES;
-        let data: Vec<DataRx> = data
-            .into_iter()
-            .enumerate()
-            .map(|(i, sock)| DataRx {
-                sock,
-                name: StreamName {
-                    peer,
-                    index: i as u16 + 1,
-                },
-                stage: Box::new([0; STAGE_BYTES]),
-                start: 0,
-                end: 0,
-                state: RxState::Header,
-                acks: Vec::with_capacity(cap),
-                acks_pos: 0,
-                blackholed: false,
-                blackhole_mid_segment: false,
-                slow_every: 0,
-            })
-            .collect();
+        let data: Vec<DataRx> = data_streams(peer, data, |sock, name| DataRx {
+            sock,
+            name,
+            stage: Box::new([0; STAGE_BYTES]),
+            start: 0,
+            end: 0,
+            state: RxState::Header,
+            acks: Vec::with_capacity(cap),
+            acks_pos: 0,
+            blackholed: false,
+            blackhole_mid_segment: false,
+            slow_every: 0,
+        });
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         // The re-path listener on the address the sender reached us at; its port is the first
         // control frame (protocol 4).
@@ -199,6 +178,7 @@ impl TcpRecvComm {
             }
         };
         Ok(TcpRecvComm {
+            rx,
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
             ctrl_out,
@@ -206,11 +186,7 @@ impl TcpRecvComm {
             ctrl_closed: false,
             data,
             ready,
-            engine,
-            slots: Slots::new(n),
             bufs: vec![NOT_POSTED; n * MAX_RECVS],
-            failed: Sticky::default(),
-            params,
             duplicates: 0,
             repath,
             replacements: Vec::new(),
@@ -223,11 +199,11 @@ impl TcpRecvComm {
     }
 
     pub fn params(&self) -> &ConnParams {
-        &self.params
+        &self.rx.params
     }
 
     pub fn max_requests(&self) -> usize {
-        self.slots.len()
+        self.rx.slots.len()
     }
 
     /// Posts one receive buffer (a group of one); see [`TcpRecvComm::irecv_group`].
@@ -239,11 +215,7 @@ impl TcpRecvComm {
     /// its buffers to the sender; None when all request slots are busy.
     pub fn irecv_group(&mut self, bufs: &[(UserBuf, i32)]) -> NetResult<Option<u32>> {
         let n = bufs.len();
-        if n == 0 || n > MAX_RECVS {
-            return Err(NetError::invalid_argument(format!(
-                "irecv of {n} buffers: accepted 1..={MAX_RECVS} (maxRecvs)"
-            )));
-        }
+        RecvCore::check_count(n)?;
         self.progress()?;
         if self.ctrl_closed {
             return Err(NetError::remote(format!(
@@ -251,7 +223,7 @@ impl TcpRecvComm {
                 self.ctrl_name
             )));
         }
-        let Some(slot) = self.slots.alloc(Grp {
+        let Some(slot) = self.rx.slots.alloc(Grp {
             n: n as u8,
             left: n as u8,
         }) else {
@@ -263,16 +235,9 @@ impl TcpRecvComm {
                 buf,
                 placed: 0,
                 end: 0,
-                size: 0,
                 done: false,
             };
-            if let Err(e) = self.engine.post(id, buf.len() as u64) {
-                let e = NetError::internal(format!(
-                    "engine refused a receive from {}: {e}",
-                    self.ctrl_name.peer
-                ));
-                return Err(self.fail(e));
-            }
+            self.rx.post(id, buf.len() as u64, &self.ctrl_name.peer)?;
             let a = Announce {
                 slot,
                 tag,
@@ -295,30 +260,19 @@ impl TcpRecvComm {
     /// arrived completely and in order. A receive that already completed is reported even if
     /// the peer has closed since.
     pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
-        let n = match self.slots.take_done(slot) {
-            Some(n) => n,
-            None => {
-                self.progress()?;
-                match self.slots.test(slot, "receive")? {
-                    Some(n) => n,
-                    None => return Ok(None),
-                }
-            }
-        };
-        let first = slot as usize * MAX_RECVS;
-        Ok(Some(
-            self.bufs[first..first + n].iter().map(|p| p.size).collect(),
-        ))
-    }
-
-    fn fail(&mut self, e: NetError) -> NetError {
-        let who = format!("receive comm from {}", self.ctrl_name.peer);
-        self.failed.fail(&who, e)
+        Ok(self.test_request(slot)?.map(|n| self.rx.sizes(slot, n)))
     }
 
     pub fn progress(&mut self) -> NetResult<()> {
-        self.failed.check()?;
-        self.step().map_err(|e| self.fail(e))
+        self.advance()
+    }
+}
+
+impl Requests for TcpRecvComm {
+    type Core = RecvCore;
+
+    fn core(&mut self) -> &mut RecvCore {
+        &mut self.rx
     }
 
     fn step(&mut self) -> NetResult<()> {
@@ -367,20 +321,20 @@ impl TcpRecvComm {
                 }
             }
         }
-        while let Some((token, size)) = self.engine.poll_done() {
+        while let Some((token, size)) = self.rx.engine.poll_done() {
             // The engine counts a message's bytes by sequence number; the segments must also have
             // named this receive and tiled [0, size) of it, or the sender is out of step.
             if let Some(d) = self
                 .data
                 .iter()
-                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token && !self.engine.is_duplicate(seg.imm)))
+                .find(|d| matches!(d.state, RxState::Payload { seg, .. } if seg.slot == token && !self.rx.engine.is_duplicate(seg.imm)))
             {
                 return Err(NetError::remote(format!(
                     "{}: receive slot {token} completed by sequence number while a segment for it is still arriving: sender out of step",
                     d.name
                 )));
             }
-            let Some(p) = posted(&self.slots, &self.bufs, token) else {
+            let Some(p) = posted(&self.rx, &self.bufs, token) else {
                 return Err(NetError::internal(format!(
                     "{}: engine completed receive buffer {token} that is not posted",
                     self.ctrl_name
@@ -392,29 +346,23 @@ impl TcpRecvComm {
                     self.ctrl_name, p.placed, p.end
                 )));
             }
-            let b = &mut self.bufs[token as usize];
-            b.size = size as usize;
-            b.done = true;
-            let group = token / MAX_RECVS as u32;
-            if let Some(g) = self.slots.active_mut(group) {
-                g.left -= 1;
-                if g.left == 0 {
-                    let n = usize::from(g.n);
-                    self.slots.finish(group, n);
-                }
-            }
+            self.bufs[token as usize].done = true;
+            self.rx.complete(token, size);
         }
-        if self.engine.pending() > 0 && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
+        if self.rx.engine.pending() > 0
+            && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
         {
             return Err(NetError::remote(format!(
                 "{}: the sender closed every stream with {} receive(s) incomplete",
                 self.ctrl_name,
-                self.engine.pending()
+                self.rx.engine.pending()
             )));
         }
         Ok(())
     }
+}
 
+impl TcpRecvComm {
     /// Data stream `qp` failed (an I/O error, or EOF inside a segment): it is dropped, and the
     /// sender sends what it had in flight on it again over the other streams. Bytes a partial
     /// segment placed are rewritten by the second copy; the engine counted nothing of it.
@@ -466,11 +414,11 @@ impl TcpRecvComm {
                     d.start += SEG_HEADER_BYTES;
                     let seg = SegHeader::decode(&hdr)
                         .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    if self.engine.is_duplicate(seg.imm) {
+                    if self.rx.engine.is_duplicate(seg.imm) {
                         d.state = RxState::Discard { seg, got: 0 };
                         continue;
                     }
-                    let fits = posted(&self.slots, &self.bufs, seg.slot).is_some_and(|p| {
+                    let fits = posted(&self.rx, &self.bufs, seg.slot).is_some_and(|p| {
                         p.buf.slice(seg.offset as usize, seg.len as usize).is_some()
                     });
                     if !fits {
@@ -486,12 +434,12 @@ impl TcpRecvComm {
                     // A copy of this segment came in full on another stream while this one was
                     // still arriving (the sender gave this stream up as stalled and resent): the
                     // rest is dropped, its receive may already be back with NCCL.
-                    if self.engine.is_duplicate(seg.imm) {
+                    if self.rx.engine.is_duplicate(seg.imm) {
                         d.state = RxState::Discard { seg, got };
                         continue;
                     }
                     if got < len {
-                        let Some(Posted { buf, .. }) = posted(&self.slots, &self.bufs, seg.slot)
+                        let Some(Posted { buf, .. }) = posted(&self.rx, &self.bufs, seg.slot)
                         else {
                             return Err(NetError::remote(format!(
                                 "{}: segment for receive slot {} whose receive already completed: sender out of step",
@@ -543,12 +491,12 @@ impl TcpRecvComm {
                             continue;
                         }
                     }
-                    if posted(&self.slots, &self.bufs, seg.slot).is_some() {
+                    if posted(&self.rx, &self.bufs, seg.slot).is_some() {
                         let p = &mut self.bufs[seg.slot as usize];
                         p.placed += u64::from(seg.len);
                         p.end = p.end.max(seg.offset + u64::from(seg.len));
                     }
-                    self.engine.arrived(seg.imm, seg.len).map_err(|e| {
+                    self.rx.engine.arrived(seg.imm, seg.len).map_err(|e| {
                         NetError::remote(format!("{}: protocol error: {e}", d.name))
                     })?;
                     d.acks.extend_from_slice(&encode_ack(seg.imm));

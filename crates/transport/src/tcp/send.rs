@@ -5,18 +5,18 @@ use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::time::Instant;
 
-use super::io::{fill, read_some, write_some, Fill, Read, Readiness, StreamName};
+use super::io::{data_streams, fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
 use super::wire::{
     decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
     SEG_HEADER_BYTES,
 };
-use crate::events::{CommEvents, EventDescr};
-use crate::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
+use crate::common::{Outgoing, Requests, SendCore};
+use crate::events::EventDescr;
+use crate::slots::{Match, Target, MAX_RECVS};
 use crate::{ErrorCode, NetError, NetResult, UserBuf};
-use dqplb_engine::{EngineError, EngineParams, PathEvent, PolicyKind, QpStats, RehashRule, Sender};
+use dqplb_engine::{EngineError, PathEvent, PolicyKind, QpStats, RehashRule};
 
 /// One segment on its way out of a data stream.
 struct TxSeg {
@@ -48,39 +48,36 @@ struct DataTx {
 
 /// An in-flight send: its buffer and the receive buffer id the peer announced for it.
 #[derive(Clone, Copy)]
-struct Active {
+pub(crate) struct Active {
     buf: UserBuf,
     remote_slot: u32,
     /// NCCL's profiler handle of the isend (0: none).
     parent: usize,
 }
 
+impl Outgoing for Active {
+    fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 pub struct TcpSendComm {
+    /// Engine, requests and the matching of isends to the receiver's announced groups.
+    tx: SendCore<Active, u32>,
     ctrl: TcpStream,
     ctrl_name: StreamName,
     ctrl_in: [u8; ANNOUNCE_BYTES],
     ctrl_got: usize,
     /// The receiver closed its control stream: no announcement will come any more.
     ctrl_closed: bool,
-    /// Announced groups not yet matched completely, strictly in order.
-    matcher: GroupMatcher<u32>,
     /// The group whose announcement frames are still arriving: its slot, count, and buffers.
     partial: [Target<u32>; MAX_RECVS],
     partial_n: usize,
     partial_of: (u32, u8),
     data: Vec<DataTx>,
     ready: Readiness,
-    engine: Sender,
-    /// Profiler events (NCCL v10+), per segment from queueing to acknowledgement.
-    events: CommEvents,
     /// The first data-stream failure (named when the last stream fails too).
     first_failure: Option<NetError>,
-    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
-    route: u8,
-    slots: Slots<Active>,
-    failed: Sticky,
-    epoch: Instant,
-    params: ConnParams,
     /// How replacement streams are opened and greeted.
     setup: StreamSetup,
     /// The receiver's re-path listener (from its first control frame); None: never replace.
@@ -109,55 +106,32 @@ impl TcpSendComm {
         let peer = ctrl
             .peer_addr()
             .map_err(|e| NetError::io("connected control stream has no peer address", &e))?;
-        let engine = Sender::new(&EngineParams {
-            qps: params.qps as usize,
-            max_outstanding: params.outstanding,
-            segment_bytes: params.segment_bytes,
-            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
-            max_messages: params.max_messages as usize * MAX_RECVS,
-            policy: params.policy,
-        })
-        .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
+        let tx = SendCore::new(params, &peer, format!("send comm to {peer}"))?;
         let cap = params.outstanding as usize;
-        let data: Vec<DataTx> = data
-            .into_iter()
-            .enumerate()
-            .map(|(i, sock)| DataTx {
-                sock,
-                name: StreamName {
-                    peer,
-                    index: i as u16 + 1,
-                },
-                queue: VecDeque::with_capacity(cap),
-                ack: [0; ACK_BYTES],
-                ack_got: 0,
-                unacked: VecDeque::with_capacity(cap),
-                closed: false,
-                dead: false,
-            })
-            .collect();
+        let data: Vec<DataTx> = data_streams(peer, data, |sock, name| DataTx {
+            sock,
+            name,
+            queue: VecDeque::with_capacity(cap),
+            ack: [0; ACK_BYTES],
+            ack_got: 0,
+            unacked: VecDeque::with_capacity(cap),
+            closed: false,
+            dead: false,
+        });
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
-        let n = params.max_messages as usize;
         Ok(TcpSendComm {
+            tx,
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
             ctrl_in: [0; ANNOUNCE_BYTES],
             ctrl_got: 0,
             ctrl_closed: false,
-            matcher: GroupMatcher::new(n),
             partial: [Target::default(); MAX_RECVS],
             partial_n: 0,
             partial_of: (0, 0),
             data,
             ready,
-            engine,
-            events: CommEvents::current(),
-            route: 0,
             first_failure: None,
-            // NCCL may hold MAX_REQUESTS grouped receives' worth of sends (net_ib: 32 x 8).
-            slots: Slots::new(n * MAX_RECVS),
-            failed: Sticky::default(),
-            epoch: Instant::now(),
             repaths: (0..params.qps).map(|_| None).collect(),
             failure_repaths: vec![0; params.qps as usize],
             repaths_done: 0,
@@ -165,37 +139,34 @@ impl TcpSendComm {
             next_stall_check: 0,
             repath_to: None,
             setup,
-            params,
         })
     }
 
     pub fn params(&self) -> &ConnParams {
-        &self.params
+        &self.tx.params
     }
 
     pub fn max_requests(&self) -> usize {
-        self.slots.len()
+        self.tx.slots.len()
     }
 
     /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
     pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
-        self.engine
-            .add_route(policy, qps, self.params.segment_bytes)
-            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+        self.tx.add_route(policy, qps)
     }
 
     /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
     pub fn set_event_parent(&mut self, parent: usize) {
-        self.events.next_parent = parent;
+        self.tx.events.next_parent = parent;
     }
 
     /// Messages matched from now on are cut by engine route `route` (from `add_route`).
     pub fn set_route(&mut self, route: u8) {
-        self.route = route;
+        self.tx.route = route;
     }
 
     pub fn qp_stats(&self) -> &[QpStats] {
-        self.engine.qp_stats()
+        self.tx.qp_stats()
     }
 
     /// Local/peer addresses of the data streams (for path shaping and logs).
@@ -220,14 +191,15 @@ impl TcpSendComm {
             }
             Err(e) => return Err(e),
         };
-        let i = match self.matcher.find(&self.ctrl_name.peer, buf.len(), tag)? {
+        let peer = self.ctrl_name.peer;
+        let i = match self.tx.matcher.find(&peer, buf.len(), tag)? {
             Match::Buffer(i) => i,
             Match::NoGroup | Match::Busy => {
                 if let Some(e) = gone {
                     return Err(e);
                 }
                 // No later group can come once the receiver closed its control stream.
-                if self.ctrl_closed && self.partial_n == 0 && self.matcher.len() <= 1 {
+                if self.ctrl_closed && self.partial_n == 0 && self.tx.matcher.len() <= 1 {
                     return Err(NetError::remote(format!(
                         "{}: the receiver closed the connection; no receive will be posted for this send",
                         self.ctrl_name
@@ -236,33 +208,19 @@ impl TcpSendComm {
                 return Ok(None);
             }
         };
-        let Some(target) = self.matcher.target(i) else {
-            return Err(NetError::internal("matched receive buffer vanished"));
-        };
-        let Some(slot) = self.slots.alloc(Active {
+        let active = |remote_slot, parent| Active {
             buf,
-            remote_slot: target.remote,
-            parent: self.events.next_parent,
-        }) else {
+            remote_slot,
+            parent,
+        };
+        let Some((slot, posted)) = self.tx.claim(i, active, gone.is_some(), &peer)? else {
             return Ok(None);
         };
-        if let Some(group) = self.matcher.assign(i, slot) {
-            if gone.is_none() {
-                for &s in group.sends() {
-                    let len = self.slots.active(s).map_or(0, |a| a.buf.len());
-                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
-                        let e = NetError::internal(format!(
-                            "engine refused a send to {}: {e}",
-                            self.ctrl_name.peer
-                        ));
-                        return Err(self.fail(e));
-                    }
-                }
-                // Put the first segments on the wire now rather than at the next test().
-                if let Err(e) = self.progress() {
-                    if e.code != ErrorCode::RemoteError {
-                        return Err(e);
-                    }
+        // Put the first segments on the wire now rather than at the next test().
+        if posted {
+            if let Err(e) = self.progress() {
+                if e.code != ErrorCode::RemoteError {
+                    return Err(e);
                 }
             }
         }
@@ -272,26 +230,24 @@ impl TcpSendComm {
     /// Completion of request `slot`: Some(size) once every segment was acknowledged. A request
     /// that already completed is reported even if the peer has closed since.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        if let Some(n) = self.slots.take_done(slot) {
-            return Ok(Some(n));
-        }
-        self.progress()?;
-        self.slots.test(slot, "send")
-    }
-
-    fn fail(&mut self, e: NetError) -> NetError {
-        let who = format!("send comm to {}", self.ctrl_name.peer);
-        self.failed.fail(&who, e)
+        self.test_request(slot)
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.tx.now()
     }
 
     /// Moves everything that can move without blocking.
     pub fn progress(&mut self) -> NetResult<()> {
-        self.failed.check()?;
-        self.step().map_err(|e| self.fail(e))
+        self.advance()
+    }
+}
+
+impl Requests for TcpSendComm {
+    type Core = SendCore<Active, u32>;
+
+    fn core(&mut self) -> &mut SendCore<Active, u32> {
+        &mut self.tx
     }
 
     fn step(&mut self) -> NetResult<()> {
@@ -305,7 +261,7 @@ impl TcpSendComm {
         if self.repaths.iter().any(Option::is_some) {
             self.advance_repaths(now)?;
         }
-        while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
+        while let Some(PathEvent::Replace { qp }) = self.tx.engine.poll_path_event() {
             self.begin_repath(qp, Why::Straggler)?;
         }
         if self.stall_timeout > 0 {
@@ -313,14 +269,12 @@ impl TcpSendComm {
         }
         self.schedule(now)?;
         self.write_segments()?;
-        while let Some(token) = self.engine.poll_done() {
-            if let Some(a) = self.slots.active(token) {
-                self.slots.finish(token, a.buf.len());
-            }
-        }
+        self.tx.finish_done();
         Ok(())
     }
+}
 
+impl TcpSendComm {
     fn read_announces(&mut self) -> NetResult<()> {
         while !self.ctrl_closed {
             match fill(
@@ -391,11 +345,9 @@ impl TcpSendComm {
         self.partial_n += 1;
         if self.partial_n == usize::from(a.count) {
             self.partial_n = 0;
-            self.matcher
-                .push(&self.partial[..usize::from(a.count)])
-                .map_err(|why| {
-                    NetError::remote(format!("{}: peer announced {why}", self.ctrl_name))
-                })?;
+            self.tx
+                .matcher
+                .push(&self.ctrl_name, &self.partial[..usize::from(a.count)])?;
         }
         Ok(())
     }
@@ -458,8 +410,8 @@ impl TcpSendComm {
                         )));
                     }
                     d.unacked.pop_front();
-                    self.events.stop(ev);
-                    self.engine.completed(qp, now).map_err(|e| {
+                    self.tx.events.stop(ev);
+                    self.tx.engine.completed(qp, now).map_err(|e| {
                         NetError::remote(format!(
                             "{}: acknowledgement without a segment in flight: {e}",
                             d.name
@@ -477,7 +429,8 @@ impl TcpSendComm {
         let Some(to) = self.repath_to else {
             if why == Why::Straggler {
                 tracing::info!(target: "dqplb::net", "{}: straggler kept: the receiver has no re-path listener", self.data[qp].name);
-                self.engine
+                self.tx
+                    .engine
                     .path_replaced(qp)
                     .map_err(|e| NetError::internal(e.to_string()))?;
             }
@@ -498,6 +451,7 @@ impl TcpSendComm {
         self.repaths[qp] = None;
         match why {
             Why::Straggler => self
+                .tx
                 .engine
                 .path_replaced(qp)
                 .map_err(|e| NetError::internal(e.to_string()))?,
@@ -537,7 +491,8 @@ impl TcpSendComm {
             d.closed = false;
             d.dead = false;
             self.ready.replace(qp + 1, &d.sock);
-            self.engine
+            self.tx
+                .engine
                 .path_replaced(qp)
                 .map_err(|e| NetError::internal(format!("{}: {e}", d.name)))?;
             self.repaths_done += 1;
@@ -559,7 +514,7 @@ impl TcpSendComm {
             return Ok(());
         }
         self.next_stall_check = now + (self.stall_timeout / 4).max(1);
-        if let Some(qp) = self.engine.stalled(now, self.stall_timeout) {
+        if let Some(qp) = self.tx.engine.stalled(now, self.stall_timeout) {
             let e = NetError::remote(format!(
                 "{}: a segment unacknowledged for {} ms: path stalled",
                 self.data[qp].name,
@@ -572,9 +527,7 @@ impl TcpSendComm {
 
     /// Installs the engine's straggler re-hash rule (per connection class, from the site config).
     pub fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
-        self.engine
-            .set_rehash_rule(rule)
-            .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))
+        self.tx.set_rehash_rule(rule)
     }
 
     /// Data streams replaced so far (stragglers and failures).
@@ -594,14 +547,14 @@ impl TcpSendComm {
         d.closed = true;
         d.ack_got = 0;
         for seg in d.queue.drain(..) {
-            self.events.stop(seg.ev);
+            self.tx.events.stop(seg.ev);
         }
         for (_, ev) in d.unacked.drain(..) {
-            self.events.stop(ev);
+            self.tx.events.stop(ev);
         }
         self.ready.ignore(qp + 1);
         let first = self.first_failure.get_or_insert_with(|| why.clone());
-        match self.engine.path_failed(qp) {
+        match self.tx.engine.path_failed(qp) {
             Ok(moved) => {
                 tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); {moved} segment(s) in flight on it go out again on the other streams", d.name);
                 self.repaths[qp] = None;
@@ -624,12 +577,12 @@ impl TcpSendComm {
     }
 
     fn schedule(&mut self, now: u64) -> NetResult<()> {
-        while let Some(t) = self.engine.poll_transmit(now) {
+        while let Some(t) = self.tx.engine.poll_transmit(now) {
             let Some(Active {
                 buf,
                 remote_slot,
                 parent,
-            }) = self.slots.active(t.token)
+            }) = self.tx.slots.active(t.token)
             else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
@@ -651,8 +604,8 @@ impl TcpSendComm {
                 len: t.len,
             }
             .encode();
-            let ev = if self.events.enabled() {
-                self.events.start(
+            let ev = if self.tx.events.enabled() {
+                self.tx.events.start(
                     parent,
                     EventDescr::Socket {
                         fd: d.sock.as_raw_fd(),
@@ -736,15 +689,15 @@ fn close_stream(d: &mut DataTx) -> NetResult<()> {
 impl Drop for TcpSendComm {
     /// Segments still queued or unacknowledged end their profiler events with the comm.
     fn drop(&mut self) {
-        if !self.events.enabled() {
+        if !self.tx.events.enabled() {
             return;
         }
         for d in &self.data {
             for seg in &d.queue {
-                self.events.stop(seg.ev);
+                self.tx.events.stop(seg.ev);
             }
             for &(_, ev) in &d.unacked {
-                self.events.stop(ev);
+                self.tx.events.stop(ev);
             }
         }
     }

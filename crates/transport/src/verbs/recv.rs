@@ -19,23 +19,18 @@ use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::send::verr;
 use super::srq::SharedReceiveQueue;
-use crate::slots::{RecvSizes, Slots, Sticky, MAX_RECVS};
+use crate::common::{Grp, RecvCore, Requests};
+use crate::slots::{RecvSizes, MAX_RECVS};
 use crate::tcp::ConnParams;
 use crate::{NetError, NetResult, UserBuf};
-use dqplb_engine::Receiver;
 use std::sync::Arc;
 
 /// Byte the sender writes on the bootstrap socket once its QPs can receive announcements.
 pub(super) const READY: u8 = 0x52;
 
-/// A grouped receive in flight (one request): its buffer count and how many are incomplete.
-#[derive(Clone, Copy)]
-struct Grp {
-    n: u8,
-    left: u8,
-}
-
 pub struct VerbsRecvComm {
+    /// Engine and requests: one per grouped receive.
+    rx: RecvCore,
     qps: QpSet,
     /// Bootstrap socket: until the sender's READY byte arrives, announcements wait.
     boot: Option<TcpStream>,
@@ -64,15 +59,8 @@ pub struct VerbsRecvComm {
     /// The control QP's send queue depth.
     cts_sq_depth: u32,
     waiting: VecDeque<u32>,
-    engine: Receiver,
-    /// One request per grouped receive; buffer k of slot s is engine token s * MAX_RECVS + k.
-    slots: Slots<Grp>,
-    /// Received size of each buffer, indexed by engine token.
-    sizes: Vec<usize>,
     wcs: [WorkCompletion; POLL_BATCH],
     ops: OpCounters,
-    failed: Sticky,
-    params: ConnParams,
     peer: String,
     /// Per data QP index: receives the current QP consumed from the SRQ (any status, wrapping).
     recv_on: Vec<u32>,
@@ -136,9 +124,7 @@ impl VerbsRecvComm {
     ) -> NetResult<Self> {
         let n = params.max_messages as usize;
         let window = params.qps as u32 * params.outstanding;
-        // Every buffer of every group is one engine message, completed in posting order.
-        let engine = Receiver::new(window, n * MAX_RECVS)
-            .map_err(|e| NetError::remote(format!("connection parameters from {peer}: {e}")))?;
+        let rx = RecvCore::new(params, &peer, format!("verbs receive comm from {peer}"))?;
         let cts_sq_depth = qps.control().caps().max_send_wr.max(1);
         // the announcements by slot, then one credit word per control send-queue entry
         let staging_bytes = credit_offset(n as u32) + cts_sq_depth as usize * CREDIT_WORD_BYTES;
@@ -148,6 +134,7 @@ impl VerbsRecvComm {
         })?;
         let posted = srq.depth();
         Ok(VerbsRecvComm {
+            rx,
             qps,
             boot: Some(boot),
             watch: None,
@@ -164,19 +151,14 @@ impl VerbsRecvComm {
             posted,
             published: 0,
             waiting: VecDeque::with_capacity(n),
-            engine,
-            slots: Slots::new(n),
-            sizes: vec![0; n * MAX_RECVS],
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
-            failed: Sticky::default(),
             recv_on: vec![0; params.qps as usize],
             fenced: vec![false; params.qps as usize],
             recreations: vec![0; params.qps as usize],
             retired: Vec::new(),
             fencing: None,
             path: RecvPathCounters::default(),
-            params,
             peer,
         })
     }
@@ -188,15 +170,15 @@ impl VerbsRecvComm {
 
     /// Sequence numbers counted so far, each once (the engine's next expected one).
     pub fn seqs_counted(&self) -> u32 {
-        self.engine.expected_seq()
+        self.rx.engine.expected_seq()
     }
 
     pub fn params(&self) -> &ConnParams {
-        &self.params
+        &self.rx.params
     }
 
     pub fn max_requests(&self) -> usize {
-        self.slots.len()
+        self.rx.slots.len()
     }
 
     /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
@@ -223,15 +205,15 @@ impl VerbsRecvComm {
         format!(
             "recv from {}: expected seq {}, {} posted, {} pending, {} announced, {} waiting, credit {} published {}, ready {}, failed: {:?}",
             self.peer,
-            self.engine.expected_seq(),
-            self.engine.posted(),
-            self.engine.pending(),
+            self.rx.engine.expected_seq(),
+            self.rx.engine.posted(),
+            self.rx.engine.pending(),
             self.announced,
             self.waiting.len(),
             self.posted,
             self.published,
             self.boot.is_none(),
-            self.failed.check().err().map(|e| e.msg)
+            self.rx.failed.check().err().map(|e| e.msg)
         )
     }
 
@@ -252,11 +234,7 @@ impl VerbsRecvComm {
         bufs: &[(UserBuf, i32, Option<&MemoryRegion>)],
     ) -> NetResult<Option<u32>> {
         let n = bufs.len();
-        if n == 0 || n > MAX_RECVS {
-            return Err(NetError::invalid_argument(format!(
-                "irecv of {n} buffers: accepted 1..={MAX_RECVS} (maxRecvs)"
-            )));
-        }
+        RecvCore::check_count(n)?;
         let mut fifo = [FifoBuf::default(); MAX_RECVS];
         for (f, (buf, tag, mr)) in fifo.iter_mut().zip(bufs) {
             super::send::covers(*mr, buf, "irecv")?;
@@ -267,17 +245,17 @@ impl VerbsRecvComm {
                 tag: *tag,
             };
         }
-        self.failed.check()?;
+        self.rx.failed.check()?;
         let grp = Grp {
             n: n as u8,
             left: n as u8,
         };
-        let slot = match self.slots.alloc(grp) {
+        let slot = match self.rx.slots.alloc(grp) {
             Some(s) => s,
             None => {
                 // Every slot busy: reap, then try once more.
                 self.progress()?;
-                match self.slots.alloc(grp) {
+                match self.rx.slots.alloc(grp) {
                     Some(s) => s,
                     None => return Ok(None),
                 }
@@ -285,12 +263,7 @@ impl VerbsRecvComm {
         };
         for (k, f) in fifo[..n].iter().enumerate() {
             let token = slot * MAX_RECVS as u32 + k as u32;
-            if let Err(e) = self.engine.post(token, f.capacity) {
-                return Err(self.fail(NetError::internal(format!(
-                    "engine refused a receive from {}: {e}",
-                    self.peer
-                ))));
-            }
+            self.rx.post(token, f.capacity, &self.peer)?;
         }
         // The sequence number is stamped when announced.
         let entry = FifoEntry::new(slot, &fifo[..n]);
@@ -311,73 +284,15 @@ impl VerbsRecvComm {
     }
 
     /// Some(received size of each buffer, in posting order) once every buffer of request `slot`
-    /// arrived completely and in order.
+    /// arrived completely and in order. A request that already completed is reported even if
+    /// the peer has gone since.
     pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
-        // A request that already completed is reported even if the peer has gone since.
-        let n = match self.slots.take_done(slot) {
-            Some(n) => n,
-            None => {
-                self.progress()?;
-                match self.slots.test(slot, "receive")? {
-                    Some(n) => n,
-                    None => {
-                        if let Some(w) = self.watch.as_mut() {
-                            if w.gone() {
-                                let e = NetError::remote(format!(
-                                    "{} {} while receive {slot} was still pending",
-                                    self.peer,
-                                    w.why()
-                                ));
-                                return Err(self.fail(e));
-                            }
-                        }
-                        return Ok(None);
-                    }
-                }
-            }
-        };
-        let first = slot as usize * MAX_RECVS;
-        Ok(Some(self.sizes[first..first + n].iter().copied().collect()))
-    }
-
-    fn fail(&mut self, e: NetError) -> NetError {
-        let who = format!("verbs receive comm from {}", self.peer);
-        self.failed.fail(&who, e)
+        Ok(self.test_request(slot)?.map(|n| self.rx.sizes(slot, n)))
     }
 
     /// Moves everything that can move without blocking (never sleeps).
     pub fn progress(&mut self) -> NetResult<()> {
-        self.failed.check()?;
-        match self.step() {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-
-    fn step(&mut self) -> NetResult<()> {
-        self.check_ready()?;
-        self.announce()?;
-        self.reap_data()?;
-        self.serve_fences()?;
-        self.publish_credit()?;
-        while let Some((token, size)) = self.engine.poll_done() {
-            let group = token / MAX_RECVS as u32;
-            let Some(g) = self.slots.active_mut(group) else {
-                return Err(NetError::internal(format!(
-                    "{}: engine completed receive buffer {token} of no posted request",
-                    self.peer
-                )));
-            };
-            if let Some(s) = self.sizes.get_mut(token as usize) {
-                *s = size as usize;
-            }
-            g.left = g.left.saturating_sub(1);
-            if g.left == 0 {
-                let n = usize::from(g.n);
-                self.slots.finish(group, n);
-            }
-        }
-        Ok(())
+        self.advance()
     }
 
     /// Reads the sender's READY byte; the bootstrap socket is dropped after it.
@@ -415,7 +330,7 @@ impl VerbsRecvComm {
             }
             self.waiting.pop_front();
             let off = slot as usize * FIFO_ENTRY_BYTES;
-            let count = self.slots.active(slot).map_or(1, |g| usize::from(g.n));
+            let count = self.rx.slots.active(slot).map_or(1, |g| usize::from(g.n));
             let seq = self.announced;
             self.staging
                 .write(off + FIFO_SEQ_OFFSET, &seq.to_le_bytes())
@@ -553,7 +468,8 @@ impl VerbsRecvComm {
                 let imm = wc.imm.ok_or_else(|| {
                     NetError::remote(format!("{}: data segment without immediate", self.peer))
                 })?;
-                self.engine
+                self.rx
+                    .engine
                     .arrived(imm, wc.byte_len)
                     .map_err(|e| NetError::remote(format!("{}: protocol error: {e}", self.peer)))?;
             }
@@ -620,13 +536,13 @@ impl VerbsRecvComm {
     #[cold]
     fn fence(&mut self, m: FenceMsg) -> NetResult<()> {
         let q = usize::from(m.qp);
-        if q >= self.fenced.len() || m.imms.len() > self.params.outstanding as usize {
+        if q >= self.fenced.len() || m.imms.len() > self.rx.params.outstanding as usize {
             return Err(NetError::remote(format!(
                 "{}: FENCE of data QP {q} ({} data QPs) for {} segments (at most {} in flight)",
                 self.peer,
                 self.fenced.len(),
                 m.imms.len(),
-                self.params.outstanding
+                self.rx.params.outstanding
             )));
         }
         if let Err(e) = self.qps.data(q).and_then(RcQp::set_error) {
@@ -645,7 +561,7 @@ impl VerbsRecvComm {
         let counted: Vec<bool> = m
             .imms
             .iter()
-            .map(|&i| self.engine.is_duplicate(i))
+            .map(|&i| self.rx.engine.is_duplicate(i))
             .collect();
         let consumed = std::mem::replace(&mut self.recv_on[q], 0);
         let mut endpoint = None;
@@ -681,6 +597,47 @@ impl VerbsRecvComm {
         };
         if let Some(w) = self.watch.as_mut() {
             w.send(&answer.encode());
+        }
+        Ok(())
+    }
+}
+
+impl Requests for VerbsRecvComm {
+    type Core = RecvCore;
+
+    fn core(&mut self) -> &mut RecvCore {
+        &mut self.rx
+    }
+
+    fn step(&mut self) -> NetResult<()> {
+        self.check_ready()?;
+        self.announce()?;
+        self.reap_data()?;
+        self.serve_fences()?;
+        self.publish_credit()?;
+        while let Some((token, size)) = self.rx.engine.poll_done() {
+            if !self.rx.complete(token, size) {
+                return Err(NetError::internal(format!(
+                    "{}: engine completed receive buffer {token} of no posted request",
+                    self.peer
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The sender's exit (the bootstrap socket's EOF, after PeerWatch's grace) fails a receive
+    /// still pending: RDMA alone never shows it.
+    fn check_pending(&mut self, slot: u32) -> NetResult<()> {
+        if let Some(w) = self.watch.as_mut() {
+            if w.gone() {
+                let e = NetError::remote(format!(
+                    "{} {} while receive {slot} was still pending",
+                    self.peer,
+                    w.why()
+                ));
+                return Err(self.fail(e));
+            }
         }
         Ok(())
     }

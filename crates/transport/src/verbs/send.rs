@@ -4,7 +4,6 @@
 //! A data QP that fails is fenced, its segments resent and the QP re-created (fence.rs).
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use super::completion::{status_str, OpCounters, WorkCompletion, POLL_BATCH};
 use super::fence::{
@@ -19,15 +18,16 @@ use super::qp::{QpEndpoint, RcQp};
 use super::qpset::{QpRole, QpSet};
 use super::resources::{LocalSlice, MemoryRegion, RegisteredBuffer, RemoteSlice};
 use super::sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-use crate::events::{CommEvents, EventDescr};
-use crate::slots::{GroupMatcher, Match, Slots, Sticky, Target, MAX_RECVS};
+use crate::common::{Outgoing, Requests, SendCore};
+use crate::events::EventDescr;
+use crate::slots::{Match, Target, MAX_RECVS};
 use crate::tcp::ConnParams;
 use crate::{ErrorCode, NetError, NetResult, UserBuf};
-use dqplb_engine::{EngineError, EngineParams, PathEvent, PolicyKind, QpStats, RehashRule, Sender};
+use dqplb_engine::{EngineError, PathEvent, PolicyKind, QpStats, RehashRule};
 
 /// An in-flight send: where its bytes are, and the receive buffer announced for it.
 #[derive(Clone, Copy)]
-struct Active {
+pub(crate) struct Active {
     addr: u64,
     lkey: u32,
     size: usize,
@@ -36,7 +36,15 @@ struct Active {
     parent: usize,
 }
 
+impl Outgoing for Active {
+    fn bytes(&self) -> usize {
+        self.size
+    }
+}
+
 pub struct VerbsSendComm {
+    /// Engine, requests and the matching of isends to the receiver's announced groups.
+    tx: SendCore<Active, FifoBuf>,
     qps: QpSet,
     fifo: RegisteredBuffer,
     fifo_len: u32,
@@ -47,24 +55,14 @@ pub struct VerbsSendComm {
     imm_posted: u32,
     /// False only in the revert check of crates/transport/tests/verbs_rnr.rs (the credit is ignored).
     credit_gate: bool,
-    /// Announced groups not yet matched completely, strictly in order.
-    matcher: GroupMatcher<FifoBuf>,
     targets: [Target<FifoBuf>; MAX_RECVS],
-    engine: Sender,
-    /// Engine route of the messages posted next (0: the configured policy; see `add_route`).
-    route: u8,
     /// Profiler events (NCCL v10+): per data QP, the events of its segments in flight, oldest
     /// first (a QP's completions come in posting order). Empty when no profiler is attached.
-    events: CommEvents,
     event_rings: Vec<VecDeque<usize>>,
     /// The plugin's device number, for the events' descriptor.
     event_device: i32,
-    slots: Slots<Active>,
     wcs: [WorkCompletion; POLL_BATCH],
     ops: OpCounters,
-    failed: Sticky,
-    epoch: Instant,
-    params: ConnParams,
     peer: String,
     watch: PeerWatch,
     /// Failed data QPs between their failure and the receiver's answer (fence.rs).
@@ -149,19 +147,9 @@ impl VerbsSendComm {
         peer: String,
         boot: std::net::TcpStream,
     ) -> NetResult<Self> {
-        let engine = Sender::new(&EngineParams {
-            qps: params.qps as usize,
-            max_outstanding: params.outstanding,
-            segment_bytes: params.segment_bytes,
-            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
-            max_messages: params.max_messages as usize * MAX_RECVS,
-            policy: params.policy,
-        })
-        .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
-        let n = params.max_messages as usize;
+        let tx = SendCore::new(params, &peer, format!("verbs send comm to {peer}"))?;
         // Per-QP event rings only when a profiler is attached (at most `outstanding` each).
-        let events = CommEvents::current();
-        let event_rings = if events.enabled() {
+        let event_rings = if tx.events.enabled() {
             (0..params.qps)
                 .map(|_| VecDeque::with_capacity(params.outstanding as usize))
                 .collect()
@@ -169,6 +157,7 @@ impl VerbsSendComm {
             Vec::new()
         };
         Ok(VerbsSendComm {
+            tx,
             qps,
             fifo_len: params.max_messages,
             fifo,
@@ -176,23 +165,15 @@ impl VerbsSendComm {
             credit: 0,
             imm_posted: 0,
             credit_gate: true,
-            matcher: GroupMatcher::new(n),
             targets: [Target::default(); MAX_RECVS],
-            engine,
-            route: 0,
             event_rings,
             event_device: 0,
-            events,
-            slots: Slots::new(n * MAX_RECVS),
             wcs: [WorkCompletion::default(); POLL_BATCH],
             ops: OpCounters::default(),
-            failed: Sticky::default(),
-            epoch: Instant::now(),
             imm_on: vec![0; params.qps as usize],
             out: vec![false; params.qps as usize],
             spares: (0..params.qps).map(|_| None).collect(),
             recreations: vec![0; params.qps as usize],
-            params,
             peer,
             watch: PeerWatch::new(boot),
             fences: SendFences::default(),
@@ -214,7 +195,7 @@ impl VerbsSendComm {
 
     /// Sequence numbers the engine has issued so far (the receiver counts each one once).
     pub fn seqs_issued(&self) -> u32 {
-        self.engine.next_seq()
+        self.tx.engine.next_seq()
     }
 
     /// Fault injection for tests: completions of data QP `q` reach the engine `lag_ns` late (a
@@ -243,16 +224,16 @@ impl VerbsSendComm {
     }
 
     pub fn params(&self) -> &ConnParams {
-        &self.params
+        &self.tx.params
     }
 
     pub fn max_requests(&self) -> usize {
-        self.slots.len()
+        self.tx.slots.len()
     }
 
     /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
     pub fn set_event_parent(&mut self, parent: usize) {
-        self.events.next_parent = parent;
+        self.tx.events.next_parent = parent;
     }
 
     /// The plugin's device number, reported in the events' descriptor.
@@ -265,7 +246,7 @@ impl VerbsSendComm {
     #[cold]
     fn segment_event(&mut self, qp: usize, parent: usize, wr_id: u64, len: u32) {
         let qp_num = self.qps.data(qp).map_or(0, |q| q.qpn());
-        let ev = self.events.start(
+        let ev = self.tx.events.start(
             parent,
             EventDescr::Qp {
                 device: self.event_device,
@@ -282,18 +263,16 @@ impl VerbsSendComm {
 
     /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
     pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
-        self.engine
-            .add_route(policy, qps, self.params.segment_bytes)
-            .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
+        self.tx.add_route(policy, qps)
     }
 
     /// Messages matched from now on are cut by engine route `route` (from `add_route`).
     pub fn set_route(&mut self, route: u8) {
-        self.route = route;
+        self.tx.route = route;
     }
 
     pub fn qp_stats(&self) -> &[QpStats] {
-        self.engine.qp_stats()
+        self.tx.qp_stats()
     }
 
     /// Posts, completions and CQ polls of this comm so far (plain counters, never reset).
@@ -322,15 +301,15 @@ impl VerbsSendComm {
         format!(
             "send to {}: {} segments outstanding, {} messages queued, next seq {}, {} announcements waiting, {} received, credit {} of which {} left, {}, failed: {:?}",
             self.peer,
-            self.engine.outstanding(),
-            self.engine.queued_messages(),
-            self.engine.next_seq(),
-            self.matcher.len(),
+            self.tx.engine.outstanding(),
+            self.tx.engine.queued_messages(),
+            self.tx.engine.next_seq(),
+            self.tx.matcher.len(),
             self.next_seq,
             self.credit,
             self.credit_left(),
             self.fences.describe(),
-            self.failed.check().err().map(|e| e.msg)
+            self.tx.failed.check().err().map(|e| e.msg)
         )
     }
 
@@ -346,7 +325,7 @@ impl VerbsSendComm {
     ) -> NetResult<Option<u32>> {
         let lkey = covers(mr, &buf, "isend")?;
         // Only the FIFO (memory) is read here: no CQ poll before a send that can go out now.
-        let gone = match self.failed.check() {
+        let gone = match self.tx.failed.check() {
             Ok(()) => match self.read_announces() {
                 Ok(()) => None,
                 Err(e) => return Err(self.fail(e)),
@@ -358,7 +337,7 @@ impl VerbsSendComm {
             }
             Err(e) => return Err(e),
         };
-        let i = match self.matcher.find(&self.peer, buf.len(), tag)? {
+        let i = match self.tx.matcher.find(&self.peer, buf.len(), tag)? {
             Match::Buffer(i) => i,
             Match::NoGroup | Match::Busy => {
                 if let Some(e) = gone {
@@ -377,118 +356,45 @@ impl VerbsSendComm {
                 return Ok(None);
             }
         };
-        let Some(target) = self.matcher.target(i) else {
-            return Err(NetError::internal("matched receive buffer vanished"));
-        };
-        let Some(slot) = self.slots.alloc(Active {
+        let active = |remote, parent| Active {
             addr: buf.addr() as u64,
             lkey,
             size: buf.len(),
-            remote: target.remote,
-            parent: self.events.next_parent,
-        }) else {
+            remote,
+            parent,
+        };
+        let Some((slot, posted)) = self.tx.claim(i, active, gone.is_some(), &self.peer)? else {
             return Ok(None);
         };
-        if let Some(group) = self.matcher.assign(i, slot) {
-            if gone.is_none() {
-                for &s in group.sends() {
-                    let len = self.slots.active(s).map_or(0, |a| a.size);
-                    if let Err(e) = self.engine.post_routed(s, len as u64, self.route) {
-                        let e = NetError::internal(format!(
-                            "engine refused a send to {}: {e}",
-                            self.peer
-                        ));
-                        return Err(self.fail(e));
-                    }
-                }
-                // Post before reaping: the segments go out now, their completions are reaped
-                // by test().
-                let now = self.now();
-                if let Err(e) = self.schedule(now) {
-                    return Err(self.fail(e));
-                }
+        // Post before reaping: the segments go out now, their completions are reaped by test().
+        if posted {
+            let now = self.now();
+            if let Err(e) = self.schedule(now) {
+                return Err(self.fail(e));
             }
         }
         Ok(Some(slot))
     }
 
-    /// Some(size) once every segment of request `slot` completed on the wire.
+    /// Some(size) once every segment of request `slot` completed on the wire. A request that
+    /// already completed is reported even if the peer has gone since.
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        // A request that already completed is reported even if the peer has gone since.
-        if let Some(n) = self.slots.take_done(slot) {
-            return Ok(Some(n));
-        }
-        self.progress()?;
-        let done = self.slots.test(slot, "send")?;
-        // RDMA alone shows a vanished receiver only once a write exhausts its retries (tens of
-        // seconds, or never for a send still held back for its group): the bootstrap socket's
-        // EOF, after PeerWatch's grace for completions on their way, fails it now.
-        if done.is_none() && self.watch.gone() {
-            let e = NetError::remote(format!(
-                "{} {} while send {slot} was still pending",
-                self.peer,
-                self.watch.why()
-            ));
-            return Err(self.fail(e));
-        }
-        Ok(done)
-    }
-
-    fn fail(&mut self, e: NetError) -> NetError {
-        let who = format!("verbs send comm to {}", self.peer);
-        self.failed.fail(&who, e)
+        self.test_request(slot)
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.tx.now()
     }
 
     /// Moves everything that can move without blocking (never sleeps).
     pub fn progress(&mut self) -> NetResult<()> {
-        self.failed.check()?;
-        match self.step() {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-
-    /// One pass: the FIFO, then post before reaping; the clock is read once. Another round only
-    /// when completions freed window room for segments still queued.
-    fn step(&mut self) -> NetResult<()> {
-        self.read_announces()?;
-        let now = self.now();
-        for _round in 0..4 {
-            self.schedule(now)?;
-            let completed = self.reap_sends(now)?;
-            while let Some(token) = self.engine.poll_done() {
-                if let Some(a) = self.slots.active(token) {
-                    self.slots.finish(token, a.size);
-                }
-            }
-            if !completed || self.engine.queued_messages() == 0 {
-                break;
-            }
-        }
-        while let Some(PathEvent::Replace { qp }) = self.engine.poll_path_event() {
-            self.begin_rehash(qp, now);
-        }
-        if self.fences.any_pending() {
-            let held = self.fences.holding();
-            self.drive_fences(now)?;
-            if held && !self.fences.holding() {
-                // answered: the resends go out now
-                self.schedule(now)?;
-            }
-        }
-        Ok(())
+        self.advance()
     }
 
     /// Installs the engine's straggler re-hash rule: a drained straggler gets a new QP pair
     /// through the same fence exchange as a failed QP (with nothing to resend).
     pub fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
-        self.engine
-            .set_rehash_rule(rule)
-            .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))
+        self.tx.set_rehash_rule(rule)
     }
 
     /// The engine drained straggler `qp` (nothing in flight): ask the receiver for a new QP
@@ -530,10 +436,10 @@ impl VerbsSendComm {
             // Their events end with the QP; resends start new ones.
             if let Some(r) = self.event_rings.get_mut(qp) {
                 for ev in r.drain(..) {
-                    self.events.stop(ev);
+                    self.tx.events.stop(ev);
                 }
             }
-            match self.engine.path_failed(qp) {
+            match self.tx.engine.path_failed(qp) {
                 Ok(moved) => {
                     // INFO, as TCP's stream failure: isolated, the comm goes on; if it fails after
                     // all (every QP, or the peer gone), that failure is the WARN.
@@ -666,7 +572,7 @@ impl VerbsSendComm {
                     }
                     self.out[qp] = false;
                     self.path.replaced += 1;
-                    self.engine.path_replaced(qp).map_err(|e| {
+                    self.tx.engine.path_replaced(qp).map_err(|e| {
                         NetError::internal(format!(
                             "{}: data QP {qp} not replaceable: {e}",
                             self.peer
@@ -745,9 +651,9 @@ impl VerbsSendComm {
                     remote: *f,
                 };
             }
-            self.matcher
-                .push(&self.targets[..bufs.len()])
-                .map_err(|why| NetError::remote(format!("{}: peer announced {why}", self.peer)))?;
+            self.tx
+                .matcher
+                .push(&self.peer, &self.targets[..bufs.len()])?;
         }
     }
 
@@ -776,15 +682,15 @@ impl VerbsSendComm {
                     Some((q, lag)) if q == qp => now + lag,
                     _ => now,
                 };
-                self.engine.completed(qp, at).map_err(|e| {
+                self.tx.engine.completed(qp, at).map_err(|e| {
                     NetError::internal(format!(
                         "{}: completion without a segment in flight: {e}",
                         self.peer
                     ))
                 })?;
-                if self.events.enabled() {
+                if self.tx.events.enabled() {
                     if let Some(ev) = self.event_rings.get_mut(qp).and_then(VecDeque::pop_front) {
-                        self.events.stop(ev);
+                        self.tx.events.stop(ev);
                     }
                 }
                 any = true;
@@ -828,7 +734,7 @@ impl VerbsSendComm {
         let mut any = false;
         // A failed QP's segments wait in the engine's resend queue (served first) for the fence.
         while !self.fences.holding() && (self.credit_left() > 0 || !self.credit_gate) {
-            let Some(t) = self.engine.poll_transmit(now) else {
+            let Some(t) = self.tx.engine.poll_transmit(now) else {
                 break;
             };
             let Some(Active {
@@ -837,7 +743,7 @@ impl VerbsSendComm {
                 remote,
                 parent,
                 ..
-            }) = self.slots.active(t.token)
+            }) = self.tx.slots.active(t.token)
             else {
                 return Err(NetError::internal(format!(
                     "engine scheduled a segment of unknown request {}",
@@ -880,7 +786,7 @@ impl VerbsSendComm {
                 self.imm_posted = self.imm_posted.wrapping_add(1);
                 self.imm_on[t.qp] = self.imm_on[t.qp].wrapping_add(1);
             }
-            if self.events.enabled() {
+            if self.tx.events.enabled() {
                 self.segment_event(t.qp, parent, id, local.len);
             }
             any = true;
@@ -906,12 +812,62 @@ impl VerbsSendComm {
     }
 }
 
+impl Requests for VerbsSendComm {
+    type Core = SendCore<Active, FifoBuf>;
+
+    fn core(&mut self) -> &mut SendCore<Active, FifoBuf> {
+        &mut self.tx
+    }
+
+    /// One pass: the FIFO, then post before reaping; the clock is read once. Another round only
+    /// when completions freed window room for segments still queued.
+    fn step(&mut self) -> NetResult<()> {
+        self.read_announces()?;
+        let now = self.now();
+        for _round in 0..4 {
+            self.schedule(now)?;
+            let completed = self.reap_sends(now)?;
+            self.tx.finish_done();
+            if !completed || self.tx.engine.queued_messages() == 0 {
+                break;
+            }
+        }
+        while let Some(PathEvent::Replace { qp }) = self.tx.engine.poll_path_event() {
+            self.begin_rehash(qp, now);
+        }
+        if self.fences.any_pending() {
+            let held = self.fences.holding();
+            self.drive_fences(now)?;
+            if held && !self.fences.holding() {
+                // answered: the resends go out now
+                self.schedule(now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// RDMA alone shows a vanished receiver only once a write exhausts its retries (tens of
+    /// seconds, or never for a send still held back for its group): the bootstrap socket's EOF,
+    /// after PeerWatch's grace for completions on their way, fails it now.
+    fn check_pending(&mut self, slot: u32) -> NetResult<()> {
+        if self.watch.gone() {
+            let e = NetError::remote(format!(
+                "{} {} while send {slot} was still pending",
+                self.peer,
+                self.watch.why()
+            ));
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for VerbsSendComm {
     fn drop(&mut self) {
         // Segments still in flight end their profiler events with the comm.
         for r in &self.event_rings {
             for &ev in r {
-                self.events.stop(ev);
+                self.tx.events.stop(ev);
             }
         }
         // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
