@@ -8,20 +8,12 @@ use std::time::{Duration, Instant};
 const STALE_AFTER: Duration = Duration::from_secs(60);
 
 use super::handle::{random_secret, ListenHandle, PROTOCOL_VERSION};
-use super::io::{fill, Fill, StreamName};
+use super::hello::PendingHello;
+use super::io::Fill;
 use super::recv::TcpRecvComm;
 use super::wire::{ConnParams, Hello, HELLO_BYTES};
 use super::TcpOptions;
 use crate::{NetError, NetResult};
-
-/// A socket that connected but has not finished its hello yet.
-struct Pending {
-    sock: TcpStream,
-    peer: SocketAddr,
-    buf: [u8; HELLO_BYTES],
-    got: usize,
-    since: Instant,
-}
 
 /// Streams of one connection gathered so far.
 struct Group {
@@ -37,7 +29,8 @@ pub struct TcpListenComm {
     opts: TcpOptions,
     /// IP_TOS / IPV6_TCLASS for accepted streams (NCCL v11+ per-communicator trafficClass).
     traffic_class: Option<u8>,
-    pending: Vec<Pending>,
+    /// Sockets that connected but have not finished their hello yet.
+    pending: Vec<PendingHello>,
     groups: Vec<Group>,
 }
 
@@ -112,13 +105,7 @@ impl TcpListenComm {
                         tracing::warn!(target: "dqplb::net", "dropping connection from {peer}: {}", e.msg);
                         continue;
                     }
-                    self.pending.push(Pending {
-                        sock,
-                        peer,
-                        buf: [0; HELLO_BYTES],
-                        got: 0,
-                        since: Instant::now(),
-                    });
+                    self.pending.push(PendingHello::new(sock, peer));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -155,11 +142,7 @@ impl TcpListenComm {
         let mut i = 0;
         while i < self.pending.len() {
             let p = &mut self.pending[i];
-            let name = StreamName {
-                peer: p.peer,
-                index: 0,
-            };
-            match fill(&mut p.sock, &mut p.buf, &mut p.got, &name) {
+            match p.read() {
                 Ok(Fill::Partial) => i += 1,
                 Ok(Fill::Full) => {
                     let p = self.pending.swap_remove(i);
@@ -179,7 +162,7 @@ impl TcpListenComm {
         }
     }
 
-    fn admit(&mut self, p: Pending) -> NetResult<()> {
+    fn admit(&mut self, p: PendingHello) -> NetResult<()> {
         let h = Hello::decode(&p.buf)
             .map_err(|e| NetError::remote(format!("from {}: {}", p.peer, e.msg)))?;
         if h.version != PROTOCOL_VERSION {

@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod handle;
+mod hello;
 pub mod iface;
 pub mod io;
 pub mod listen;
@@ -144,30 +145,11 @@ mod traffic_class_tests {
         let opts = TcpOptions::default();
         let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts.clone()).unwrap();
         l.set_traffic_class(Some(0x48));
-        let p = ConnParams {
-            qps: 2,
-            outstanding: 4,
-            segment_bytes: 65536,
-            max_messages: 32,
-            policy: dqplb_engine::PolicyKind::Dqplb,
-            fabric_id: 0,
-        };
+        let p = tests::params(dqplb_engine::PolicyKind::Dqplb, 2);
         let mut c =
             TcpConnector::start_with_traffic_class(l.handle(), p, None, &opts, Some(0x48)).unwrap();
         assert_eq!(c.traffic_classes().unwrap(), vec![0x48; 3]);
-        let (mut s, mut r) = (None, None);
-        for _ in 0..100_000 {
-            if s.is_none() {
-                s = c.progress().unwrap();
-            }
-            if r.is_none() {
-                r = l.accept().unwrap();
-            }
-            if s.is_some() && r.is_some() {
-                break;
-            }
-        }
-        assert!(s.is_some() && r.is_some(), "connection did not complete");
+        let _comms = tests::connect(&mut l, &mut c);
         // The accepted streams: sockets of this process whose local address is the listener's.
         let addr = l.handle().addr;
         let mut accepted = Vec::new();

@@ -2,10 +2,10 @@
 //! segment's payload straight into its buffer at its offset, acks it, and lets the engine order them.
 
 use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
 
 use super::handle::PROTOCOL_VERSION;
-use super::io::{data_streams, drain, fill, read_some, Fill, Read, Readiness, StreamName};
+use super::hello::PendingHello;
+use super::io::{data_streams, drain, read_some, Fill, Read, Readiness, StreamName};
 use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
     ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
@@ -90,15 +90,6 @@ pub(crate) struct Auth {
     pub secret: [u8; 16],
 }
 
-/// A replacement data stream accepted on the re-path listener, its hello still arriving.
-struct Replacement {
-    sock: TcpStream,
-    peer: std::net::SocketAddr,
-    buf: [u8; HELLO_BYTES],
-    got: usize,
-    since: Instant,
-}
-
 /// A replacement that has not sent its hello within this long is dropped.
 const REPATH_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -118,7 +109,8 @@ pub struct TcpRecvComm {
     /// Where the sender opens replacement data streams (its port went out on the control
     /// stream first); None when it could not be bound (then streams are never replaced).
     repath: Option<TcpListener>,
-    replacements: Vec<Replacement>,
+    /// Replacement data streams accepted on the re-path listener, their hello still arriving.
+    replacements: Vec<PendingHello>,
     auth: Auth,
     opts: TcpOptions,
     /// Data streams replaced so far.
@@ -549,13 +541,7 @@ impl TcpRecvComm {
                     if sock.set_nonblocking(true).is_err() || self.opts.apply(&sock).is_err() {
                         continue;
                     }
-                    self.replacements.push(Replacement {
-                        sock,
-                        peer,
-                        buf: [0; HELLO_BYTES],
-                        got: 0,
-                        since: Instant::now(),
-                    });
+                    self.replacements.push(PendingHello::new(sock, peer));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
@@ -564,11 +550,7 @@ impl TcpRecvComm {
         let mut i = 0;
         while i < self.replacements.len() {
             let r = &mut self.replacements[i];
-            let name = StreamName {
-                peer: r.peer,
-                index: 0,
-            };
-            match fill(&mut r.sock, &mut r.buf, &mut r.got, &name) {
+            match r.read() {
                 Ok(Fill::Partial) if r.since.elapsed() < REPATH_HELLO_WITHIN => i += 1,
                 Ok(Fill::Full) => {
                     let r = self.replacements.swap_remove(i);
@@ -584,7 +566,7 @@ impl TcpRecvComm {
         }
     }
 
-    fn swap_in(&mut self, r: Replacement) -> NetResult<()> {
+    fn swap_in(&mut self, r: PendingHello) -> NetResult<()> {
         let h = Hello::decode(&r.buf)?;
         if h.version != PROTOCOL_VERSION
             || h.secret != self.auth.secret
@@ -622,13 +604,19 @@ impl TcpRecvComm {
     }
 
     #[cfg(test)]
+    /// What the test hooks below set on data stream `q` (nothing when there is none).
+    fn debug_stream(&mut self, q: usize, set: impl FnOnce(&mut DataRx)) {
+        if let Some(d) = self.data.get_mut(q) {
+            set(d);
+        }
+    }
+
+    #[cfg(test)]
     /// Fault injection for tests: stream `q` is no longer read or acknowledged (its bytes pile
     /// up unread, as on a blackholed link) until the sender replaces it.
     #[doc(hidden)]
     pub(crate) fn debug_blackhole_stream(&mut self, q: usize) {
-        if let Some(d) = self.data.get_mut(q) {
-            d.blackholed = true;
-        }
+        self.debug_stream(q, |d| d.blackholed = true);
     }
 
     #[cfg(test)]
@@ -636,9 +624,7 @@ impl TcpRecvComm {
     /// of a segment's payload (the rest of it stays in the socket).
     #[doc(hidden)]
     pub(crate) fn debug_blackhole_mid_segment(&mut self, q: usize) {
-        if let Some(d) = self.data.get_mut(q) {
-            d.blackhole_mid_segment = true;
-        }
+        self.debug_stream(q, |d| d.blackhole_mid_segment = true);
     }
 
     #[cfg(test)]
@@ -660,18 +646,14 @@ impl TcpRecvComm {
     /// is replaced.
     #[doc(hidden)]
     pub(crate) fn debug_slow_stream(&mut self, q: usize, every: u32) {
-        if let Some(d) = self.data.get_mut(q) {
-            d.slow_every = every;
-        }
+        self.debug_stream(q, |d| d.slow_every = every);
     }
 
     #[cfg(test)]
     /// Test hook: a blackholed stream `q` is read again (what it still holds is stale).
     #[doc(hidden)]
     pub(crate) fn debug_reopen_stream(&mut self, q: usize) {
-        if let Some(d) = self.data.get_mut(q) {
-            d.blackholed = false;
-        }
+        self.debug_stream(q, |d| d.blackholed = false);
     }
 
     #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::{ErrorCode, UserBuf};
 use dqplb_engine::PolicyKind;
 use std::time::Duration;
 
-fn params(policy: PolicyKind, qps: u16) -> ConnParams {
+pub(super) fn params(policy: PolicyKind, qps: u16) -> ConnParams {
     ConnParams {
         qps,
         outstanding: 4,
@@ -25,6 +25,11 @@ fn pair(p: ConnParams) -> (TcpSendComm, TcpRecvComm) {
     };
     let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts.clone()).unwrap();
     let mut c = TcpConnector::start(l.handle(), p, None, &opts).unwrap();
+    connect(&mut l, &mut c)
+}
+
+/// Drives both ends of a connection until the connector and the listener have their comms.
+pub(super) fn connect(l: &mut TcpListenComm, c: &mut TcpConnector) -> (TcpSendComm, TcpRecvComm) {
     let (mut s, mut r) = (None, None);
     for _ in 0..100_000 {
         if s.is_none() {
@@ -473,16 +478,18 @@ fn isend_once(
     panic!("isend never saw the announcement");
 }
 
+/// Posts one grouped receive of `a` (tag 1) and `b` (tag 2).
+fn post_tags_1_2(r: &mut TcpRecvComm, a: &mut [u8], b: &mut [u8]) {
+    r.irecv_group(&[(UserBuf::from_slice(a), 1), (UserBuf::from_slice(b), 2)])
+        .unwrap()
+        .unwrap();
+}
+
 #[test]
 fn send_tag_absent_from_the_next_group_is_invalid_usage() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
     let (mut a, mut b) = (vec![0u8; 100], vec![0u8; 100]);
-    r.irecv_group(&[
-        (UserBuf::from_slice(&mut a), 1),
-        (UserBuf::from_slice(&mut b), 2),
-    ])
-    .unwrap()
-    .unwrap();
+    post_tags_1_2(&mut r, &mut a, &mut b);
     let mut x = vec![1u8; 10];
     let e = isend_once(&mut s, &mut r, UserBuf::from_slice(&mut x), 3).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidUsage);
@@ -503,12 +510,7 @@ fn send_tag_absent_from_the_next_group_is_invalid_usage() {
 fn send_larger_than_its_group_buffer_is_invalid_usage() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
     let (mut a, mut b) = (vec![0u8; 30], vec![0u8; 20]);
-    r.irecv_group(&[
-        (UserBuf::from_slice(&mut a), 1),
-        (UserBuf::from_slice(&mut b), 2),
-    ])
-    .unwrap()
-    .unwrap();
+    post_tags_1_2(&mut r, &mut a, &mut b);
     let mut big = vec![1u8; 21];
     let e = isend_once(&mut s, &mut r, UserBuf::from_slice(&mut big), 2).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidUsage);
