@@ -19,6 +19,18 @@ use dqplb_transport::verbs::{
 };
 use dqplb_transport::{NetError, NetResult, UserBuf};
 
+/// `$body` with `$c` bound to the transport's comm in `$inner`, a `SendInner` or `RecvInner`
+/// (`$kind`), for the calls both transports answer alike.
+macro_rules! on_transport {
+    ($kind:ident, $inner:expr, $c:ident => $body:expr) => {
+        match $inner {
+            $kind::Tcp($c) => $body,
+            #[cfg(feature = "verbs")]
+            $kind::Verbs($c, _) => $body,
+        }
+    };
+}
+
 pub(super) enum ListenInner {
     Tcp(TcpListenComm),
     #[cfg(feature = "verbs")]
@@ -310,11 +322,7 @@ impl SendComm {
     }
 
     pub fn max_requests(&self) -> usize {
-        match &self.inner {
-            SendInner::Tcp(t) => t.max_requests(),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.max_requests(),
-        }
+        on_transport!(SendInner, &self.inner, c => c.max_requests())
     }
 
     /// Gives this comm one engine route per traffic pattern of `[patterns]` and follows `cell`
@@ -328,11 +336,7 @@ impl SendComm {
         let qps = self.qp_stats().len();
         let plan = pattern::plan_routes(&cfg.patterns, cfg.engine.policy, qps, super::policy_kind);
         for &(kind, n) in &plan.extra {
-            match &mut self.inner {
-                SendInner::Tcp(t) => t.add_route(kind, n)?,
-                #[cfg(feature = "verbs")]
-                SendInner::Verbs(v, _) => v.add_route(kind, n)?,
-            };
+            on_transport!(SendInner, &mut self.inner, c => c.add_route(kind, n)?);
         }
         let shown: Vec<String> = Pattern::ALL
             .iter()
@@ -361,11 +365,7 @@ impl SendComm {
     /// Installs the straggler re-hash rule: TCP replaces a drained straggler by a stream from a
     /// new source port, verbs by a new QP pair (new QPNs).
     pub fn set_rehash_rule(&mut self, rule: dqplb_engine::RehashRule) -> NetResult<()> {
-        match &mut self.inner {
-            SendInner::Tcp(t) => t.set_rehash_rule(rule),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.set_rehash_rule(rule),
-        }
+        on_transport!(SendInner, &mut self.inner, c => c.set_rehash_rule(rule))
     }
 
     /// Publishes this comm's per-QP counters to the stats file / periodic log (`[stats]`).
@@ -384,11 +384,7 @@ impl SendComm {
 
     /// NCCL's profiler handle (v10+ isend `phandle`, 0: none) for the next isend's events.
     pub fn set_event_parent(&mut self, parent: usize) {
-        match &mut self.inner {
-            SendInner::Tcp(t) => t.set_event_parent(parent),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.set_event_parent(parent),
-        }
+        on_transport!(SendInner, &mut self.inner, c => c.set_event_parent(parent))
     }
 
     pub fn isend(
@@ -400,11 +396,7 @@ impl SendComm {
         check_mr(&buf, mh, "isend")?;
         if let Some(cell) = &self.pattern {
             let r = self.route_of[cell.get() as usize];
-            match &mut self.inner {
-                SendInner::Tcp(t) => t.set_route(r),
-                #[cfg(feature = "verbs")]
-                SendInner::Verbs(v, _) => v.set_route(r),
-            }
+            on_transport!(SendInner, &mut self.inner, c => c.set_route(r));
         }
         match &mut self.inner {
             SendInner::Tcp(t) => t.isend(buf, tag),
@@ -420,11 +412,7 @@ impl SendComm {
     }
 
     pub fn test(&mut self, slot: u32) -> NetResult<Option<usize>> {
-        let r = match &mut self.inner {
-            SendInner::Tcp(t) => t.test(slot),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.test(slot),
-        };
+        let r = on_transport!(SendInner, &mut self.inner, c => c.test(slot));
         if self.tele.is_some() {
             self.publish();
         }
@@ -433,11 +421,7 @@ impl SendComm {
 
     #[cold]
     fn publish(&mut self) {
-        let stats: &[dqplb_engine::QpStats] = match &self.inner {
-            SendInner::Tcp(t) => t.qp_stats(),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.qp_stats(),
-        };
+        let stats = on_transport!(SendInner, &self.inner, c => c.qp_stats());
         if let Some(t) = &mut self.tele {
             t.tick(stats);
         }
@@ -445,11 +429,7 @@ impl SendComm {
 
     /// Per-QP engine statistics (segments, bytes, outstanding, completion latency in ns).
     pub fn qp_stats(&self) -> &[dqplb_engine::QpStats] {
-        match &self.inner {
-            SendInner::Tcp(t) => t.qp_stats(),
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(v, _) => v.qp_stats(),
-        }
+        on_transport!(SendInner, &self.inner, c => c.qp_stats())
     }
 
     /// Local/peer addresses of TCP data streams (empty on RDMA, where QPs carry the data).
@@ -567,11 +547,7 @@ impl RecvComm {
     }
 
     pub fn max_requests(&self) -> usize {
-        match &self.inner {
-            RecvInner::Tcp(t) => t.max_requests(),
-            #[cfg(feature = "verbs")]
-            RecvInner::Verbs(v, _) => v.max_requests(),
-        }
+        on_transport!(RecvInner, &self.inner, c => c.max_requests())
     }
 
     /// NCCL's grouped receive: 1..=MAX_RECVS buffers (maxRecvs) with their tags and memory
@@ -616,11 +592,7 @@ impl RecvComm {
 
     /// Some(size of each buffer, in posting order) once the grouped receive is complete.
     pub fn test_sizes(&mut self, slot: u32) -> NetResult<Option<RecvSizes>> {
-        match &mut self.inner {
-            RecvInner::Tcp(t) => t.test_sizes(slot),
-            #[cfg(feature = "verbs")]
-            RecvInner::Verbs(v, _) => v.test_sizes(slot),
-        }
+        on_transport!(RecvInner, &mut self.inner, c => c.test_sizes(slot))
     }
 }
 
