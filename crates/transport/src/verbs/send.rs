@@ -345,14 +345,7 @@ impl VerbsSendComm {
                 }
                 // Nothing to send yet: reap what completed meanwhile.
                 self.progress()?;
-                if self.watch.gone() {
-                    let e = NetError::remote(format!(
-                        "{} {} with no receive posted for this send",
-                        self.peer,
-                        self.watch.why()
-                    ));
-                    return Err(self.fail(e));
-                }
+                self.check_peer(format_args!("with no receive posted for this send"))?;
                 return Ok(None);
             }
         };
@@ -384,6 +377,16 @@ impl VerbsSendComm {
 
     fn now(&self) -> u64 {
         self.tx.now()
+    }
+
+    /// Fails the comm once the receiver is gone (its bootstrap socket's EOF, after PeerWatch's
+    /// grace), naming what was `waiting` for it.
+    fn check_peer(&mut self, waiting: std::fmt::Arguments<'_>) -> NetResult<()> {
+        if self.watch.gone() {
+            let e = NetError::remote(format!("{} {} {waiting}", self.peer, self.watch.why()));
+            return Err(self.fail(e));
+        }
+        Ok(())
     }
 
     /// Moves everything that can move without blocking (never sleeps).
@@ -850,15 +853,7 @@ impl Requests for VerbsSendComm {
     /// seconds, or never for a send still held back for its group): the bootstrap socket's EOF,
     /// after PeerWatch's grace for completions on their way, fails it now.
     fn check_pending(&mut self, slot: u32) -> NetResult<()> {
-        if self.watch.gone() {
-            let e = NetError::remote(format!(
-                "{} {} while send {slot} was still pending",
-                self.peer,
-                self.watch.why()
-            ));
-            return Err(self.fail(e));
-        }
-        Ok(())
+        self.check_peer(format_args!("while send {slot} was still pending"))
     }
 }
 
