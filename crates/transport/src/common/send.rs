@@ -133,6 +133,15 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
         Ok(Some((slot, true)))
     }
 
+    /// The send that segment `token` the engine just scheduled belongs to.
+    pub(crate) fn scheduled(&self, token: u32) -> NetResult<A> {
+        self.slots.active(token).ok_or_else(|| {
+            NetError::internal(format!(
+                "engine scheduled a segment of unknown request {token}"
+            ))
+        })
+    }
+
     /// Marks the sends whose every segment the engine saw complete done, with their size.
     pub(crate) fn finish_done(&mut self) {
         while let Some(token) = self.engine.poll_done() {

@@ -578,17 +578,11 @@ impl TcpSendComm {
 
     fn schedule(&mut self, now: u64) -> NetResult<()> {
         while let Some(t) = self.tx.engine.poll_transmit(now) {
-            let Some(Active {
+            let Active {
                 buf,
                 remote_slot,
                 parent,
-            }) = self.tx.slots.active(t.token)
-            else {
-                return Err(NetError::internal(format!(
-                    "engine scheduled a segment of unknown request {}",
-                    t.token
-                )));
-            };
+            } = self.tx.scheduled(t.token)?;
             let d = &mut self.data[t.qp];
             if d.closed {
                 // Closed by the receiver while the engine still used it: a failed path (the

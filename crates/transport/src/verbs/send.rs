@@ -740,19 +740,13 @@ impl VerbsSendComm {
             let Some(t) = self.tx.engine.poll_transmit(now) else {
                 break;
             };
-            let Some(Active {
+            let Active {
                 addr,
                 lkey,
                 remote,
                 parent,
                 ..
-            }) = self.tx.slots.active(t.token)
-            else {
-                return Err(NetError::internal(format!(
-                    "engine scheduled a segment of unknown request {}",
-                    t.token
-                )));
-            };
+            } = self.tx.scheduled(t.token)?;
             if t.offset + u64::from(t.len) > remote.capacity {
                 return Err(NetError::internal(format!(
                     "segment {}+{} beyond the announced {} bytes",
