@@ -598,20 +598,31 @@ fn receiver_closing_with_a_posted_group_accepts_its_sends() {
     }
 }
 
+/// Posts a receive into each of `dst` and a send of each of `src` (tag 1): their requests.
+fn post_all(
+    s: &mut TcpSendComm,
+    r: &mut TcpRecvComm,
+    dst: &mut [Vec<u8>],
+    src: &mut [Vec<u8>],
+) -> (Vec<u32>, Vec<u32>) {
+    let mut rq = Vec::new();
+    for d in dst.iter_mut() {
+        rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
+    }
+    let mut sq = Vec::new();
+    for b in src.iter_mut() {
+        sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
+    }
+    (rq, sq)
+}
+
 /// Sends that completed before the receiver closed still test as done afterwards.
 #[test]
 fn sends_completed_before_the_close_still_report_done() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
     let mut dst: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 5000]).collect();
-    let mut rq = Vec::new();
-    for d in dst.iter_mut() {
-        rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
-    }
     let mut src: Vec<Vec<u8>> = (0..2).map(|i| pattern(5000, i)).collect();
-    let mut sq = Vec::new();
-    for b in src.iter_mut() {
-        sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
-    }
+    let (rq, sq) = post_all(&mut s, &mut r, &mut dst, &mut src);
     // Both ends progress (no test) until the receiver has both messages and the sender their
     // acknowledgements.
     for _ in 0..200_000 {
@@ -632,15 +643,8 @@ fn sends_completed_before_the_close_still_report_done() {
 fn receives_completed_before_the_close_still_report_done() {
     let (mut s, mut r) = pair(params(PolicyKind::Dqplb, 2));
     let mut dst: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; 5000]).collect();
-    let mut rq = Vec::new();
-    for d in dst.iter_mut() {
-        rq.push(until("irecv", || r.irecv(UserBuf::from_slice(d), 1)).unwrap());
-    }
     let mut src: Vec<Vec<u8>> = (0..2).map(|i| pattern(5000, i)).collect();
-    let mut sq = Vec::new();
-    for b in src.iter_mut() {
-        sq.push(until("isend", || s.isend(UserBuf::from_slice(b), 1)).unwrap());
-    }
+    let (rq, sq) = post_all(&mut s, &mut r, &mut dst, &mut src);
     for q in sq {
         assert_eq!(
             until("send test", || {
