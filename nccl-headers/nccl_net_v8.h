@@ -1,6 +1,6 @@
 /*
  * dqplb-net: the NCCL network-plugin ABI, version 8, as this plugin implements it.
- * Declarations written for this project from the ABI facts (docs/abi.md); layout pinned by tests/abi_layout.rs.
+ * Declarations written for this project from the ABI facts (docs/records/abi.md); layout pinned by tests/abi_layout.rs.
  */
 #ifndef DQPLB_NCCL_NET_V8_H
 #define DQPLB_NCCL_NET_V8_H

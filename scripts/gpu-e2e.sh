@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu-e2e.sh: real-NCCL end-to-end run of the DQPLB net plugin on one Linux machine with an NVIDIA GPU.
-# Two ranks on one GPU (own NCCL_HOSTID each) connect through the plugin; see docs/gpu-e2e.md.
+# Two ranks on one GPU (own NCCL_HOSTID each) connect through the plugin; see docs/records/gpu-e2e.md.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -10,7 +10,7 @@ PLUGIN_NAME=DQPLB
 DEFAULT_PLUGIN="$REPO_ROOT/target/release/libnccl-net-dqplb.so"
 BUDGET_S=470 # everything after the plugin library exists must end within 8 minutes
 
-# Exit codes (documented in docs/gpu-e2e.md).
+# Exit codes (documented in docs/records/gpu-e2e.md).
 EXIT_FAIL=1
 EXIT_USAGE=2
 EXIT_ENV=3

@@ -1,5 +1,5 @@
 //! Replays, on the stable toolchain, the committed fuzz seeds and every minimized fuzz finding
-//! through the same checks the cargo-fuzz targets run (fuzz/harness); see docs/robustness.md.
+//! through the same checks the cargo-fuzz targets run (fuzz/harness); see docs/records/robustness.md.
 
 #[path = "../fuzz/harness/mod.rs"]
 #[allow(unreachable_pub)] // the cargo-fuzz lib's public items, included here as a module

@@ -103,7 +103,7 @@ REQUIRED_V8 = ("init", "devices", "getProperties", "listen", "connect", "accept"
 #   host-offload plugin has nothing to do there (NCCL's net_ib and net_socket leave it NULL), and
 #   one that answers anything but ncclSuccess fails the first receive of every communicator, so a
 #   non-NULL irecvConsumed is refused: the preflight cannot see what it returns, and DQPLB is
-#   host-offload only (docs/abi.md).
+#   host-offload only (docs/records/abi.md).
 MUST_BE_NULL_V8 = ("irecvConsumed",)
 
 _PLUGIN_PROBE = r"""

@@ -1,6 +1,6 @@
 """Reads an NCCL_DEBUG=INFO log and decides whether NCCL loaded the named net plugin and used it.
 
-The lines matched were checked against NVIDIA/nccl sources v2.19 .. v2.30 (see docs/gpu-e2e.md).
+The lines matched were checked against NVIDIA/nccl sources v2.19 .. v2.30 (see docs/records/gpu-e2e.md).
 """
 
 import os

@@ -2,7 +2,7 @@
 through the plugin; parses its table and "Out of bounds values" footer.
 
 Without MPI, nccl-tests cannot start two processes, and one process cannot give its ranks
-different NCCL_HOSTIDs: the stage is then skipped with a loud message (see docs/gpu-e2e.md).
+different NCCL_HOSTIDs: the stage is then skipped with a loud message (see docs/records/gpu-e2e.md).
 """
 
 import argparse

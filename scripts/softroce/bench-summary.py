@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarises a PERFTEST=bench share folder (KEEP_SHARE=1 scripts/verbs-tests.sh) as the markdown
-tables of docs/benchmarks.md: bandwidth, message rate, latency and verbs operations per message."""
+tables of docs/records/benchmarks.md: bandwidth, message rate, latency and verbs operations per message."""
 import os
 import re
 import sys

@@ -40,7 +40,7 @@ pub enum GConvention {
 }
 
 /// When alpha is updated: the DCQCN paper and NVIDIA's documentation describe different schedules
-/// (docs/simulation.md, "DCQCN parameters: what the model assumes"); the formulas are the same.
+/// (docs/records/simulation.md, "DCQCN parameters: what the model assumes"); the formulas are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlphaSchedule {
     /// The paper's form (Zhu et al. SIGCOMM 2015; ../shared/notes/reference-facts.md section 4):

@@ -178,7 +178,7 @@ fn more_than_32_messages_in_flight() {
     assert_eq!(rx_done, 40);
 }
 
-/// The documented per-connection figures (docs/engine.md) for NCCLX's default 16 QPs x 128.
+/// The documented per-connection figures (docs/records/engine.md) for NCCLX's default 16 QPs x 128.
 /// crates/engine/tests/engine_alloc.rs measures that construction allocates exactly `footprint_bytes`.
 #[test]
 fn documented_footprint_figures() {

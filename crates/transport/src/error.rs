@@ -45,7 +45,7 @@ impl NetError {
     }
     /// An I/O error on a socket: a peer that reset, closed, refused, stopped answering (TCP user
     /// timeout, keepalive) or became unreachable is the peer's doing (ncclRemoteError, as
-    /// docs/abi.md promises for a closed or dead peer); the rest are local. `context` names
+    /// docs/records/abi.md promises for a closed or dead peer); the rest are local. `context` names
     /// the peer and stream.
     pub fn io(context: &str, err: &std::io::Error) -> Self {
         use std::io::ErrorKind::*;

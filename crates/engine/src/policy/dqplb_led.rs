@@ -5,7 +5,7 @@
 // a window at or above the data NCCL keeps in flight splits bytes like the static split. Here
 // a QP on a crowded path (long completion latency) is passed over while a faster one has room,
 // whatever the window. A QP with no completion yet (latency EWMA 0, also after a path
-// replacement) costs 0, so every QP is tried before it is judged. See docs/simulation.md.
+// replacement) costs 0, so every QP is tried before it is judged. See docs/records/simulation.md.
 
 use super::{fixed_piece, Cursor, Policy, Room};
 use crate::QpStats;
