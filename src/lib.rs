@@ -4,3 +4,8 @@
 
 pub mod ffi;
 pub mod plugin;
+
+/// The version every component reports: the package version and the short git hash of the
+/// checkout it was built from (build.rs; "unknown" outside git without DQPLB_GIT_HASH), e.g.
+/// "0.1.0 (abc1234)". The plugin's init line and `dqplb --version` print it.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DQPLB_GIT_HASH"), ")");

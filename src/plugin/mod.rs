@@ -109,7 +109,7 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
         .map(|d| d.props.name.to_string_lossy().into_owned())
         .collect();
     tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), devices: {}",
-        env!("CARGO_PKG_VERSION"), loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
+        crate::VERSION, loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
     let rail_plane = rail_planes(&loaded.config, &devices);
     state::set(loaded, devices, rail_plane);
     Ok(())
