@@ -24,137 +24,102 @@ pub(crate) const EXIT_USAGE: i32 = 2;
 /// No mismatch, but checked values were unreadable (no debugfs, not root): not proof of a match.
 pub(crate) const EXIT_UNVERIFIED: i32 = 3;
 
-pub(crate) const USAGE: &str = "\
-usage: dqplb check [--config F] [--profile NAME] [--hca STRING] [--sysfs-root DIR]
-                   [--debugfs-root DIR] [--format table|json] [--fix-commands]
-                   [--watch SECONDS [--samples N]] [--dce-tcp-g one-minus|direct]
-                   [--alpha-update per-period|per-cnp]
-  --config F          site config (default: $NCCL_DQPLB_CONF, /etc/nccl-dqplb.toml, built-in)
-  --profile NAME      profile to check (default: [dcqcn].profile, else nvidia-default)
-  --hca STRING        devices, NCCL_IB_HCA syntax (default: $NCCL_IB_HCA, else all found)
-  --sysfs-root DIR    stands for /sys (a test tree mirrors the real paths below it)
-  --debugfs-root DIR  stands for /sys/kernel/debug
-  --format F          table (default) or json
-  --fix-commands      print, without running them, the commands that fix drifted devices
-  --watch SECONDS     after the report, print CNP / ECN-mark rates per second every SECONDS
-  --samples N         stop --watch after N samples (default: run until interrupted)
-  --dce-tcp-g C       how the model reads rp_dce_tcp_g: one-minus (g=(1024-v)/1024, default)
-                      or direct (g=v/1024)
-  --alpha-update S    when the model updates alpha: per-period (once per rp_dce_tcp_rtt, NVIDIA's
-                      documentation, default) or per-cnp (at each cut, the DCQCN paper's)
-exit: 0 all match, 1 mismatch, 2 bad usage, 3 unverified (no mismatch, but checked values unreadable)";
+/// The exit status line under `dqplb check --help`.
+pub(crate) const EXIT: &str =
+    "exit: 0 all match, 1 mismatch, 2 bad usage, 3 unverified (no mismatch, but checked values unreadable)";
 
-#[derive(Debug, Default)]
-struct Options {
-    config: Option<PathBuf>,
-    profile: Option<String>,
-    hca: Option<String>,
-    sysfs_root: Option<PathBuf>,
-    debugfs_root: Option<PathBuf>,
-    json: bool,
-    fix: bool,
-    watch: Option<f64>,
-    samples: Option<u64>,
-    convention: Option<GConvention>,
-    alpha: Option<AlphaSchedule>,
-    help: bool,
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum Format {
+    #[default]
+    Table,
+    Json,
 }
 
-fn parse_args(args: &[String]) -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].as_str();
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg, None),
-        };
-        let takes_value = matches!(
-            flag,
-            "--config"
-                | "--profile"
-                | "--hca"
-                | "--sysfs-root"
-                | "--debugfs-root"
-                | "--format"
-                | "--watch"
-                | "--samples"
-                | "--dce-tcp-g"
-                | "--alpha-update"
-        );
-        let value = if takes_value {
-            match inline {
-                Some(v) => v,
-                None => {
-                    i += 1;
-                    args.get(i)
-                        .cloned()
-                        .ok_or_else(|| format!("{flag} needs a value"))?
-                }
-            }
-        } else {
-            if inline.is_some() {
-                return Err(format!("{flag} takes no value"));
-            }
-            String::new()
-        };
-        match flag {
-            "--config" => o.config = Some(PathBuf::from(value)),
-            "--profile" => o.profile = Some(value),
-            "--hca" => o.hca = Some(value),
-            "--sysfs-root" => o.sysfs_root = Some(PathBuf::from(value)),
-            "--debugfs-root" => o.debugfs_root = Some(PathBuf::from(value)),
-            "--format" => {
-                o.json = match value.as_str() {
-                    "table" => false,
-                    "json" => true,
-                    other => return Err(format!("--format: \"{other}\" is not table or json")),
-                }
-            }
-            "--watch" => {
-                let s: f64 = value
-                    .parse()
-                    .map_err(|_| format!("--watch: \"{value}\" is not a number of seconds"))?;
-                if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
-                    return Err(format!("--watch: {value} must be in (0, 86400] seconds"));
-                }
-                o.watch = Some(s);
-            }
-            "--samples" => {
-                let n: u64 = value
-                    .parse()
-                    .map_err(|_| format!("--samples: \"{value}\" is not a count"))?;
-                if n == 0 {
-                    return Err("--samples must be at least 1".to_string());
-                }
-                o.samples = Some(n);
-            }
-            "--dce-tcp-g" => {
-                o.convention = Some(match value.as_str() {
-                    "one-minus" => GConvention::OneMinus,
-                    "direct" => GConvention::Direct,
-                    other => {
-                        return Err(format!(
-                            "--dce-tcp-g: \"{other}\" is not one-minus or direct"
-                        ))
-                    }
-                })
-            }
-            "--alpha-update" => {
-                o.alpha = Some(AlphaSchedule::parse(&value).ok_or_else(|| {
-                    format!("--alpha-update: \"{value}\" is not per-period or per-cnp")
-                })?)
-            }
-            "--fix-commands" => o.fix = true,
-            "-h" | "--help" => o.help = true,
-            other => return Err(format!("unknown argument \"{other}\"")),
+/// `--dce-tcp-g`: how the model reads rp_dce_tcp_g.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum DceTcpG {
+    /// g = (1024 - v) / 1024
+    #[default]
+    OneMinus,
+    /// g = v / 1024
+    Direct,
+}
+
+impl From<DceTcpG> for GConvention {
+    fn from(c: DceTcpG) -> GConvention {
+        match c {
+            DceTcpG::OneMinus => GConvention::OneMinus,
+            DceTcpG::Direct => GConvention::Direct,
         }
-        i += 1;
     }
-    if o.samples.is_some() && o.watch.is_none() {
-        return Err("--samples needs --watch".to_string());
+}
+
+/// `--alpha-update` (check and sim): when the DCQCN model updates alpha.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum AlphaUpdate {
+    /// once per rp_dce_tcp_rtt (NVIDIA's documentation)
+    #[default]
+    PerPeriod,
+    /// at each cut (the DCQCN paper)
+    PerCnp,
+}
+
+impl From<AlphaUpdate> for AlphaSchedule {
+    fn from(a: AlphaUpdate) -> AlphaSchedule {
+        match a {
+            AlphaUpdate::PerPeriod => AlphaSchedule::PerPeriod,
+            AlphaUpdate::PerCnp => AlphaSchedule::PerCnp,
+        }
     }
-    Ok(o)
+}
+
+/// `--watch SECONDS`: a number of seconds in (0, 86400].
+fn watch_seconds(v: &str) -> Result<f64, String> {
+    let s: f64 = crate::units::num(v)?;
+    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
+        return Err(format!("{v} must be in (0, 86400] seconds"));
+    }
+    Ok(s)
+}
+
+/// Options of `dqplb check`.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// Site config (default: $NCCL_DQPLB_CONF, /etc/nccl-dqplb.toml, built-in)
+    #[arg(long, value_name = "F")]
+    config: Option<PathBuf>,
+    /// Profile to check (default: [dcqcn].profile, else nvidia-default)
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Devices, NCCL_IB_HCA syntax (default: $NCCL_IB_HCA, else all found)
+    #[arg(long, value_name = "STRING")]
+    hca: Option<String>,
+    /// Stands for /sys (a test tree mirrors the real paths below it)
+    #[arg(long, value_name = "DIR")]
+    sysfs_root: Option<PathBuf>,
+    /// Stands for /sys/kernel/debug
+    #[arg(long, value_name = "DIR")]
+    debugfs_root: Option<PathBuf>,
+    /// Output format
+    #[arg(long, value_enum, value_name = "F", default_value_t)]
+    format: Format,
+    /// Print, without running them, the commands that fix drifted devices
+    #[arg(long)]
+    fix_commands: bool,
+    /// After the report, print CNP / ECN-mark rates per second every SECONDS
+    #[arg(long, value_name = "SECONDS", value_parser = watch_seconds, allow_negative_numbers = true)]
+    watch: Option<f64>,
+    /// Stop --watch after N samples (default: run until interrupted)
+    #[arg(long, value_name = "N", requires = "watch",
+          value_parser = crate::units::ranged(1u64, u64::MAX))]
+    samples: Option<u64>,
+    /// How the model reads rp_dce_tcp_g
+    #[arg(long, value_enum, value_name = "C", default_value_t)]
+    dce_tcp_g: DceTcpG,
+    /// When the model updates alpha
+    #[arg(long, value_enum, value_name = "S", default_value_t)]
+    alpha_update: AlphaUpdate,
 }
 
 /// The site config in effect: `--config F`, else the plugin's lookup order (NCCL_DQPLB_CONF,
@@ -168,26 +133,15 @@ fn load_config(path: &Option<PathBuf>) -> Result<SiteConfig, String> {
 }
 
 /// `dqplb check ARGS`; returns the exit code.
-pub(crate) fn run(args: &[String]) -> i32 {
+pub(crate) fn run(opts: &CheckArgs) -> i32 {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
-    run_to(args, &mut stdout.lock(), &mut stderr.lock())
+    run_to(opts, &mut stdout.lock(), &mut stderr.lock())
 }
 
-/// As [`run`], writing to the given streams (tests use buffers).
-pub(crate) fn run_to(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let opts = match parse_args(args) {
-        Ok(o) => o,
-        Err(e) => {
-            let _ = writeln!(err, "dqplb check: {e}\n{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    if opts.help {
-        let _ = writeln!(out, "{USAGE}");
-        return EXIT_MATCH;
-    }
-    match check(&opts, out, err) {
+/// As [`run`], writing to the given streams.
+fn run_to(opts: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    match check(opts, out, err) {
         Ok(code) => code,
         Err(e) => {
             let _ = writeln!(err, "dqplb check: {e}");
@@ -196,7 +150,7 @@ pub(crate) fn run_to(args: &[String], out: &mut dyn Write, err: &mut dyn Write) 
     }
 }
 
-fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, String> {
+fn check(opts: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, String> {
     let config = load_config(&opts.config)?;
     let mut section = config.dcqcn.clone();
     if let Some(p) = &opts.profile {
@@ -227,14 +181,14 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
         });
     }
 
-    let convention = opts.convention.unwrap_or(GConvention::OneMinus);
+    let convention = GConvention::from(opts.dce_tcp_g);
     let checked: Vec<CheckedDevice> = devices
         .iter()
         .map(|d| {
             analyse(
                 compare(&read_device(&roots, d), &profile),
                 convention,
-                opts.alpha.unwrap_or(AlphaSchedule::PerPeriod),
+                AlphaSchedule::from(opts.alpha_update),
             )
         })
         .collect();
@@ -245,13 +199,14 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
         _ => EXIT_MATCH,
     };
 
-    let text = if opts.fix {
+    let text = if opts.fix_commands {
         let plans: Vec<_> = checked.iter().map(|c| fix_plan(&c.report)).collect();
         format_fix_plans(&plans)
-    } else if opts.json {
-        format_json(&checked)
     } else {
-        format_table(&checked)
+        match opts.format {
+            Format::Json => format_json(&checked),
+            Format::Table => format_table(&checked),
+        }
     };
     out.write_all(text.as_bytes())
         .map_err(|e| format!("writing output: {e}"))?;
@@ -273,14 +228,21 @@ fn check(opts: &Options, out: &mut dyn Write, err: &mut dyn Write) -> Result<i32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{parse, Cmd};
+    use clap::error::ErrorKind;
 
-    fn a(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn check_args(args: &[&str]) -> Result<CheckArgs, clap::Error> {
+        let mut all = vec!["check"];
+        all.extend(args);
+        match parse(&all)? {
+            Cmd::Check(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn parses_flags_and_rejects_bad_ones() {
-        let o = parse_args(&a(&[
+        let o = check_args(&[
             "--format=json",
             "--hca",
             "mlx5_0",
@@ -288,24 +250,42 @@ mod tests {
             "0.5",
             "--samples",
             "2",
-        ]))
+        ])
         .unwrap();
-        assert!(o.json);
+        assert_eq!(o.format, Format::Json);
         assert_eq!(o.hca.as_deref(), Some("mlx5_0"));
         assert_eq!((o.watch, o.samples), (Some(0.5), Some(2)));
-        assert!(parse_args(&a(&["--format", "xml"]))
-            .unwrap_err()
-            .contains("xml"));
-        assert!(parse_args(&a(&["--profile"]))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse_args(&a(&["--bogus"]))
-            .unwrap_err()
-            .contains("--bogus"));
-        assert!(parse_args(&a(&["--watch", "-1"])).is_err());
-        assert!(parse_args(&a(&["--samples", "3"]))
-            .unwrap_err()
-            .contains("--watch"));
-        assert!(parse_args(&a(&["--fix-commands=yes"])).is_err());
+        let d = check_args(&[]).unwrap();
+        assert_eq!(
+            (d.format, d.dce_tcp_g, d.alpha_update, d.fix_commands),
+            (
+                Format::Table,
+                DceTcpG::OneMinus,
+                AlphaUpdate::PerPeriod,
+                false
+            )
+        );
+        let kind = |args: &[&str]| check_args(args).unwrap_err().kind();
+        assert_eq!(kind(&["--format", "xml"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--profile"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--bogus"]), ErrorKind::UnknownArgument);
+        assert_eq!(kind(&["--watch", "-1"]), ErrorKind::ValueValidation);
+        assert_eq!(kind(&["--watch", "86401"]), ErrorKind::ValueValidation);
+        assert_eq!(
+            kind(&["--samples", "0", "--watch", "1"]),
+            ErrorKind::ValueValidation
+        );
+        assert_eq!(
+            kind(&["--samples", "3"]),
+            ErrorKind::MissingRequiredArgument
+        );
+        assert_eq!(kind(&["--fix-commands=yes"]), ErrorKind::TooManyValues);
+        assert_eq!(kind(&["--dce-tcp-g", "inverse"]), ErrorKind::InvalidValue);
+        assert_eq!(
+            kind(&["--alpha-update", "per-rtt"]),
+            ErrorKind::InvalidValue
+        );
+        let e = check_args(&["--watch", "-1"]).unwrap_err().to_string();
+        assert!(e.contains("-1 must be in (0, 86400] seconds"), "{e}");
     }
 }

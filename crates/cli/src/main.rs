@@ -1,5 +1,5 @@
 //! `dqplb`: the operator command (plan, check, perf, stats, sim, paths-bench); see `dqplb --help`.
-//! A dispatcher over subcommands: each takes its arguments and returns the process exit code.
+//! The clap command line over the subcommands: each takes its parsed options and returns the exit code.
 
 mod check;
 mod check_report;
@@ -7,61 +7,150 @@ mod paths;
 mod perf;
 mod plan;
 mod sim;
+mod sim_args;
 mod sim_svg;
 mod sim_sweep;
 mod sim_sweep_class;
 mod sim_sweep_dcqcn;
 mod stats;
+mod units;
 
-/// Top-level usage text.
-const USAGE: &str = "\
-usage: dqplb <command> [options]
+use std::ffi::OsString;
+use std::fmt::Display;
 
-commands:
-  plan    show the site config in effect, the NCCL_IB_HCA devices and the per-class QP plan
-          (dqplb plan --help for options)
-  check   compare each RDMA device's DCQCN parameters with the site profile; exit 0 match,
-          1 mismatch, 2 bad usage, 3 unverified (dqplb check --help)
-  perf    point-to-point bandwidth / latency between two local processes through the
-          plugin's vtable, or raw TCP as the ceiling (dqplb perf --help)
-  stats   the per-QP statistics files the plugin writes ([stats] file) as a table, --json or
-          --prometheus (dqplb stats --help)
-  sim     fabric simulator: the real engine over a rail-optimized leaf-spine with ECMP, fluid or
-          per segment, per policy and QP count (dqplb sim --help; docs/simulation.md)
-  paths-bench  DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through
-          scripts/paths-bench.sh, which builds the network namespace; needs root)
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 
-options:
-  -h, --help    show this help
+/// The command line of `dqplb`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dqplb",
+    version = nccl_net_dqplb::VERSION,
+    about = "The dqplb-net operator command: site plan, DCQCN check, point-to-point perf, \
+             statistics files, fabric simulator, shaped-path benchmark.",
+    subcommand_required = true,
+    arg_required_else_help = true,
+    // Every option may repeat, the last one wins (as NCCL_* variables and the config do).
+    args_override_self = true,
+    after_help = "exit status: 0 success, 2 bad input (bad config, bad NCCL_IB_HCA, bad option)"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
 
-exit status: 0 success, 2 bad input (bad config, bad NCCL_IB_HCA, bad option)";
+/// The subcommands; their one-line descriptions are the top-level help's.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    #[command(
+        about = "show the site config in effect, the NCCL_IB_HCA devices and the per-class QP plan",
+        after_help = plan::EXIT
+    )]
+    Plan(plan::PlanArgs),
+    #[command(
+        about = "compare each RDMA device's DCQCN parameters with the site profile; exit 0 match, \
+                 1 mismatch, 2 bad usage, 3 unverified",
+        after_help = check::EXIT
+    )]
+    Check(check::CheckArgs),
+    #[command(
+        about = "point-to-point bandwidth / latency between two local processes through the \
+                 plugin's vtable, or raw TCP as the ceiling",
+        long_about = perf::args::LONG_ABOUT,
+        after_help = perf::args::EXIT
+    )]
+    Perf(perf::args::PerfArgs),
+    #[command(
+        about = "the per-QP statistics files the plugin writes ([stats] file) as a table, --json \
+                 or --prometheus",
+        long_about = stats::LONG_ABOUT,
+        after_help = stats::EXIT
+    )]
+    Stats(stats::StatsArgs),
+    #[command(
+        about = "fabric simulator: the real engine over a rail-optimized leaf-spine with ECMP, \
+                 fluid or per segment, per policy and QP count (docs/simulation.md)",
+        after_help = sim_args::EXIT,
+        args_conflicts_with_subcommands = true,
+        disable_help_subcommand = true
+    )]
+    Sim(sim_args::SimCmd),
+    #[command(
+        about = "DQPLB vs NCCL-style policies over tc-shaped loopback paths (run through \
+                 scripts/paths-bench.sh, which builds the network namespace; needs root)",
+        after_help = paths::args::EXIT
+    )]
+    PathsBench(paths::args::PathsArgs),
+}
 
-/// Entry point of the `dqplb` binary; returns the process exit code.
-fn run(args: Vec<String>) -> i32 {
+/// Prints `message` as clap prints a usage error of `dqplb PATH...` (with that command's usage
+/// line) and returns its exit code, 2. For what clap cannot see: options that contradict each
+/// other.
+pub(crate) fn usage_error(path: &[&str], message: impl Display) -> i32 {
+    let mut cmd = Cli::command();
+    cmd.build();
+    for name in path {
+        match cmd.find_subcommand(name) {
+            Some(sub) => cmd = sub.clone(),
+            None => break,
+        }
+    }
+    let e = cmd.error(ErrorKind::ArgumentConflict, message);
+    let _ = e.print();
+    e.exit_code()
+}
+
+/// Runs `dqplb` on `argv` (the program name first); returns the process exit code.
+fn run(argv: Vec<OsString>) -> i32 {
     nccl_net_dqplb::plugin::log::install_stderr();
-    let Some(command) = args.first() else {
-        eprintln!("{USAGE}");
-        return 2;
+    // The child processes perf starts have their own parser (not part of the public one).
+    if argv.len() >= 3 && argv[1..3] == perf::args::CHILD {
+        return perf::run_child(&argv[3..]);
+    }
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and --version on stdout with 0; bad usage on stderr with 2.
+            let _ = e.print();
+            return e.exit_code();
+        }
     };
-    let rest = &args[1..];
-    match command.as_str() {
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            0
-        }
-        "plan" => plan::run(rest),
-        "check" => check::run(rest),
-        "perf" => perf::run(rest),
-        "stats" => stats::run(rest),
-        "sim" => sim::run_cli(rest),
-        "paths-bench" => paths::run(rest),
-        other => {
-            eprintln!("dqplb: unknown command '{other}'\n\n{USAGE}");
-            2
-        }
+    match cli.command {
+        Cmd::Plan(a) => plan::run(&a),
+        Cmd::Check(a) => check::run(&a),
+        Cmd::Perf(a) => perf::run(a),
+        Cmd::Stats(a) => stats::run(&a),
+        Cmd::Sim(a) => sim::run_cli(a),
+        Cmd::PathsBench(a) => paths::run(a),
     }
 }
 
 fn main() {
-    std::process::exit(run(std::env::args().skip(1).collect()));
+    std::process::exit(run(std::env::args_os().collect()));
+}
+
+/// Parses `args` (after `dqplb`) as the binary does, for the modules' tests.
+#[cfg(test)]
+pub(crate) fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+    Cli::try_parse_from(std::iter::once("dqplb").chain(args.iter().copied())).map(|c| c.command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn unknown_names_get_a_suggestion() {
+        let e = parse(&["plna"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSubcommand);
+        assert!(e.to_string().contains("'plan'"), "{e}");
+        let e = parse(&["plan", "--hcaa", "x"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("'--hca'"), "{e}");
+    }
 }

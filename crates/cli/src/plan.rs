@@ -9,67 +9,31 @@ use serde::Serialize;
 use dqplb_config::load::{load_from_process_env, load_path, process_env_vars};
 use dqplb_config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig, PolicyName};
 
-/// Usage text of `dqplb plan`.
-pub(crate) const USAGE: &str = "\
-usage: dqplb plan [--config FILE] [--hca STRING] [--format table|json]
+/// The exit status line under `dqplb plan --help`.
+pub(crate) const EXIT: &str =
+    "exit status: 0 success, 2 bad input (the message names the file, key, variable or field)";
 
-  --config FILE    read FILE instead of NCCL_DQPLB_CONF / /etc/nccl-dqplb.toml / the built-in
-                   default (NCCL_DQPLB_* overrides still apply)
-  --hca STRING     an NCCL_IB_HCA value (default: the NCCL_IB_HCA environment variable)
-  --format FMT     table (default) or json
-  -h, --help       show this help
-
-exit status: 0 success, 2 bad input (the message names the file, key, variable or field)";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+/// How the plan is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum Format {
+    #[default]
     Table,
     Json,
 }
 
-#[derive(Debug, Default)]
-struct PlanArgs {
-    config: Option<String>,
-    hca: Option<String>,
-    json: bool,
-    help: bool,
-}
-
-fn parse_args(args: &[String]) -> Result<PlanArgs, String> {
-    let mut out = PlanArgs::default();
-    let mut format = Format::Table;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |opt: &str| -> Result<String, String> {
-            match inline.clone().or_else(|| it.next().cloned()) {
-                Some(v) => Ok(v),
-                None => Err(format!("option {opt} needs a value")),
-            }
-        };
-        match name {
-            "-h" | "--help" => out.help = true,
-            "--config" => out.config = Some(value("--config")?),
-            "--hca" => out.hca = Some(value("--hca")?),
-            "--format" => {
-                format = match value("--format")?.as_str() {
-                    "table" => Format::Table,
-                    "json" => Format::Json,
-                    other => {
-                        return Err(format!(
-                            "--format '{other}' is not accepted (table or json)"
-                        ))
-                    }
-                }
-            }
-            other => return Err(format!("unknown option '{other}'")),
-        }
-    }
-    out.json = format == Format::Json;
-    Ok(out)
+/// Options of `dqplb plan`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub(crate) struct PlanArgs {
+    /// Read FILE instead of NCCL_DQPLB_CONF / /etc/nccl-dqplb.toml / the built-in default
+    /// (NCCL_DQPLB_* overrides still apply)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<String>,
+    /// An NCCL_IB_HCA value (default: the NCCL_IB_HCA environment variable)
+    #[arg(long, value_name = "STRING")]
+    pub(crate) hca: Option<String>,
+    /// Output format
+    #[arg(long, value_enum, value_name = "FMT", default_value_t)]
+    pub(crate) format: Format,
 }
 
 /// One device of the NCCL_IB_HCA list, flattened for printing.
@@ -359,20 +323,16 @@ fn render_table(r: &PlanReport) -> String {
 
 /// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok(stdout text) or Err(message).
 fn plan_output(
-    args: &[String],
+    a: &PlanArgs,
     ib_hca_env: Option<String>,
     buffsize_env: Option<String>,
 ) -> Result<String, String> {
-    let a = parse_args(args)?;
-    if a.help {
-        return Ok(format!("{USAGE}\n"));
-    }
     let loaded = match &a.config {
         Some(path) => load_path(Path::new(path), &process_env_vars()),
         None => load_from_process_env(),
     }
     .map_err(|e| e.to_string())?;
-    let hca_text = a.hca.or(ib_hca_env.filter(|v| !v.is_empty()));
+    let hca_text = a.hca.clone().or(ib_hca_env.filter(|v| !v.is_empty()));
     let hca = match hca_text {
         Some(text) => {
             let fabric = &loaded.config.fabric;
@@ -383,19 +343,18 @@ fn plan_output(
         None => None,
     };
     let report = build_report(loaded, hca, buffsize_env.as_deref());
-    if a.json {
-        serde_json::to_string_pretty(&report)
+    match a.format {
+        Format::Json => serde_json::to_string_pretty(&report)
             .map(|j| j + "\n")
-            .map_err(|e| format!("cannot encode JSON: {e}"))
-    } else {
-        Ok(render_table(&report))
+            .map_err(|e| format!("cannot encode JSON: {e}")),
+        Format::Table => Ok(render_table(&report)),
     }
 }
 
 /// `dqplb plan [--config F] [--hca STRING] [--format table|json]`; returns the exit code.
-pub(crate) fn run(args: &[String]) -> i32 {
+pub(crate) fn run(a: &PlanArgs) -> i32 {
     match plan_output(
-        args,
+        a,
         std::env::var("NCCL_IB_HCA").ok(),
         std::env::var("NCCL_BUFFSIZE").ok(),
     ) {
@@ -413,35 +372,46 @@ pub(crate) fn run(args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{parse, Cmd};
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn plan(args: &[&str]) -> Result<PlanArgs, clap::Error> {
+        let mut all = vec!["plan"];
+        all.extend(args);
+        match parse(&all)? {
+            Cmd::Plan(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn options_parse_in_both_spellings() {
-        let a = parse_args(&args(&[
-            "--config=x.toml",
-            "--hca",
-            "mlx5",
-            "--format",
-            "json",
-        ]))
-        .expect("valid");
+        let a = plan(&["--config=x.toml", "--hca", "mlx5", "--format", "json"]).expect("valid");
         assert_eq!(a.config.as_deref(), Some("x.toml"));
         assert_eq!(a.hca.as_deref(), Some("mlx5"));
-        assert!(a.json);
+        assert_eq!(a.format, Format::Json);
+        // NCCL_IB_HCA's leading '=' (exact names) and '^' (exclude) are values, not syntax.
         assert_eq!(
-            parse_args(&args(&["--format", "xml"])).err().as_deref(),
-            Some("--format 'xml' is not accepted (table or json)")
+            plan(&["--hca", "=mlx5_0:1"]).unwrap().hca.as_deref(),
+            Some("=mlx5_0:1")
         );
         assert_eq!(
-            parse_args(&args(&["--hca"])).err().as_deref(),
-            Some("option --hca needs a value")
+            plan(&["--hca==mlx5_0"]).unwrap().hca.as_deref(),
+            Some("=mlx5_0")
         );
-        assert_eq!(
-            parse_args(&args(&["-x"])).err().as_deref(),
-            Some("unknown option '-x'")
+        assert_eq!(plan(&[]).unwrap().format, Format::Table);
+        let e = plan(&["--format", "xml"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+        assert!(
+            e.to_string().contains("[possible values: table, json]"),
+            "{e}"
         );
+        let e = plan(&["--hca"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a value is required for '--hca <STRING>'"),
+            "{e}"
+        );
+        let e = plan(&["-x"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
     }
 }

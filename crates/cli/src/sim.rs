@@ -4,113 +4,27 @@
 
 use std::time::Instant;
 
+use clap::ValueEnum;
 use dqplb_config::load::{load_text, process_env_vars};
 use dqplb_config::ConnClass;
 use dqplb_dcqcn::AlphaSchedule;
 use dqplb_engine::PolicyKind;
 use dqplb_sim::timeseries;
 use dqplb_sim::{
-    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
-    SourcePort, TrafficKind, TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_REHASH,
+    run, ConnShape, FabricSpec, Mode, PacketSpec, SimConfig, SimPolicy, SimResult, TrafficKind,
+    TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_REHASH,
 };
 
-/// Usage text of `dqplb sim`.
-pub(crate) const USAGE: &str = "\
-usage: dqplb sim [options]
-       dqplb sim sweep [grid] [options]   (qps x outstanding x segment; dqplb sim sweep --help)
+use crate::sim_args::{self as opts, SimCmd, SimFormat, SimSub};
+use crate::units;
 
-fabric (rail-optimized leaf-spine, one fabric per rail):
-  --hosts N             hosts (default 64)          --rails R        NICs/rails per host (8)
-  --hosts-per-leaf H    hosts under a leaf (32)     --leaves L       sets H = ceil(N / L)
-  --spines S            spines per rail (32)        --oversub O      leaf down/up capacity (1)
-  --host-gbps G         NIC rate (400)              --hop-latency-ns T  per hop (1000)
-  --pods P              third tier: leafs in P pods, each pod's spines (aggregation) wired to
-                        --cores C core switches (default spines x leafs per pod) (0: two tiers)
-  --dci-latency-us U    each pod a data centre: latency of every aggregation -> core hop, the
-                        DC interconnect span (0 = --hop-latency-ns; up to 100000); between DCs
-                        one way is 5 hops + U  --dci-oversub R  aggregation-core rate / R (1)
-  --preset fattree-kK   k-ary fat tree, e.g. fattree-k8 (= --fattree-k 8): K pods of K/2 leafs
-                        and K/2 aggs, (K/2)^2 cores, K^3/4 hosts, 1 rail; later options override
-  --failed-links N      switch-switch links down per rail, any tier (0)
-  --slow-links N        switch-switch links at --slow-factor of their rate (0, factor 0.5)
-  --source-port P       qpn (mlx5's derivation from the QPNs, default) or a fixed port
-  --hash-dest-qpn       E-ECMP: switches also hash the BTH destination QPN
-  --spray-paths K       spray: each QP sprays over K paths of its ECMP group, drawn once
-                        (htsim's -paths; 0 = all, the default)
-engine (default dqplb, 8 QPs x 2 outstanding x 128K; with --config the site's plan for the
-        traffic's class: cross-rail, cross-dc, or same-rail for the others):
-  --policy LIST         single-qp, static-split, round-robin-message, dqplb, dqplb-led (least
-                        expected delay), spray, dqplb-rehash (dqplb with the engine's straggler
-                        re-hash rule), dqplb-led-rehash, lp-split (an oracle, not a NIC
-                        policy: each connection splits over its q hashed paths as the split
-                        bound does, knowing every path; 64 sub-QPs of --outstanding each)
-                        (comma list)
-  --rehash-ratio K      dqplb-rehash: slow = K x the connection's median latency (2)
-  --rehash-window W     ... for W consecutive completions (16)
-  --rehash-cooldown-us C  ... at most one per C us (50), --rehash-budget N per ms (4)
-  --qps LIST            data QPs per connection (comma list)
-  --outstanding D       segments in flight per QP
-  --segment B           segment bytes (multiple of 128; K/M/G suffixes)
-traffic:
-  --traffic T           ring (all-reduce, default), tree (NCCL's double binary tree
-                        all-reduce), permutation, leaf-shift, all-to-all,
-                        incast (every host sends --bytes to the first one: N-to-1),
-                        cross-dc (every host to a seeded host of the next pod: needs --pods),
-                        cross-rail (one round of an all-to-all without PXN: rail r's GPU to
-                        rail r+1's GPU of a seeded other host; all rails under one spine tier),
-                        cross-rail-all-to-all (the whole all-to-all without PXN, GPU to GPU of
-                        every other host, in NCCL's p2p schedule; one plane as cross-rail)
-  --bytes B             ring, tree: buffer per GPU; permutation/leaf-shift: per connection;
-                        all-to-all: send buffer per GPU (default 1G)
-  --p2p-batches K       cross-rail-all-to-all: batches of 8 p2p rounds in flight at once (one
-                        phase each, a barrier between; NCCL's channels run several: default 1)
-  --step-bytes B        NCCL step / message size (512K; cross-rail-all-to-all: 128K, NCCL's
-                        P2P_NET_CHUNKSIZE)                 --slots N   NCCL_STEPS (8)
-  --placement P         contiguous (default) or fragmented (seeded random host order)
-  --max-steps N         ring only: simulate N of the 2(n-1) steps and scale the time (0 = all)
-  --background-hosts N  a second job: the last N hosts of the placement run a permutation of
-                        step-size messages while the collective runs on the others (endless;
-                        --background-messages N: N each, 0: idle hosts)
-run:
-  --mode M              f (fluid max-min, default), b (per segment) or p (per packet)
-P mode (per packet; DCQCN per QP, optional PFC):
-  --mtu B               payload bytes per packet (4096)
-  --ecn on|off          ECN marking at the switch egress queues (on)
-  --ecn-kmin-kb K       no mark below K kB (1 kB = 1000 B; 50)
-  --ecn-kmax-kb K       probability Pmax at K kB, every packet above (2000)
-  --ecn-pmax P          marking probability at Kmax (0.01)
-  --cnp-interval-us U   at most one CNP per QP per U us at the receiver NIC (4, mlx5)
-  --dcqcn P             reaction-point profile: firmware (mlx5 defaults) or paper (DCQCN paper)
-  --alpha-update S      DCQCN alpha schedule, overriding the profile's: per-period (NVIDIA's
-                        documentation; firmware's default) or per-cnp (the paper; paper's default)
-  --pfc                 priority flow control: a switch pauses the sender of an ingress link
-                        holding --pfc-xoff-kb (1000) not yet forwarded, resumes at --pfc-xon-kb (500)
-  --start-stagger-us U  connection c starts at c x U us (0)
-  --buffer-kb K         every switch egress holds at most K kB and drops the rest (tail drop;
-                        0 = unbounded, the default); NICs recover by go-back-N (no --pfc, no spray)
-  --ib-timeout T        the QPs' local ACK timeout, 4.096 us x 2^T, as NCCL_IB_TIMEOUT (20)
-time series (any mode; every --policy/--qps run, its rows led by policy,qps):
-  --timeseries FILE     per-QP and per-queue samples as CSV (F mode: per QP only)
-  --sample-us U         sampling period (10 with --timeseries)
-  --seed S              (default 1)                 --threads T      rails in parallel (2)
-  --epoch-us U          F mode: re-solve at most every U us (default 5; 0 = at every change)
-  --rails-simulated N   simulate only N rails (they are identical up to hashing)
-  --config FILE         site TOML (as dqplb plan reads it, NCCL_DQPLB_* overrides applied)
-                        with an optional [fabric.sim] block
-  --format F            table (default), json or csv
-  --svg DIR             also write DIR/ideal.svg (% of ideal per policy and q), and per run
-                        DIR/collisions-P-qQ.svg, DIR/heatmap-P-qQ.svg and DIR/uplinks.csv;
-                        with samples (--timeseries; P mode: --sample-us) DIR/timeseries-P-qQ.svg
-  -h, --help            show this help
-
-exit status: 0 success, 1 the simulation found engine/protocol errors, 2 bad input";
-
+/// What `dqplb sim` (and the sweep) run: the simulator's config, the policies and QP counts to
+/// run it for, and what to print and write.
 pub(super) struct Args {
     pub(super) cfg: SimConfig,
     pub(super) policies: Vec<SimPolicy>,
     pub(super) qps: Vec<usize>,
-    pub(super) format: String,
-    pub(super) help: bool,
+    pub(super) format: SimFormat,
     /// Directory for the SVG charts and the per-uplink CSV.
     pub(super) svg: Option<String>,
     /// The time-series CSV file (any mode).
@@ -121,44 +35,32 @@ pub(super) struct Args {
     pub(super) step_given: bool,
 }
 
-pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("'{s}' is not a byte count"))
+/// Why a run's configuration could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SetupError {
+    /// The command line: options that contradict each other (clap checked each value).
+    Usage(String),
+    /// An input file or the environment: the site TOML, its `[fabric.sim]` keys.
+    Input(String),
 }
 
-pub(super) fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
-    v.trim()
-        .parse::<T>()
-        .map_err(|_| format!("{opt}: '{v}' is not a valid number"))
-}
-
-fn source_port(v: &str) -> Result<SourcePort, String> {
-    if v == "qpn" {
-        return Ok(SourcePort::FromQpn);
+impl SetupError {
+    /// Prints the error for `dqplb PATH...` (a usage error as clap prints one, an input error
+    /// as "dqplb PATH: message") and returns the exit code, 2.
+    pub(crate) fn report(&self, path: &[&str]) -> i32 {
+        match self {
+            SetupError::Usage(m) => crate::usage_error(path, m),
+            SetupError::Input(m) => {
+                eprintln!("dqplb {}: {m}", path.join(" "));
+                2
+            }
+        }
     }
-    let p = v.strip_prefix("fixed:").unwrap_or(v);
-    Ok(SourcePort::Fixed(num("--source-port", p)?))
 }
 
-/// `--dci-latency-us`: microseconds, 0 ..= 100000, to picoseconds.
-fn dci_latency_ps(v: &str) -> Result<u64, String> {
-    let us: f64 = num("--dci-latency-us", v)?;
-    if !(us.is_finite() && (0.0..=100_000.0).contains(&us)) {
-        return Err(format!(
-            "--dci-latency-us '{v}': microseconds in 0 ..= 100000 (0 = the hop latency)"
-        ));
-    }
-    Ok((us * 1e6).round() as u64)
+/// `{opt}: '{v}' is not a valid number`, the number of a setting.
+fn num<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T, String> {
+    units::num(v).map_err(|e| format!("{opt}: {e}"))
 }
 
 fn defaults() -> SimConfig {
@@ -183,7 +85,8 @@ fn defaults() -> SimConfig {
     }
 }
 
-/// Applies one `name = value` setting (CLI option without `--`, or a `[fabric.sim]` key).
+/// Applies one `name = value` setting (CLI option without `--`, or a `[fabric.sim]` key); the
+/// values parse as the options' (sim_args.rs), the messages name the option.
 fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Result<(), String> {
     let c = &mut a.cfg;
     let opt = format!("--{name}");
@@ -195,7 +98,11 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "spines" => c.fabric.spines = num(&opt, v)?,
         "pods" => c.fabric.pods = num(&opt, v)?,
         "cores" => c.fabric.cores = num(&opt, v)?,
-        "dci-latency-us" => c.fabric.dci_latency_ps = dci_latency_ps(v)?,
+        "dci-latency-us" => {
+            num::<f64>(&opt, v)?;
+            c.fabric.dci_latency_ps =
+                opts::dci_latency_ps(v).map_err(|e| format!("{opt} '{v}': {e}"))?
+        }
         "dci-oversub" => c.fabric.dci_oversub = num(&opt, v)?,
         "fattree-k" => c.fabric = FabricSpec::fattree(num(&opt, v)?, &c.fabric)?,
         "preset" => {
@@ -210,14 +117,12 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "failed-links" => c.fabric.failed_links = num(&opt, v)?,
         "slow-links" => c.fabric.slow_links = num(&opt, v)?,
         "slow-factor" => c.fabric.slow_factor = num(&opt, v)?,
-        "source-port" => c.fabric.hash.source_port = source_port(v)?,
-        "hash-dest-qpn" => c.fabric.hash.dest_qpn = matches!(v, "true" | "1" | "yes"),
-        "policy" => {
-            a.policies = v
-                .split(',')
-                .map(SimPolicy::parse)
-                .collect::<Result<_, _>>()?
+        "source-port" => {
+            c.fabric.hash.source_port =
+                opts::source_port(v).map_err(|e| format!("--source-port: {e}"))?
         }
+        "hash-dest-qpn" => c.fabric.hash.dest_qpn = opts::yes(v)?,
+        "policy" => a.policies = opts::policies(v)?,
         "qps" => {
             a.qps = v
                 .split(',')
@@ -230,22 +135,19 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "rehash-cooldown-us" => c.shape.rehash.cooldown = num::<u64>(&opt, v)? * 1_000_000,
         "rehash-budget" => c.shape.rehash.budget = num(&opt, v)?,
         "segment" => {
-            c.shape.segment_bytes = u32::try_from(parse_bytes(v)?)
+            c.shape.segment_bytes = u32::try_from(units::bytes(v)?)
                 .map_err(|_| format!("--segment {v} does not fit 32 bits"))?
         }
         "traffic" => c.traffic.kind = TrafficKind::parse(v)?,
-        "bytes" => c.traffic.bytes = parse_bytes(v)?,
+        "bytes" => c.traffic.bytes = units::bytes(v)?,
         "step-bytes" => {
-            c.traffic.step_bytes = parse_bytes(v)?;
+            c.traffic.step_bytes = units::bytes(v)?;
             a.step_given = true;
         }
         "slots" => c.traffic.slots = num(&opt, v)?,
         "placement" => {
-            c.traffic.placement = match v {
-                "contiguous" => Placement::Contiguous,
-                "fragmented" => Placement::Fragmented,
-                o => return Err(format!("--placement '{o}' (contiguous or fragmented)")),
-            }
+            c.traffic.placement = opts::placement(v)
+                .map_err(|_| format!("--placement '{v}' (contiguous or fragmented)"))?
         }
         "max-steps" => c.traffic.max_steps = num(&opt, v)?,
         "p2p-batches" => {
@@ -262,13 +164,12 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "epoch-us" => c.epoch_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "rails-simulated" => c.rails_simulated = num(&opt, v)?,
         "spray-paths" => c.fabric.spray_paths = num(&opt, v)?,
-        "mtu" => c.packet.mtu = u32::try_from(parse_bytes(v)?).map_err(|_| format!("--mtu {v}"))?,
+        "mtu" => {
+            c.packet.mtu = u32::try_from(units::bytes(v)?).map_err(|_| format!("--mtu {v}"))?
+        }
         "ecn" => {
-            c.packet.ecn.enabled = match v {
-                "on" | "true" | "1" => true,
-                "off" | "false" | "0" => false,
-                o => return Err(format!("--ecn '{o}' (on or off)")),
-            }
+            c.packet.ecn.enabled =
+                opts::on_off(v).map_err(|_| format!("--ecn '{v}' (on or off)"))?
         }
         "ecn-kmin-kb" => c.packet.ecn.kmin = (num::<f64>(&opt, v)? * 1e3) as u64,
         "ecn-kmax-kb" => c.packet.ecn.kmax = (num::<f64>(&opt, v)? * 1e3) as u64,
@@ -281,32 +182,26 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
             )
         }
         "cnp-interval-us" => c.packet.cnp_interval_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
-        "pfc" => c.packet.pfc.enabled = matches!(v, "true" | "1" | "yes" | "on"),
+        "pfc" => c.packet.pfc.enabled = opts::yes_on(v)?,
         "pfc-xoff-kb" => c.packet.pfc.xoff = (num::<f64>(&opt, v)? * 1e3) as u64,
         "pfc-xon-kb" => c.packet.pfc.xon = (num::<f64>(&opt, v)? * 1e3) as u64,
         "start-stagger-us" => c.packet.stagger_ps = (num::<f64>(&opt, v)? * 1e6) as u64,
         "buffer-kb" => {
-            let kb: f64 = num(&opt, v)?;
-            if !(kb.is_finite() && kb >= 0.0) {
-                return Err(format!("{opt} '{v}': kB, 0 (unbounded) or more"));
-            }
+            num::<f64>(&opt, v)?;
+            let kb = opts::buffer_kb(v).map_err(|e| format!("{opt} '{v}': {e}"))?;
             c.packet.loss.buffer_bytes = (kb * 1e3) as u64;
         }
         "ib-timeout" => c.packet.loss.ib_timeout = num(&opt, v)?,
         "sample-us" => {
-            let us: f64 = num(&opt, v)?;
-            if !(us.is_finite() && us >= 0.0) {
-                return Err(format!("--sample-us '{v}': microseconds, 0 or more"));
-            }
+            num::<f64>(&opt, v)?;
+            let us = opts::sample_us(v).map_err(|e| format!("{opt} '{v}': {e}"))?;
             c.packet.sample_ps = (us * 1e6) as u64;
         }
         "timeseries" => a.timeseries = Some(v.to_string()),
         "svg" => a.svg = Some(v.to_string()),
         "format" => {
-            if !matches!(v, "table" | "json" | "csv") {
-                return Err(format!("--format '{v}' (table, json or csv)"));
-            }
-            a.format = v.to_string();
+            a.format = SimFormat::from_str(v, false)
+                .map_err(|_| format!("--format '{v}' (table, json or csv)"))?
         }
         other => return Err(format!("unknown option '--{other}'")),
     }
@@ -323,23 +218,6 @@ fn class_of(kind: TrafficKind) -> ConnClass {
         TrafficKind::CrossDc => ConnClass::CrossDc,
         _ => ConnClass::SameRail,
     }
-}
-
-/// The last `--traffic` of the command line, if any (read before the config is applied, so the
-/// config's class plan follows the traffic the run will have).
-fn cli_traffic(args: &[String]) -> Result<Option<TrafficKind>, String> {
-    let mut kind = None;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if arg == "--traffic" {
-            if let Some(v) = it.next() {
-                kind = Some(TrafficKind::parse(v)?);
-            }
-        } else if let Some(v) = arg.strip_prefix("--traffic=") {
-            kind = Some(TrafficKind::parse(v)?);
-        }
-    }
-    Ok(kind)
 }
 
 /// Reads the site TOML as the plugin does (NCCL_DQPLB_* overrides from the environment
@@ -432,57 +310,42 @@ fn has_sim(t: &toml::Table) -> bool {
         .is_some_and(|f| f.contains_key("sim"))
 }
 
-pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
+/// Builds a run from the simulator's defaults, then each `configs` file (its class plan and
+/// `[fabric.sim]`), then `base` settings (the sweep's small fabric, never with a config), then
+/// the command line's settings (`--name` without the dashes, value) in their order: later wins.
+pub(super) fn build(
+    configs: &[String],
+    base: &[(&str, &str)],
+    cli: &[(String, String)],
+) -> Result<Args, SetupError> {
     let mut a = Args {
         cfg: defaults(),
         policies: vec![SimPolicy::Engine(PolicyKind::Dqplb)],
         qps: vec![8],
-        format: "table".into(),
-        help: false,
+        format: SimFormat::Table,
         timeseries: None,
         svg: None,
         alpha_update: None,
         step_given: false,
     };
     let mut leaves = None;
-    // The config file first, so command-line options override it wherever they appear.
-    let traffic = cli_traffic(args)?;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if arg == "--config" {
-            let p = it.next().ok_or("option --config needs a value")?;
-            apply_config(&mut a, p, traffic, &mut leaves)?;
-        } else if let Some(p) = arg.strip_prefix("--config=") {
-            apply_config(&mut a, p, traffic, &mut leaves)?;
-        }
+    let settings: Vec<(&str, &str)> = base
+        .iter()
+        .copied()
+        .chain(cli.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect();
+    // The config files first, so the command line overrides them; the class plan they give
+    // follows the run's traffic (the last --traffic; clap checked it).
+    let traffic = settings
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == "traffic")
+        .and_then(|(_, v)| TrafficKind::parse(v).ok());
+    for path in configs {
+        apply_config(&mut a, path, traffic, &mut leaves).map_err(SetupError::Input)?;
     }
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        match name {
-            "-h" | "--help" => a.help = true,
-            "--hash-dest-qpn" if inline.is_none() => a.cfg.fabric.hash.dest_qpn = true,
-            "--pfc" if inline.is_none() => a.cfg.packet.pfc.enabled = true,
-            "--config" => {
-                if inline.is_none() {
-                    it.next();
-                }
-            }
-            n if n.starts_with("--") => {
-                let v = match inline {
-                    Some(v) => v,
-                    None => it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| format!("option {n} needs a value"))?,
-                };
-                apply(&mut a, &n[2..], &v, &mut leaves)?;
-            }
-            other => return Err(format!("unexpected argument '{other}'")),
-        }
+    for (name, value) in settings {
+        apply(&mut a, name, value, &mut leaves).map_err(SetupError::Usage)?;
     }
     // Whichever order --dcqcn and --alpha-update came in (the config's keys included).
     if let Some(s) = a.alpha_update {
@@ -495,7 +358,7 @@ pub(super) fn parse_args(args: &[String]) -> Result<Args, String> {
     }
     if let Some(l) = leaves {
         if l == 0 {
-            return Err("--leaves must be at least 1".into());
+            return Err(SetupError::Input("--leaves must be at least 1".into()));
         }
         a.cfg.fabric.hosts_per_leaf = a.cfg.fabric.hosts.div_ceil(l);
     }
@@ -613,23 +476,16 @@ fn write_timeseries(path: &str, rows: &[(SimResult, f64)]) -> std::io::Result<()
     w.flush()
 }
 
-/// Runs `dqplb sim`; returns the exit code.
-pub(crate) fn run_cli(args: &[String]) -> i32 {
-    if args.first().map(String::as_str) == Some("sweep") {
-        return super::sim_sweep::run_cli(&args[1..]);
+/// Runs `dqplb sim` (or its sweep); returns the exit code.
+pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
+    if let Some(SimSub::Sweep(sweep)) = cmd.sweep {
+        return super::sim_sweep::run_cli(sweep);
     }
-    let a = match parse_args(args) {
+    let a = match build(&cmd.config, &[], &cmd.settings.merged(&cmd.shape)) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("dqplb sim: {e}\n\n{USAGE}");
-            return 2;
-        }
+        Err(e) => return e.report(&["sim"]),
     };
-    if a.help {
-        println!("{USAGE}");
-        return 0;
-    }
-    if a.format == "table" {
+    if a.format == SimFormat::Table {
         let c = &a.cfg;
         if c.fabric.pods > 0 {
             println!(
@@ -676,8 +532,8 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
             }
         }
     }
-    match a.format.as_str() {
-        "json" => {
+    match a.format {
+        SimFormat::Json => {
             let v: Vec<&SimResult> = rows.iter().map(|r| &r.0).collect();
             match serde_json::to_string_pretty(&v) {
                 Ok(s) => println!("{s}"),
@@ -690,14 +546,14 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
                 eprintln!("dqplb sim: {} q={} wall {w:.2} s", r.policy, r.qps);
             }
         }
-        "csv" => {
+        SimFormat::Csv => {
             println!("{}", SimResult::CSV_HEADER);
             for (r, w) in &rows {
                 println!("{}", r.csv_row());
                 eprintln!("dqplb sim: {} q={} wall {w:.2} s", r.policy, r.qps);
             }
         }
-        _ => {
+        SimFormat::Table => {
             print_table(&rows);
             print_packet_table(&rows, a.cfg.packet.loss.lossy());
         }
@@ -725,6 +581,122 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
+    const SAMPLES: [(&str, &str); 62] = [
+        ("hosts", "16"),
+        ("rails", "2"),
+        ("hosts-per-leaf", "4"),
+        ("leaves", "2"),
+        ("spines", "4"),
+        ("oversub", "1.5"),
+        ("host-gbps", "200"),
+        ("hop-latency-ns", "500"),
+        ("pods", "2"),
+        ("cores", "4"),
+        ("dci-latency-us", "10"),
+        ("dci-oversub", "2"),
+        ("preset", "fattree-k4"),
+        ("fattree-k", "4"),
+        ("failed-links", "1"),
+        ("slow-links", "1"),
+        ("slow-factor", "0.25"),
+        ("source-port", "fixed:49152"),
+        ("hash-dest-qpn", "true"),
+        ("spray-paths", "2"),
+        ("policy", "dqplb,spray"),
+        ("rehash-ratio", "3"),
+        ("rehash-window", "8"),
+        ("rehash-cooldown-us", "20"),
+        ("rehash-budget", "2"),
+        ("traffic", "tree"),
+        ("bytes", "4M"),
+        ("p2p-batches", "2"),
+        ("step-bytes", "256K"),
+        ("slots", "4"),
+        ("placement", "fragmented"),
+        ("max-steps", "3"),
+        ("background-hosts", "2"),
+        ("background-messages", "5"),
+        ("mode", "p"),
+        ("seed", "7"),
+        ("threads", "1"),
+        ("epoch-us", "2.5"),
+        ("rails-simulated", "1"),
+        ("format", "csv"),
+        ("mtu", "1K"),
+        ("ecn", "off"),
+        ("ecn-kmin-kb", "10"),
+        ("ecn-kmax-kb", "100"),
+        ("ecn-pmax", "0.2"),
+        ("cnp-interval-us", "8"),
+        ("alpha-update", "per-cnp"),
+        ("pfc", "on"),
+        ("pfc-xoff-kb", "300"),
+        ("pfc-xon-kb", "100"),
+        ("start-stagger-us", "1"),
+        ("buffer-kb", "500"),
+        ("ib-timeout", "12"),
+        ("timeseries", "t.csv"),
+        ("sample-us", "5"),
+        ("qps", "1,4"),
+        ("outstanding", "3"),
+        ("segment", "64K"),
+        ("dcqcn", "paper"),
+        ("svg", "charts"),
+        ("config", "-"),
+        ("help", "-"),
+    ];
+
+    #[test]
+    fn every_option_is_a_setting_and_both_take_the_same_values() {
+        use clap::CommandFactory;
+        let sim = crate::Cli::command()
+            .find_subcommand("sim")
+            .cloned()
+            .expect("sim");
+        let mut names: Vec<&str> = sim.get_arguments().filter_map(|a| a.get_long()).collect();
+        names.push("help");
+        names.sort_unstable();
+        let mut sampled: Vec<&str> = SAMPLES.iter().map(|s| s.0).collect();
+        sampled.sort_unstable();
+        assert_eq!(
+            names, sampled,
+            "a sim option without a sample, or the reverse"
+        );
+        let mut argv = vec!["sim".to_string()];
+        let mut settings = Vec::new();
+        for (name, value) in SAMPLES.iter().filter(|s| s.1 != "-") {
+            argv.push(format!("--{name}={value}"));
+            settings.push((name.to_string(), value.to_string()));
+        }
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let crate::Cmd::Sim(cmd) = crate::parse(&args).expect("clap takes every sample") else {
+            panic!("not sim")
+        };
+        assert_eq!(cmd.settings.merged(&cmd.shape), settings);
+        let a = match build(&[], &[], &settings) {
+            Ok(a) => a,
+            Err(e) => panic!("{e:?}"),
+        };
+        // A few of them, as the run will have them (the fat tree came after --hosts).
+        assert_eq!(a.cfg.fabric.hosts, 16);
+        assert_eq!((a.cfg.fabric.pods, a.cfg.fabric.hosts_per_leaf), (4, 8));
+        assert_eq!((a.format, a.qps.as_slice()), (SimFormat::Csv, &[1, 4][..]));
+        assert!(
+            a.cfg.packet.pfc.enabled && a.cfg.fabric.hash.dest_qpn && !a.cfg.packet.ecn.enabled
+        );
+        assert_eq!(a.cfg.packet.rp.alpha_schedule, AlphaSchedule::PerCnp);
+        assert_eq!(
+            apply(
+                &mut build(&[], &[], &[]).unwrap(),
+                "frobnicate",
+                "1",
+                &mut None
+            ),
+            Err("unknown option '--frobnicate'".to_string())
+        );
+    }
 
     #[test]
     fn the_sim_block_is_blanked_line_for_line() {

@@ -11,80 +11,27 @@ use dqplb_sim::{run, SimConfig, SimPolicy, SimResult};
 use dqplb_sim::sweep_profile::{cc_values, choose_profile, envelope, profile_block, ProfilePoint};
 use dqplb_sim::Mode;
 
-use super::sim::{num, parse_args, parse_bytes};
+use super::sim::{build, SetupError};
+use super::sim_args::{SimFormat, SweepArgs};
 use super::sim_sweep_class::{self as class, Class};
 use super::sim_sweep_dcqcn::{self as dcq, SimProfile};
 
-/// Usage text of `dqplb sim sweep`.
-pub(crate) const USAGE: &str = "\
-usage: dqplb sim sweep [grid] [criteria] [dqplb sim options]
-
-Runs one simulation per point of the grid (one policy, default dqplb; --mode b by default) and
-prints: the smallest q within --bound-pct of the fluid bound (the best split over the hashed QP
-paths, lowest over the grid), the smallest outstanding depth that loses no throughput at that q,
-the largest segment without head-of-line cost, and a [class.same-rail] table for the site TOML.
-
-grid (comma lists):
-  --qps LIST            data QPs per connection (1,2,4,8,16)
-  --outstanding LIST    segments in flight per QP (1,2,4,8)
-  --segment LIST        segment bytes, K/M suffixes (128K,512K,1M)
-criteria (percent):
-  --bound-pct P         q: best time over ideal <= (1 + P/100) x the fluid bound (5)
-  --loss-pct P          depth: time <= (1 + P/100) x the best depth's at the same q, segment (1)
-  --hol-pct P           segment: message p99 <= (1 + P/100) x the smallest segment's (10)
-class:
-  --class C             same-rail (default), or cross-dc: prints [class.cross-dc], runs
-                        --traffic cross-dc on --preset fattree-k4 --dci-latency-us 100 --bytes 1G
-                        --step-bytes 16M --mode b unless given, grid --qps 1,2,4,8 --outstanding
-                        1,2,4,...,128 --segment 512K,1M,4M, and prints the BDP rule next to it;
-                        or cross-rail: prints [class.cross-rail], runs --traffic cross-rail on
-                        --hosts 64 --rails 4 --hosts-per-leaf 16 --spines 16 --bytes 64M --mode b
-                        unless given (the same-rail grid)
-DCQCN profile axis (--mode p only):
-  --dcqcn LIST          firmware, paper, FILE.toml[:PROFILE] (a site config's [dcqcn] profile
-                        or a [profiles.*] file, as dqplb check reads them); every grid point runs
-                        once per profile, and q, depth and segment are chosen on the fastest clean
-                        profile per point; then the profile at the chosen point: the fastest,
-                        any within --profile-tie-pct counting as tied, then fewest ECN marks, then
-                        lowest peak queue; printed as a [dcqcn] block for the site TOML
-  --profile-tie-pct P   profiles within P% of the fastest's time are tied (0.5)
-  --alpha-update S      per-cnp or per-period for every profile (default: each profile's own:
-                        paper per-cnp, firmware and site files per-period)
-  --format F            table (default), json, or csv (the points; findings on stderr)
-  --svg DIR             also write DIR/sweep.svg: per segment a q x outstanding grid of % of
-                        ideal, the cells within --bound-pct and the chosen point marked
-every other dqplb sim option sets the runs (dqplb sim --help); without --config the defaults are
-a small fabric: --hosts 64 --rails 2 --hosts-per-leaf 8 --spines 8 --traffic ring
---placement fragmented --bytes 128M --mode b (seconds for the default grid in release).
-Without --dcqcn, --mode p runs every point under the configured profile (dqplb sim --dcqcn).
-
-exit status: 0 success, 1 a run found engine/protocol errors, 2 bad input";
-
 /// The small fabric the sweep runs on unless the command line or --config says otherwise.
-const DEFAULTS: [&str; 18] = [
-    "--hosts",
-    "64",
-    "--rails",
-    "2",
-    "--hosts-per-leaf",
-    "8",
-    "--spines",
-    "8",
-    "--traffic",
-    "ring",
-    "--placement",
-    "fragmented",
-    "--bytes",
-    "128M",
-    "--mode",
-    "b",
-    "--policy",
-    "dqplb",
+const DEFAULTS: [(&str, &str); 9] = [
+    ("hosts", "64"),
+    ("rails", "2"),
+    ("hosts-per-leaf", "8"),
+    ("spines", "8"),
+    ("traffic", "ring"),
+    ("placement", "fragmented"),
+    ("bytes", "128M"),
+    ("mode", "b"),
+    ("policy", "dqplb"),
 ];
 
 struct Sweep {
     base: SimConfig,
-    format: String,
+    format: SimFormat,
     qps: Vec<usize>,
     outstanding: Vec<u32>,
     segments: Vec<u32>,
@@ -97,174 +44,88 @@ struct Sweep {
     svg: Option<String>,
 }
 
-fn list<T>(opt: &str, v: &str, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
-    let out: Vec<T> = v
-        .split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(f)
-        .collect::<Result<_, _>>()?;
-    if out.is_empty() {
-        return Err(format!("{opt} needs at least one value"));
-    }
-    Ok(out)
-}
-
-/// A segment the site config also takes (segment-bytes: a multiple of 128 in 4 KiB ..= 64 MiB),
-/// so the printed snippet is always valid.
-fn segment(v: &str) -> Result<u32, String> {
-    let b = parse_bytes(v)?;
-    if !(4096..=64 << 20).contains(&b) || !b.is_multiple_of(128) {
-        return Err(format!(
-            "--segment {v}: a multiple of 128 in 4K ..= 64M (the site config's range)"
+/// The sweep the options ask for: the grid (the class's defaults where not given) over the
+/// base run the other settings make.
+fn sweep(o: SweepArgs) -> Result<Sweep, SetupError> {
+    let input = SetupError::Input;
+    // An axis the command line leaves out: the cross-dc class's own, else the same-rail one.
+    let (dc_qps, dc_depths, dc_segments) = class::cross_dc_grid();
+    let dc = o.class == Class::CrossDc;
+    let mut qps = o
+        .qps
+        .unwrap_or(if dc { dc_qps } else { vec![1, 2, 4, 8, 16] });
+    let mut outstanding = o
+        .outstanding
+        .unwrap_or(if dc { dc_depths } else { vec![1, 2, 4, 8] });
+    let mut segments = o.segment.unwrap_or(if dc {
+        dc_segments
+    } else {
+        vec![128 << 10, 512 << 10, 1 << 20]
+    });
+    let defaults: &[(&str, &str)] = if !o.config.is_empty() {
+        &[]
+    } else {
+        match o.class {
+            Class::CrossDc => &class::CROSS_DC_DEFAULTS,
+            Class::CrossRail => &class::CROSS_RAIL_DEFAULTS,
+            Class::SameRail => &DEFAULTS,
+        }
+    };
+    let a = build(&o.config, defaults, &o.settings.pairs())?;
+    if a.timeseries.is_some() {
+        return Err(input(
+            "--timeseries: the sweep writes no time series (use dqplb sim)".into(),
         ));
     }
-    Ok(b as u32)
-}
-
-fn parse(args: &[String]) -> Result<Option<Sweep>, String> {
-    let mut grid = Sweep {
-        base: parse_args(&[])?.cfg,
-        format: "table".into(),
-        qps: vec![1, 2, 4, 8, 16],
-        outstanding: vec![1, 2, 4, 8],
-        segments: vec![128 << 10, 512 << 10, 1 << 20],
-        criteria: Criteria::default(),
-        profiles: Vec::new(),
-        tie_pct: 0.5,
-        class: Class::SameRail,
-        svg: None,
-    };
-    // Which grid axes the command line set (the cross-dc class has its own defaults).
-    let mut set = [false; 3];
-    let mut dcqcn: Option<String> = None;
-    let mut rest: Vec<String> = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if arg == "-h" || arg == "--help" {
-            return Ok(None);
-        }
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let ours = matches!(
-            name.as_str(),
-            "--qps"
-                | "--outstanding"
-                | "--segment"
-                | "--bound-pct"
-                | "--loss-pct"
-                | "--hol-pct"
-                | "--dcqcn"
-                | "--profile-tie-pct"
-                | "--class"
-                | "--svg"
-        );
-        if !ours {
-            rest.push(arg.clone());
-            continue;
-        }
-        let v = match inline {
-            Some(v) => v,
-            None => it
-                .next()
-                .cloned()
-                .ok_or_else(|| format!("option {name} needs a value"))?,
-        };
-        match name.as_str() {
-            "--qps" => (grid.qps, set[0]) = (list(&name, &v, |x| num(&name, x))?, true),
-            "--outstanding" => {
-                (grid.outstanding, set[1]) = (list(&name, &v, |x| num(&name, x))?, true)
-            }
-            "--segment" => (grid.segments, set[2]) = (list(&name, &v, segment)?, true),
-            "--class" => grid.class = Class::parse(&v)?,
-            "--bound-pct" => grid.criteria.bound_pct = num(&name, &v)?,
-            "--loss-pct" => grid.criteria.loss_pct = num(&name, &v)?,
-            "--dcqcn" => dcqcn = Some(v),
-            "--profile-tie-pct" => grid.tie_pct = num(&name, &v)?,
-            "--svg" => grid.svg = Some(v),
-            _ => grid.criteria.hol_pct = num(&name, &v)?,
-        }
-    }
-    let has_config = rest
-        .iter()
-        .any(|a| a == "--config" || a.starts_with("--config="));
-    let mut full: Vec<String> = if has_config {
-        Vec::new()
-    } else if grid.class == Class::CrossDc {
-        class::CROSS_DC_DEFAULTS
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    } else if grid.class == Class::CrossRail {
-        class::CROSS_RAIL_DEFAULTS
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        DEFAULTS.iter().map(|s| s.to_string()).collect()
-    };
-    if grid.class == Class::CrossDc {
-        let (q, d, s) = class::cross_dc_grid();
-        if !set[0] {
-            grid.qps = q;
-        }
-        if !set[1] {
-            grid.outstanding = d;
-        }
-        if !set[2] {
-            grid.segments = s;
-        }
-    }
-    full.extend(rest);
-    let a = parse_args(&full)?;
-    if a.timeseries.is_some() {
-        return Err("--timeseries: the sweep writes no time series (use dqplb sim)".into());
-    }
     if a.policies.len() != 1 {
-        return Err("the sweep runs one policy (--policy P)".into());
+        return Err(input("the sweep runs one policy (--policy P)".into()));
     }
     if a.policies[0] == SimPolicy::LpSplit {
-        return Err(
+        return Err(input(
             "--policy lp-split is an oracle the plugin cannot run, and the sweep prints \
                     a class to deploy: run it with dqplb sim --policy lp-split"
                 .into(),
-        );
+        ));
     }
-    grid.base = a.cfg;
-    grid.base.shape.policy = a.policies[0];
-    class::check(grid.class, &grid.base, &grid.outstanding)?;
-    grid.format = a.format;
-    if let Some(list) = &dcqcn {
-        if grid.base.mode != Mode::Packet {
-            return Err(dcq::REFUSED_OUTSIDE_P.into());
+    let mut base = a.cfg;
+    base.shape.policy = a.policies[0];
+    class::check(o.class, &base, &outstanding).map_err(input)?;
+    let mut profiles = Vec::new();
+    if let Some(list) = &o.dcqcn {
+        if base.mode != Mode::Packet {
+            return Err(input(dcq::REFUSED_OUTSIDE_P.into()));
         }
-        let cnp_us = (grid.base.packet.cnp_interval_ps as f64 / 1e6).round() as u64;
-        grid.profiles = dcq::load(list, cnp_us.max(1))?;
+        let cnp_us = (base.packet.cnp_interval_ps as f64 / 1e6).round() as u64;
+        profiles = dcq::load(list, cnp_us.max(1)).map_err(input)?;
         // --alpha-update (or the config's alpha-update) overrides every profile's schedule.
         if let Some(s) = a.alpha_update {
-            for p in &mut grid.profiles {
+            for p in &mut profiles {
                 p.rp.alpha_schedule = s;
             }
         }
     }
-    for v in [
-        grid.criteria.bound_pct,
-        grid.criteria.loss_pct,
-        grid.criteria.hol_pct,
-        grid.tie_pct,
-    ] {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("a criterion of {v}% (must be >= 0)"));
-        }
-    }
-    grid.qps.sort_unstable();
-    grid.qps.dedup();
-    grid.outstanding.sort_unstable();
-    grid.outstanding.dedup();
-    grid.segments.sort_unstable();
-    grid.segments.dedup();
-    Ok(Some(grid))
+    qps.sort_unstable();
+    qps.dedup();
+    outstanding.sort_unstable();
+    outstanding.dedup();
+    segments.sort_unstable();
+    segments.dedup();
+    Ok(Sweep {
+        base,
+        format: a.format,
+        qps,
+        outstanding,
+        segments,
+        criteria: Criteria {
+            bound_pct: o.bound_pct,
+            loss_pct: o.loss_pct,
+            hol_pct: o.hol_pct,
+        },
+        profiles,
+        tie_pct: o.profile_tie_pct,
+        class: o.class,
+        svg: o.svg,
+    })
 }
 
 fn human(b: u32) -> String {
@@ -387,17 +248,10 @@ fn findings_text(f: &Findings) -> String {
 }
 
 /// Runs `dqplb sim sweep`; returns the exit code.
-pub(crate) fn run_cli(args: &[String]) -> i32 {
-    let g = match parse(args) {
-        Ok(Some(g)) => g,
-        Ok(None) => {
-            println!("{USAGE}");
-            return 0;
-        }
-        Err(e) => {
-            eprintln!("dqplb sim sweep: {e}\n\n{USAGE}");
-            return 2;
-        }
+pub(crate) fn run_cli(o: SweepArgs) -> i32 {
+    let g = match sweep(o) {
+        Ok(g) => g,
+        Err(e) => return e.report(&["sim", "sweep"]),
     };
     let t0 = Instant::now();
     let mut points = Vec::new();
@@ -519,8 +373,8 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
         points.len(),
         describe(&g.base)
     );
-    match g.format.as_str() {
-        "json" => {
+    match g.format {
+        SimFormat::Json => {
             let mut v = serde_json::json!({
                 "config": describe(&g.base),
                 "points": points,
@@ -557,7 +411,7 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
             }
             eprintln!("dqplb sim sweep: {footer}");
         }
-        "csv" => {
+        SimFormat::Csv => {
             let axis = !g.profiles.is_empty();
             println!(
                 "qps,outstanding,segment_bytes,time_over_ideal,pct_of_ideal,bound_upper,bound_lower,msg_p50_us,msg_p99_us,faults,events{}",
@@ -592,7 +446,7 @@ pub(crate) fn run_cli(args: &[String]) -> i32 {
             }
             eprintln!("dqplb sim sweep: {footer}");
         }
-        _ => {
+        SimFormat::Table => {
             println!("# dqplb sim sweep: {}", describe(&g.base));
             println!(
                 "{:>4} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>7}{}",

@@ -5,8 +5,8 @@ use dqplb_config::plan::bdp_bytes;
 use dqplb_sim::sweep::Findings;
 use dqplb_sim::{SimConfig, TrafficKind};
 
-/// The class a sweep sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The class a sweep sizes (`--class`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Class {
     SameRail,
     CrossRail,
@@ -14,15 +14,6 @@ pub(crate) enum Class {
 }
 
 impl Class {
-    pub(crate) fn parse(v: &str) -> Result<Class, String> {
-        match v {
-            "same-rail" => Ok(Class::SameRail),
-            "cross-rail" => Ok(Class::CrossRail),
-            "cross-dc" => Ok(Class::CrossDc),
-            o => Err(format!("--class '{o}' (same-rail, cross-rail or cross-dc)")),
-        }
-    }
-
     pub(crate) fn name(self) -> &'static str {
         match self {
             Class::SameRail => "same-rail",
@@ -35,45 +26,29 @@ impl Class {
 /// The cross-DC sweep's fabric unless the command line or --config says otherwise: a k = 4 fat
 /// tree whose 4 pods are DCs 100 us apart, every host sending 1 GiB to the next DC; 16 MiB NCCL steps
 /// (8 slots: 128 MiB in flight) so that the QP window, not NCCL's buffer, limits a connection.
-pub(crate) const CROSS_DC_DEFAULTS: [&str; 14] = [
-    "--preset",
-    "fattree-k4",
-    "--traffic",
-    "cross-dc",
-    "--dci-latency-us",
-    "100",
-    "--bytes",
-    "1G",
-    "--step-bytes",
-    "16M",
-    "--mode",
-    "b",
-    "--policy",
-    "dqplb",
+pub(crate) const CROSS_DC_DEFAULTS: [(&str, &str); 7] = [
+    ("preset", "fattree-k4"),
+    ("traffic", "cross-dc"),
+    ("dci-latency-us", "100"),
+    ("bytes", "1G"),
+    ("step-bytes", "16M"),
+    ("mode", "b"),
+    ("policy", "dqplb"),
 ];
 
 /// The cross-rail sweep's fabric unless the command line or --config says otherwise: 64 hosts x
 /// 4 rails under one tier of 16 spines (a 256-NIC plane), every GPU sending 64 MiB to the next
 /// rail's GPU of another host; the grid is the same-rail one (the round trip is the same).
-pub(crate) const CROSS_RAIL_DEFAULTS: [&str; 18] = [
-    "--hosts",
-    "64",
-    "--rails",
-    "4",
-    "--hosts-per-leaf",
-    "16",
-    "--spines",
-    "16",
-    "--traffic",
-    "cross-rail",
-    "--bytes",
-    "64M",
-    "--mode",
-    "b",
-    "--policy",
-    "dqplb",
-    "--seed",
-    "1",
+pub(crate) const CROSS_RAIL_DEFAULTS: [(&str, &str); 9] = [
+    ("hosts", "64"),
+    ("rails", "4"),
+    ("hosts-per-leaf", "16"),
+    ("spines", "16"),
+    ("traffic", "cross-rail"),
+    ("bytes", "64M"),
+    ("mode", "b"),
+    ("policy", "dqplb"),
+    ("seed", "1"),
 ];
 
 /// The cross-DC grid's defaults: (qps, outstanding, segments).

@@ -3,18 +3,31 @@
 
 use nccl_net_dqplb::plugin::telemetry::{read_file, CommEntry, QpEntry, StatsFile};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::PathBuf;
 
-const USAGE: &str = "\
-usage: dqplb stats [--json | --prometheus] FILE...
-
+/// The text under `dqplb stats --help`.
+pub(crate) const LONG_ABOUT: &str = "\
 Prints the per-QP statistics the plugin writes when the site config sets [stats] file (or
 NCCL_DQPLB_STATS_FILE), one file per process: segments, bytes, completions, outstanding,
-completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.
+completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.";
 
-  --json        one JSON document: {\"files\": [...]}
-  --prometheus  text exposition format (node exporter textfile collector)
-exit status: 0 printed, 2 bad usage or an unreadable file";
+/// The exit status line under `dqplb stats --help`.
+pub(crate) const EXIT: &str = "exit status: 0 printed, 2 bad usage or an unreadable file";
+
+/// Options of `dqplb stats`: the output format (the last of --json and --prometheus wins) and
+/// the files.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub(crate) struct StatsArgs {
+    /// One JSON document: {"files": [...]}
+    #[arg(long, overrides_with = "prometheus")]
+    json: bool,
+    /// Text exposition format (node exporter textfile collector)
+    #[arg(long, overrides_with = "json")]
+    prometheus: bool,
+    /// Statistics files, one per process
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Format {
@@ -23,31 +36,16 @@ enum Format {
     Prometheus,
 }
 
-pub(crate) fn run(args: &[String]) -> i32 {
-    let mut format = Format::Table;
-    let mut files = Vec::new();
-    for a in args {
-        match a.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return 0;
-            }
-            "--json" => format = Format::Json,
-            "--prometheus" => format = Format::Prometheus,
-            s if s.starts_with('-') => {
-                eprintln!("dqplb stats: unknown option '{s}'\n\n{USAGE}");
-                return 2;
-            }
-            s => files.push(s.to_string()),
-        }
-    }
-    if files.is_empty() {
-        eprintln!("dqplb stats: no stats file given\n\n{USAGE}");
-        return 2;
-    }
+/// `dqplb stats`; returns the exit code.
+pub(crate) fn run(a: &StatsArgs) -> i32 {
+    let format = match (a.json, a.prometheus) {
+        (true, _) => Format::Json,
+        (_, true) => Format::Prometheus,
+        _ => Format::Table,
+    };
     let mut parsed = Vec::new();
-    for f in &files {
-        match read_file(Path::new(f)) {
+    for f in &a.files {
+        match read_file(f) {
             Ok(s) => parsed.push(s),
             Err(e) => {
                 eprintln!("dqplb stats: {e}");
@@ -312,6 +310,31 @@ mod tests {
         assert_eq!(percentile_ns(&h, 0.5), Some(8));
         assert_eq!(percentile_ns(&h, 0.99), Some(8));
         assert_eq!(percentile_ns(&h, 1.0), Some(1024));
+    }
+
+    #[test]
+    fn the_last_format_flag_wins_and_a_file_is_required() {
+        let stats = |args: &[&str]| {
+            let mut all = vec!["stats"];
+            all.extend(args);
+            match crate::parse(&all) {
+                Ok(crate::Cmd::Stats(a)) => Ok(a),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        let a = stats(&["--json", "--prometheus", "a", "b"]).unwrap();
+        assert_eq!((a.json, a.prometheus, a.files.len()), (false, true, 2));
+        let a = stats(&["--prometheus", "a", "--json"]).unwrap();
+        assert_eq!((a.json, a.prometheus), (true, false));
+        assert_eq!(
+            stats(&["--json"]).unwrap_err(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        assert_eq!(
+            stats(&["--csv", "a"]).unwrap_err(),
+            clap::error::ErrorKind::UnknownArgument
+        );
     }
 
     #[test]

@@ -389,8 +389,11 @@ fn the_alpha_schedule_is_an_option_of_the_model() {
 fn usage_errors_exit_2() {
     let t = stock_tree("usage");
     for (args, needle) in [
-        (vec!["--bogus"], "unknown argument \"--bogus\""),
-        (vec!["--format", "xml"], "not table or json"),
+        (vec!["--bogus"], "error: unexpected argument '--bogus' found"),
+        (
+            vec!["--format", "xml"],
+            "error: invalid value 'xml' for '--format <F>'\n  [possible values: table, json]",
+        ),
         (vec!["--profile", "nope"], "unknown DCQCN profile \"nope\""),
         (vec!["--hca", "=mlx5_9"], "selects none of: mlx5_0"),
         (
@@ -400,7 +403,11 @@ fn usage_errors_exit_2() {
         (vec!["--hca", "mlx5_0:x"], "NCCL_IB_HCA entry 'mlx5_0:x'"),
         (
             vec!["--alpha-update", "per-rtt"],
-            "not per-period or per-cnp",
+            "error: invalid value 'per-rtt' for '--alpha-update <S>'\n  [possible values: per-period, per-cnp]",
+        ),
+        (
+            vec!["--samples", "2"],
+            "error: the following required arguments were not provided:\n  --watch <SECONDS>",
         ),
     ] {
         let (code, out, err) = dqplb(&t, &args);

@@ -186,16 +186,38 @@ fn latency_reports_plugin_and_raw_tcp() {
 #[test]
 fn bad_arguments_exit_2_with_a_message() {
     for (args, needle) in [
-        (vec!["--policy", "nope"], "--policy"),
-        (vec!["--max-bytes", "12Q"], "--max-bytes"),
+        (
+            vec!["--policy", "nope"],
+            "error: invalid value 'nope' for '--policy <POLICY>'\n  [possible values: dqplb, dqplb-led, static-split, round-robin-message, single-qp]",
+        ),
+        (
+            vec!["--max-bytes", "12Q"],
+            "error: invalid value '12Q' for '--max-bytes <BYTES>': '12Q' is not a byte count (examples: 8, 64K, 1M, 2G)",
+        ),
         (
             vec!["--min-bytes", "1M", "--max-bytes", "1K"],
-            "--min-bytes",
+            "error: --min-bytes 1048576 is larger than --max-bytes 1024\n\nUsage: dqplb perf [OPTIONS]",
         ),
-        (vec!["--inflight", "0"], "--inflight"),
-        (vec!["--frobnicate"], "--frobnicate"),
-        (vec!["--qps"], "--qps"),
-        (vec!["--raw-threads", "two"], "--raw-threads"),
+        (
+            vec!["--inflight", "0"],
+            "error: invalid value '0' for '--inflight <N>': 0 is outside 1..=32",
+        ),
+        (
+            vec!["--frobnicate"],
+            "error: unexpected argument '--frobnicate' found",
+        ),
+        (
+            vec!["--qps"],
+            "error: a value is required for '--qps <N>' but none was supplied",
+        ),
+        (
+            vec!["--raw-threads", "two"],
+            "error: invalid value 'two' for '--raw-threads <RAW_THREADS>'\n  [possible values: per-stream, one]",
+        ),
+        (
+            vec!["--inflihgt", "2"],
+            "tip: a similar argument exists: '--inflight'",
+        ),
     ] {
         let out = dqplb(&args);
         let err = String::from_utf8_lossy(&out.stderr);

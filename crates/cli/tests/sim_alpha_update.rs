@@ -61,16 +61,29 @@ fn alpha_update_option_overrides_the_profile_in_any_order() {
     assert_eq!((cuts(&paper), cuts(&paper_period)), (48, 45));
     assert_eq!(fw["packets"], 4096);
 
-    for bad in ["sometimes", "per-CNP", ""] {
+    for (bad, want) in [
+        (
+            "sometimes",
+            "error: invalid value 'sometimes' for '--alpha-update <S>'\n",
+        ),
+        (
+            "per-CNP",
+            "error: invalid value 'per-CNP' for '--alpha-update <S>'\n",
+        ),
+        (
+            "",
+            "error: a value is required for '--alpha-update <S>' but none was supplied\n",
+        ),
+    ] {
         let mut args = INCAST.to_vec();
         args.extend(["--alpha-update", bad]);
         let out = dqplb(&args);
         assert_eq!(out.status.code(), Some(2), "{bad}");
-        let want = format!("dqplb sim: --alpha-update '{bad}' (per-cnp or per-period)\n");
+        let err = text(&out.stderr);
+        assert!(err.starts_with(want), "{err}");
         assert!(
-            text(&out.stderr).starts_with(&want),
-            "{}",
-            text(&out.stderr)
+            err.contains("[possible values: per-period, per-cnp]"),
+            "{err}"
         );
     }
 }

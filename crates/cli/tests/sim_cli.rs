@@ -100,17 +100,34 @@ fn bad_input_exits_2_naming_the_option() {
     for (args, needle) in [
         (vec!["sim", "--policy", "ecmp"], "unknown policy"),
         (vec!["sim", "--mode", "q"], "unknown mode 'q' (f, b or p)"),
-        (vec!["sim", "--sample-us", "-5"], "--sample-us '-5'"),
+        (
+            vec!["sim", "--sample-us", "-5"],
+            "error: invalid value '-5' for '--sample-us <U>': microseconds, 0 or more",
+        ),
         (
             vec!["sim", "sweep", "--timeseries", "t.csv"],
             "--timeseries: the sweep writes no time series",
         ),
         (
             vec!["sim", "--mode", "p", "--ecn", "maybe"],
-            "--ecn 'maybe'",
+            "error: invalid value 'maybe' for '--ecn <on|off>': not on or off",
         ),
-        (vec!["sim", "--hosts", "x"], "--hosts"),
-        (vec!["sim", "--frobnicate", "1"], "--frobnicate"),
+        (
+            vec!["sim", "--hosts", "x"],
+            "error: invalid value 'x' for '--hosts <N>': 'x' is not a valid number",
+        ),
+        (
+            vec!["sim", "--frobnicate", "1"],
+            "error: unexpected argument '--frobnicate' found",
+        ),
+        (
+            vec!["sim", "--host", "8"],
+            "tip: a similar argument exists: '--hosts'",
+        ),
+        (
+            vec!["sim", "sweep", "--segment", "2K"],
+            "error: invalid value '2K' for '--segment <LIST>': 2K: a multiple of 128 in 4K ..= 64M",
+        ),
     ] {
         let out = dqplb(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

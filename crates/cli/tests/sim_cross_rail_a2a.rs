@@ -156,7 +156,10 @@ fn fabrics_it_cannot_run_exit_2_naming_why() {
             &["--rails-simulated", "1"],
             "cross-rail-all-to-all couples the rails",
         ),
-        (&["--p2p-batches", "0"], "--p2p-batches must be 1 or more"),
+        (
+            &["--p2p-batches", "0"],
+            "error: invalid value '0' for '--p2p-batches <K>': must be 1 or more",
+        ),
     ];
     for (extra, want) in cases {
         assert_refused(

@@ -1,5 +1,5 @@
-//! Command-line options of `dqplb paths-bench`, parsed by hand into `Options` with an error that
-//! names the bad flag or value.
+//! Command-line options of `dqplb paths-bench` (clap) and the `Options` a run takes from them;
+//! a bad value names its flag.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,38 +8,12 @@ use dqplb_engine::{PolicyKind, RehashRule};
 
 use super::hashed::{HealthKnobs, HASHED_IDS};
 use super::scenario::ALL_IDS;
+use crate::units::{num, ranged};
 
-pub(crate) const USAGE: &str =
-    "usage: dqplb paths-bench [options]   (run inside a network namespace: scripts/paths-bench.sh)
-  --scenario LIST          scenario ids 1..7, comma separated, or all (default all); 6 and 7
-                           hash each data stream's source port onto a path, as ECMP does, and
-                           run their own variants (dqplb, +rehash, +isolation, static-split,
-                           round-robin-message) whatever --policy says
-  --policy LIST            dqplb,dqplb-led,static-split,round-robin-message,single-qp or all
-                           (default all)
-  --buckets N              hashed paths of scenarios 6/7 (power of two; default 16 / 8)
-  --rehash-ratio F         re-hash variant: k (default 1.5)
-  --rehash-window N        re-hash variant: W slow completions in a row (default 4)
-  --rehash-cooldown-ms N   re-hash variant: cool-down between re-hashes (default 100)
-  --rehash-budget N        re-hash variant: at most N re-hashes a minute (default 8)
-  --stall-timeout-ms N     isolation variant: a segment unacknowledged this long fails its
-                           stream (default 100)
-  --duration-ms N          length of each trial (default 3000)
-  --warmup-ms N            start of the measured window (default 500)
-  --unit-mbit F            rate of one full path in Mbit/s (default 100)
-  --segment-bytes N        segment size, multiple of 128 (default 65536)
-  --outstanding N          segments in flight per QP (default 4; scenario 5 from the cross-dc plan)
-  --message-bytes N        message size (default 1048576)
-  --inflight N             messages posted on each side (default 16)
-  --slow-fraction F        rate of the slow / degraded path over a full one (default 0.1)
-  --sample-ms N            counter sampling period (default 10)
-  --idle-us N              sleep of a thread whose pass moved nothing (default 50)
-  --port-base P            source port of the control stream; QP i uses P+1+i (default 20000)
-  --socket-buffer-bytes N  SO_SNDBUF/SO_RCVBUF (default 0: kernel autotuning)
-  --no-shape               do not install tc classes (measures the unshaped ceiling)
-  --data-dir DIR           write paths-*.csv there
-  --img-dir DIR            write paths-*.svg there
-  --guard F                exit 1 if dqplb reaches less than F of the ideal in any scenario";
+/// The exit status line under `dqplb paths-bench --help`.
+pub(crate) const EXIT: &str = "\
+run inside a network namespace: scripts/paths-bench.sh
+exit status: 0 ok, 1 --guard failed, 2 bad input or a failed run";
 
 /// Everything `paths-bench` was asked to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,20 +76,6 @@ impl Default for Options {
     }
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.trim()
-        .parse()
-        .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
-}
-
-fn ranged(flag: &str, v: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let x: u64 = num(flag, v)?;
-    if x < lo || x > hi {
-        return Err(format!("{flag}: {x} is outside {lo}..={hi}"));
-    }
-    Ok(x)
-}
-
 /// The per-QP scenarios then the port-hash ones.
 fn all_ids() -> Vec<u32> {
     ALL_IDS.iter().chain(HASHED_IDS.iter()).copied().collect()
@@ -127,7 +87,7 @@ fn list_scenarios(v: &str) -> Result<Vec<u32>, String> {
     }
     let mut out = Vec::new();
     for part in v.split(',') {
-        let id = ranged("--scenario", part, 1, 7)? as u32;
+        let id = ranged(1u32, 7)(part)?;
         if !out.contains(&id) {
             out.push(id);
         }
@@ -141,7 +101,7 @@ fn list_policies(v: &str) -> Result<Vec<PolicyKind>, String> {
     }
     let mut out = Vec::new();
     for part in v.split(',') {
-        let p: PolicyKind = part.parse().map_err(|e| format!("--policy: {e}"))?;
+        let p: PolicyKind = part.parse()?;
         if !out.contains(&p) {
             out.push(p);
         }
@@ -149,104 +109,178 @@ fn list_policies(v: &str) -> Result<Vec<PolicyKind>, String> {
     Ok(out)
 }
 
-/// Parses the arguments after `paths-bench`; `Ok(None)` for --help.
-pub(crate) fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let flag = flag.as_str();
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
+/// A real number in `lo ..= hi`.
+fn real(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync {
+    move |v| {
+        let x: f64 = num(v)?;
+        if !(lo..=hi).contains(&x) {
+            return Err(format!("{x} is outside {lo}..={hi}"));
         }
-        if flag == "--no-shape" {
-            o.shape = false;
-            continue;
-        }
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag {
-            "--scenario" => o.scenarios = list_scenarios(v)?,
-            "--policy" => o.policies = list_policies(v)?,
-            "--duration-ms" => o.duration = Duration::from_millis(ranged(flag, v, 200, 600_000)?),
-            "--warmup-ms" => o.warmup = Duration::from_millis(ranged(flag, v, 0, 600_000)?),
-            "--unit-mbit" => {
-                let x: f64 = num(flag, v)?;
-                if !(0.1..=100_000.0).contains(&x) {
-                    return Err(format!("--unit-mbit: {x} is outside 0.1..=100000"));
-                }
-                o.unit_mbit = x;
-            }
-            "--segment-bytes" => {
-                let x = ranged(flag, v, 128, 1 << 30)? as u32;
-                if !x.is_multiple_of(128) {
-                    return Err(format!("--segment-bytes: {x} is not a multiple of 128"));
-                }
-                o.segment_bytes = x;
-            }
-            "--slow-fraction" => {
-                let x: f64 = num(flag, v)?;
-                if !(0.001..=1.0).contains(&x) {
-                    return Err(format!("--slow-fraction: {x} is outside 0.001..=1"));
-                }
-                o.slow_fraction = x;
-            }
-            "--outstanding" => o.outstanding = Some(ranged(flag, v, 1, 256)? as u32),
-            "--message-bytes" => o.message_bytes = ranged(flag, v, 128, 1 << 30)? as usize,
-            "--inflight" => o.inflight = ranged(flag, v, 1, 4096)? as usize,
-            "--sample-ms" => o.sample_every = Duration::from_millis(ranged(flag, v, 1, 1000)?),
-            "--idle-us" => o.idle_sleep = Duration::from_micros(ranged(flag, v, 0, 100_000)?),
-            "--port-base" => o.port_base = ranged(flag, v, 1024, 65000)? as u16,
-            "--socket-buffer-bytes" => {
-                o.socket_buffer_bytes = ranged(flag, v, 0, i32::MAX as u64)? as usize
-            }
-            "--data-dir" => o.data_dir = Some(PathBuf::from(v)),
-            "--img-dir" => o.img_dir = Some(PathBuf::from(v)),
-            "--buckets" => o.buckets = Some(ranged(flag, v, 2, 64)? as usize),
-            "--rehash-ratio" => {
-                let x: f64 = num(flag, v)?;
-                if !(x > 1.0 && x <= 1000.0) {
-                    return Err(format!(
-                        "--rehash-ratio: {x} must be above 1 (at most 1000)"
-                    ));
-                }
-                o.health.rule.ratio = x;
-            }
-            "--rehash-window" => o.health.rule.window = ranged(flag, v, 1, 1 << 20)? as u32,
-            "--rehash-cooldown-ms" => {
-                o.health.rule.cooldown = ranged(flag, v, 0, 600_000)? * 1_000_000
-            }
-            "--rehash-budget" => o.health.rule.budget = ranged(flag, v, 1, 64)? as u32,
-            "--stall-timeout-ms" => o.health.stall_timeout_ms = ranged(flag, v, 1, 600_000)?,
-            "--guard" => {
-                let x: f64 = num(flag, v)?;
-                if !(0.0..=1.0).contains(&x) {
-                    return Err(format!("--guard: {x} is outside 0..=1"));
-                }
-                o.guard = Some(x);
-            }
-            other => return Err(format!("unknown option {other}\n{USAGE}")),
-        }
+        Ok(x)
     }
-    if o.warmup >= o.duration {
-        return Err(format!(
-            "--warmup-ms {} must be below --duration-ms {}",
-            o.warmup.as_millis(),
-            o.duration.as_millis()
-        ));
+}
+
+/// `--segment-bytes`: a multiple of 128 in 128 ..= 1 GiB.
+fn segment_bytes(v: &str) -> Result<u32, String> {
+    let x = ranged(128u32, 1 << 30)(v)?;
+    if !x.is_multiple_of(128) {
+        return Err(format!("{x} is not a multiple of 128"));
     }
-    Ok(Some(o))
+    Ok(x)
+}
+
+/// `--rehash-ratio`: above 1, at most 1000.
+fn rehash_ratio(v: &str) -> Result<f64, String> {
+    let x: f64 = num(v)?;
+    if !(x > 1.0 && x <= 1000.0) {
+        return Err(format!("{x} must be above 1 (at most 1000)"));
+    }
+    Ok(x)
+}
+
+/// The options of `dqplb paths-bench`, as clap reads them (milliseconds, counts); [`Options`]
+/// is what the run takes.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub(crate) struct PathsArgs {
+    /// Scenario ids 1..7, comma separated, or all; 6 and 7 hash each data stream's source port
+    /// onto a path, as ECMP does, and run their own variants (dqplb, +rehash, +isolation,
+    /// static-split, round-robin-message) whatever --policy says
+    // (a fully qualified Vec: one value holds the whole list)
+    #[arg(long, value_name = "LIST", default_value = "all", value_parser = list_scenarios)]
+    scenario: std::vec::Vec<u32>,
+    /// dqplb,dqplb-led,static-split,round-robin-message,single-qp or all
+    #[arg(long, value_name = "LIST", default_value = "all", value_parser = list_policies)]
+    policy: std::vec::Vec<PolicyKind>,
+    /// Hashed paths of scenarios 6/7 (power of two; default 16 / 8)
+    #[arg(long, value_name = "N", value_parser = ranged(2usize, 64))]
+    buckets: Option<usize>,
+    /// Re-hash variant: k
+    #[arg(long, value_name = "F", value_parser = rehash_ratio, default_value_t = 1.5)]
+    rehash_ratio: f64,
+    /// Re-hash variant: W slow completions in a row
+    #[arg(long, value_name = "N", value_parser = ranged(1u32, 1 << 20), default_value_t = 4)]
+    rehash_window: u32,
+    /// Re-hash variant: cool-down between re-hashes
+    #[arg(long, value_name = "N", value_parser = ranged(0u64, 600_000), default_value_t = 100)]
+    rehash_cooldown_ms: u64,
+    /// Re-hash variant: at most N re-hashes a minute
+    #[arg(long, value_name = "N", value_parser = ranged(1u32, 64), default_value_t = 8)]
+    rehash_budget: u32,
+    /// Isolation variant: a segment unacknowledged this long fails its stream
+    #[arg(long, value_name = "N", value_parser = ranged(1u64, 600_000), default_value_t = 100)]
+    stall_timeout_ms: u64,
+    /// Length of each trial
+    #[arg(long, value_name = "N", value_parser = ranged(200u64, 600_000), default_value_t = 3000)]
+    duration_ms: u64,
+    /// Start of the measured window
+    #[arg(long, value_name = "N", value_parser = ranged(0u64, 600_000), default_value_t = 500)]
+    warmup_ms: u64,
+    /// Rate of one full path in Mbit/s
+    #[arg(long, value_name = "F", value_parser = real(0.1, 100_000.0), default_value_t = 100.0)]
+    unit_mbit: f64,
+    /// Segment size, multiple of 128
+    #[arg(long, value_name = "N", value_parser = segment_bytes, default_value_t = 65536)]
+    segment_bytes: u32,
+    /// Segments in flight per QP (default 4; scenario 5 from the cross-dc plan)
+    #[arg(long, value_name = "N", value_parser = ranged(1u32, 256))]
+    outstanding: Option<u32>,
+    /// Message size
+    #[arg(long, value_name = "N", value_parser = ranged(128usize, 1 << 30), default_value_t = 1 << 20)]
+    message_bytes: usize,
+    /// Messages posted on each side
+    #[arg(long, value_name = "N", value_parser = ranged(1usize, 4096), default_value_t = 16)]
+    inflight: usize,
+    /// Rate of the slow / degraded path over a full one
+    #[arg(long, value_name = "F", value_parser = real(0.001, 1.0), default_value_t = 0.1)]
+    slow_fraction: f64,
+    /// Counter sampling period
+    #[arg(long, value_name = "N", value_parser = ranged(1u64, 1000), default_value_t = 10)]
+    sample_ms: u64,
+    /// Sleep of a thread whose pass moved nothing
+    #[arg(long, value_name = "N", value_parser = ranged(0u64, 100_000), default_value_t = 50)]
+    idle_us: u64,
+    /// Source port of the control stream; QP i uses P+1+i
+    #[arg(long, value_name = "P", value_parser = ranged(1024u16, 65000), default_value_t = 20000)]
+    port_base: u16,
+    /// SO_SNDBUF/SO_RCVBUF (0: kernel autotuning)
+    #[arg(long, value_name = "N", value_parser = ranged(0usize, i32::MAX as usize), default_value_t = 0)]
+    socket_buffer_bytes: usize,
+    /// Do not install tc classes (measures the unshaped ceiling)
+    #[arg(long)]
+    no_shape: bool,
+    /// Write paths-*.csv there
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Write paths-*.svg there
+    #[arg(long, value_name = "DIR")]
+    img_dir: Option<PathBuf>,
+    /// Exit 1 if dqplb reaches less than F of the ideal in any scenario
+    #[arg(long, value_name = "F", value_parser = real(0.0, 1.0))]
+    guard: Option<f64>,
+}
+
+impl PathsArgs {
+    /// The run's options; Err(message) if the options contradict each other.
+    pub(crate) fn options(self) -> Result<Options, String> {
+        if self.warmup_ms >= self.duration_ms {
+            return Err(format!(
+                "--warmup-ms {} must be below --duration-ms {}",
+                self.warmup_ms, self.duration_ms
+            ));
+        }
+        let rule = Options::default().health.rule;
+        Ok(Options {
+            scenarios: self.scenario,
+            policies: self.policy,
+            duration: Duration::from_millis(self.duration_ms),
+            warmup: Duration::from_millis(self.warmup_ms),
+            unit_mbit: self.unit_mbit,
+            segment_bytes: self.segment_bytes,
+            outstanding: self.outstanding,
+            message_bytes: self.message_bytes,
+            inflight: self.inflight,
+            slow_fraction: self.slow_fraction,
+            sample_every: Duration::from_millis(self.sample_ms),
+            idle_sleep: Duration::from_micros(self.idle_us),
+            port_base: self.port_base,
+            socket_buffer_bytes: self.socket_buffer_bytes,
+            shape: !self.no_shape,
+            data_dir: self.data_dir,
+            img_dir: self.img_dir,
+            guard: self.guard,
+            buckets: self.buckets,
+            health: HealthKnobs {
+                rule: RehashRule {
+                    ratio: self.rehash_ratio,
+                    window: self.rehash_window,
+                    cooldown: self.rehash_cooldown_ms * 1_000_000,
+                    budget: self.rehash_budget,
+                    ..rule
+                },
+                stall_timeout_ms: self.stall_timeout_ms,
+            },
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{parse, Cmd};
 
-    fn p(a: &[&str]) -> Result<Option<Options>, String> {
-        parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    /// `dqplb paths-bench ARGS` parsed and turned into options; Err(the message).
+    fn p(a: &[&str]) -> Result<Options, String> {
+        let mut all = vec!["paths-bench"];
+        all.extend(a);
+        match parse(&all).map_err(|e| e.to_string())? {
+            Cmd::PathsBench(args) => args.options(),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn defaults_and_overrides() {
-        assert_eq!(p(&[]).unwrap().unwrap(), Options::default());
+        assert_eq!(p(&[]).unwrap(), Options::default());
         let o = p(&[
             "--scenario",
             "2,4,2",
@@ -257,43 +291,59 @@ mod tests {
             "--guard",
             "0.8",
             "--no-shape",
+            "--rehash-cooldown-ms",
+            "7",
         ])
-        .unwrap()
         .unwrap();
         assert_eq!(o.scenarios, vec![2, 4]);
         assert_eq!(o.policies, vec![PolicyKind::Dqplb, PolicyKind::StaticSplit]);
         assert_eq!(o.duration, Duration::from_millis(1500));
         assert_eq!(o.guard, Some(0.8));
+        assert_eq!(o.health.rule.cooldown, 7_000_000);
         assert!(!o.shape);
-        assert_eq!(p(&["--help"]).unwrap(), None);
+        // The last of a repeated option wins.
+        assert_eq!(
+            p(&["--scenario", "1", "--scenario", "all"])
+                .unwrap()
+                .scenarios,
+            all_ids()
+        );
     }
 
     #[test]
     fn bad_values_name_the_flag() {
-        assert!(p(&["--scenario", "8"])
-            .unwrap_err()
-            .contains("--scenario: 8 is outside 1..=7"));
-        assert!(p(&["--rehash-ratio", "1"])
-            .unwrap_err()
-            .contains("must be above 1"));
-        assert!(p(&["--buckets", "100"])
-            .unwrap_err()
-            .contains("outside 2..=64"));
-        assert!(p(&["--policy", "spray"])
-            .unwrap_err()
-            .contains("--policy: unknown policy"));
-        assert!(p(&["--segment-bytes", "1000"])
-            .unwrap_err()
-            .contains("not a multiple of 128"));
-        assert!(p(&["--duration-ms"]).unwrap_err().contains("needs a value"));
-        assert!(p(&["--warmup-ms", "4000"])
-            .unwrap_err()
-            .contains("must be below --duration-ms"));
-        assert!(p(&["--frobnicate", "1"])
-            .unwrap_err()
-            .contains("unknown option --frobnicate"));
-        assert!(p(&["--unit-mbit", "x"])
-            .unwrap_err()
-            .contains("not a valid number"));
+        for (args, needle) in [
+            (
+                &["--scenario", "8"][..],
+                "'--scenario <LIST>': 8 is outside 1..=7",
+            ),
+            (
+                &["--rehash-ratio", "1"],
+                "'--rehash-ratio <F>': 1 must be above 1",
+            ),
+            (
+                &["--buckets", "100"],
+                "'--buckets <N>': 100 is outside 2..=64",
+            ),
+            (&["--policy", "spray"], "'--policy <LIST>': unknown policy"),
+            (
+                &["--segment-bytes", "1000"],
+                "1000 is not a multiple of 128",
+            ),
+            (
+                &["--duration-ms"],
+                "a value is required for '--duration-ms <N>'",
+            ),
+            (
+                &["--warmup-ms", "4000"],
+                "--warmup-ms 4000 must be below --duration-ms 3000",
+            ),
+            (&["--frobnicate", "1"], "unexpected argument '--frobnicate'"),
+            (&["--unit-mbit", "x"], "'x' is not a valid number"),
+            (&["--guard", "1.5"], "1.5 is outside 0..=1"),
+        ] {
+            let e = p(args).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
     }
 }

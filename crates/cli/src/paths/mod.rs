@@ -21,17 +21,10 @@ use scenario::{Scenario, ScenarioKnobs};
 use trial::TrialSpec;
 
 /// Entry point of the subcommand; returns the exit code (0 ok, 1 guard failed, 2 error).
-pub(crate) fn run(args: &[String]) -> i32 {
-    let opts = match args::parse(args) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{}", args::USAGE);
-            return 0;
-        }
-        Err(e) => {
-            eprintln!("paths-bench: {e}");
-            return 2;
-        }
+pub(crate) fn run(a: args::PathsArgs) -> i32 {
+    let opts = match a.options() {
+        Ok(o) => o,
+        Err(e) => return crate::usage_error(&["paths-bench"], e),
     };
     match bench(&opts) {
         Ok(code) => code,

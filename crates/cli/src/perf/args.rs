@@ -1,248 +1,212 @@
-//! Command-line options of `dqplb perf`: parsing with K/M/G byte suffixes, validation, and the
-//! round trip back to an argument list for the child processes.
+//! Command-line options of `dqplb perf` (clap; byte sizes with K/M/G suffixes), the checks across
+//! options, and the round trip back to an argument list for the child processes.
 
-use std::fmt;
-
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use dqplb_config::PolicyName;
 
+use crate::units::{bytes, num, ranged};
+
 /// How results are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum Format {
+    #[default]
     Table,
     Csv,
     Json,
 }
 
-/// Every option of `dqplb perf`; `None` means "the plugin's configured value" or "automatic".
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct PerfArgs {
-    /// `--transport socket|verbs`: the plugin's data path (NCCL_DQPLB_TRANSPORT for the children).
-    pub verbs: bool,
-    pub policy: Option<String>,
-    pub qps: Option<u32>,
-    pub segment: Option<u64>,
-    pub min_bytes: u64,
-    pub max_bytes: u64,
-    pub step_factor: u64,
-    pub iters: Option<u64>,
-    pub warmup: Option<u64>,
-    pub inflight: usize,
-    pub raw_tcp: bool,
-    /// `--raw-threads one`: drive every raw stream from one polling thread (as the plugin is
-    /// driven) instead of one blocking thread per stream.
-    pub raw_one_thread: bool,
-    pub latency: bool,
-    pub check: bool,
-    pub format: Format,
-    /// `--recv-idle-us N` / `--send-idle-us N`: in the bandwidth sweep, sleep N us after an idle
-    /// poll instead of yielding (0: yield, as NCCL's proxy thread does). An experiment knob: it
-    /// shows what a side's polling takes from the device when the device is emulated on the
-    /// same CPUs (Soft-RoCE), not a mode NCCL has.
-    pub recv_idle_us: u64,
-    pub send_idle_us: u64,
+/// `--transport`: the plugin's data path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum Transport {
+    #[default]
+    #[value(alias = "tcp")]
+    Socket,
+    Verbs,
 }
 
-impl Default for PerfArgs {
-    fn default() -> Self {
-        PerfArgs {
-            verbs: false,
-            policy: None,
-            qps: None,
-            segment: None,
-            min_bytes: 8,
-            max_bytes: 64 << 20,
-            step_factor: 2,
-            iters: None,
-            warmup: None,
-            inflight: 4,
-            raw_tcp: false,
-            raw_one_thread: false,
-            latency: false,
-            check: true,
-            format: Format::Table,
-            recv_idle_us: 0,
-            send_idle_us: 0,
+/// `--peers`: where the two processes run (only this machine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum Peers {
+    /// both on this machine
+    #[default]
+    Local,
+}
+
+/// `--raw-threads`: how the raw TCP streams are driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum RawThreads {
+    /// one blocking thread per stream
+    #[default]
+    PerStream,
+    /// one polling thread for all streams, as the plugin is driven
+    One,
+}
+
+/// The role of a hidden child process (`dqplb perf __role ROLE OPTIONS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Role {
+    BwRecv,
+    BwSend,
+    LatPing,
+    LatPong,
+}
+
+impl Role {
+    /// The name on the command line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::BwRecv => "bw-recv",
+            Role::BwSend => "bw-send",
+            Role::LatPing => "lat-ping",
+            Role::LatPong => "lat-pong",
         }
     }
 }
 
-/// A bad command line: the message names the option and the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ArgError(pub String);
+/// The words that start a child process: `dqplb perf __role ROLE [OPTIONS]`.
+pub(crate) const CHILD: [&str; 2] = ["perf", "__role"];
 
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// The command line of a child process (one side of a run: the parent starts two and relays
+/// their handles), parsed apart from `dqplb`'s own so that its help, completions and manual
+/// page never offer it.
+#[derive(Debug, Clone, PartialEq, clap::Parser)]
+#[command(name = "dqplb perf __role", args_override_self = true)]
+pub(crate) struct ChildCmd {
+    #[arg(value_enum)]
+    pub(crate) role: Role,
+    #[command(flatten)]
+    pub(crate) opts: PerfArgs,
 }
+
+/// The text under `dqplb perf --help`.
+pub(crate) const LONG_ABOUT: &str = "\
+Moves data between two local processes through the plugin's vtable (or, with --raw-tcp, over
+plain TCP streams, as the ceiling: one blocking thread per stream, or with --raw-threads one a
+single polling thread as the plugin is driven) and prints size, time, algbw, busbw, #wrong.
+BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 2, about
+256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
+--latency: ping-pong round trip of --min-bytes (default 8), plugin and raw TCP (blocking;
+--raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.
+--recv-idle-us / --send-idle-us N: that side of the bandwidth sweep sleeps N us after each idle
+poll instead of yielding as NCCL's proxy does (an experiment for emulated devices such as
+Soft-RoCE, whose work shares the CPUs with the polling processes).";
+
+/// The exit status line under `dqplb perf --help`.
+pub(crate) const EXIT: &str = "exit status: 0 ok, 1 failed run or wrong bytes, 2 bad arguments";
 
 /// Largest message the v8 ABI can carry (isend's size is a C int).
 pub(crate) const MAX_MESSAGE: u64 = i32::MAX as u64;
 
-/// Parses "4096", "64K", "1M", "2G" (binary multiples, case-insensitive, optional "B"/"iB").
-pub(crate) fn parse_bytes(opt: &str, s: &str) -> Result<u64, ArgError> {
-    let bad = || {
-        ArgError(format!(
-            "{opt}: '{s}' is not a byte count (examples: 8, 64K, 1M, 2G)"
-        ))
-    };
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .or_else(|| t.strip_suffix('b'))
-        .unwrap_or(t);
-    let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    n.checked_mul(mult).ok_or_else(bad)
+/// `--policy`: one of the config's policy names (the plugin reads the value from there).
+fn policy_parser() -> impl TypedValueParser<Value = PolicyName> {
+    PossibleValuesParser::new(PolicyName::ALL.map(PolicyName::as_str)).try_map(|s| {
+        PolicyName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("'{s}' is not a policy"))
+    })
 }
 
-fn parse_num(opt: &str, s: &str) -> Result<u64, ArgError> {
-    s.parse()
-        .map_err(|_| ArgError(format!("{opt}: '{s}' is not a non-negative integer")))
+/// `--segment`: 1 ..= 4G-1 bytes.
+fn segment(v: &str) -> Result<u64, String> {
+    let b = bytes(v)?;
+    if b == 0 || b > u64::from(u32::MAX) {
+        return Err(format!("{b} bytes is outside 1..=4G-1"));
+    }
+    Ok(b)
+}
+
+/// `--max-bytes`: at most the v8 ABI's message limit.
+fn max_bytes(v: &str) -> Result<u64, String> {
+    let b = bytes(v)?;
+    if b > MAX_MESSAGE {
+        return Err(format!(
+            "{b} exceeds the v8 ABI's message limit {MAX_MESSAGE}"
+        ));
+    }
+    Ok(b)
+}
+
+/// Every option of `dqplb perf`; `None` means "the plugin's configured value" or "automatic".
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub(crate) struct PerfArgs {
+    /// The plugin's data path (NCCL_DQPLB_TRANSPORT for the child processes)
+    #[arg(long, value_enum, default_value_t)]
+    pub transport: Transport,
+    /// Where the two processes run
+    #[arg(long, value_enum, default_value_t)]
+    pub peers: Peers,
+    /// The engine policy (default: the site config's)
+    #[arg(long, value_parser = policy_parser())]
+    pub policy: Option<PolicyName>,
+    /// Data QPs per connection, 1..=128 (default: the site config's)
+    #[arg(long, value_name = "N", value_parser = ranged(1u32, 128))]
+    pub qps: Option<u32>,
+    /// Segment size (default: the site config's)
+    #[arg(long, value_name = "BYTES", value_parser = segment)]
+    pub segment: Option<u64>,
+    /// Smallest message of the sweep (the latency test's message)
+    #[arg(long, value_name = "BYTES", value_parser = bytes, default_value = "8")]
+    pub min_bytes: u64,
+    /// Largest message of the sweep
+    #[arg(long, value_name = "BYTES", value_parser = max_bytes, default_value = "64M")]
+    pub max_bytes: u64,
+    /// Each size is the previous one times F
+    #[arg(long, value_name = "F", value_parser = ranged(2u64, u64::MAX), default_value_t = 2)]
+    pub step_factor: u64,
+    /// Measured iterations per size (default: about 256 MiB per size, 10..=1000)
+    #[arg(long, value_name = "N", value_parser = ranged(1u64, u64::MAX))]
+    pub iters: Option<u64>,
+    /// Warm-up iterations per size (default: a tenth of --iters, 1..=20)
+    #[arg(long, value_name = "N", value_parser = num::<u64>)]
+    pub warmup: Option<u64>,
+    /// Messages in flight, 1..=32 (NCCL's request limit)
+    #[arg(long, value_name = "N", value_parser = ranged(1usize, 32), default_value_t = 4)]
+    pub inflight: usize,
+    /// Plain TCP streams instead of the plugin (the ceiling)
+    #[arg(long)]
+    pub raw_tcp: bool,
+    /// With --raw-tcp: how the streams are driven
+    #[arg(long, value_enum, default_value_t)]
+    pub raw_threads: RawThreads,
+    /// Ping-pong round trip of --min-bytes instead of the bandwidth sweep
+    #[arg(long)]
+    pub latency: bool,
+    /// Do not check the received bytes
+    #[arg(long = "no-check", action = clap::ArgAction::SetFalse)]
+    pub check: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// In the bandwidth sweep the receiver sleeps N us after an idle poll instead of yielding
+    /// (0: yield, as NCCL's proxy thread does)
+    #[arg(long, value_name = "N", value_parser = num::<u64>, default_value_t = 0)]
+    pub recv_idle_us: u64,
+    /// The same for the sender
+    #[arg(long, value_name = "N", value_parser = num::<u64>, default_value_t = 0)]
+    pub send_idle_us: u64,
 }
 
 impl PerfArgs {
-    /// Parses the arguments after `perf`.
-    pub(crate) fn parse(args: &[String]) -> Result<PerfArgs, ArgError> {
-        let mut a = PerfArgs::default();
-        let mut it = args.iter();
-        while let Some(opt) = it.next() {
-            let mut value = |name: &str| {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| ArgError(format!("{name} needs a value")))
-            };
-            match opt.as_str() {
-                "--transport" => {
-                    let v = value(opt)?;
-                    a.verbs = match v.as_str() {
-                        "socket" | "tcp" => false,
-                        "verbs" => true,
-                        _ => {
-                            return Err(ArgError(format!(
-                                "--transport: '{v}' is not supported (socket or verbs)"
-                            )))
-                        }
-                    };
-                }
-                "--peers" => {
-                    let v = value(opt)?;
-                    if v != "local" {
-                        return Err(ArgError(format!(
-                            "--peers: '{v}' is not supported (only 'local': both on this machine)"
-                        )));
-                    }
-                }
-                "--policy" => {
-                    let v = value(opt)?;
-                    // The config's policy names: the plugin reads the value from there.
-                    let names = PolicyName::ALL.map(PolicyName::as_str);
-                    if !names.contains(&v.as_str()) {
-                        return Err(ArgError(format!(
-                            "--policy: '{v}' is not one of {}",
-                            names.join(", ")
-                        )));
-                    }
-                    a.policy = Some(v);
-                }
-                "--qps" => {
-                    let v = parse_num(opt, &value(opt)?)?;
-                    if !(1..=128).contains(&v) {
-                        return Err(ArgError(format!("--qps: {v} is outside 1..=128")));
-                    }
-                    a.qps = Some(v as u32);
-                }
-                "--segment" => {
-                    let v = parse_bytes(opt, &value(opt)?)?;
-                    if v == 0 || v > u32::MAX as u64 {
-                        return Err(ArgError(format!(
-                            "--segment: {v} bytes is outside 1..=4G-1"
-                        )));
-                    }
-                    a.segment = Some(v);
-                }
-                "--min-bytes" => a.min_bytes = parse_bytes(opt, &value(opt)?)?,
-                "--max-bytes" => a.max_bytes = parse_bytes(opt, &value(opt)?)?,
-                "--step-factor" => a.step_factor = parse_num(opt, &value(opt)?)?,
-                "--iters" => a.iters = Some(parse_num(opt, &value(opt)?)?),
-                "--warmup" => a.warmup = Some(parse_num(opt, &value(opt)?)?),
-                "--inflight" => {
-                    let v = parse_num(opt, &value(opt)?)?;
-                    if !(1..=32).contains(&v) {
-                        return Err(ArgError(format!(
-                            "--inflight: {v} is outside 1..=32 (NCCL's request limit)"
-                        )));
-                    }
-                    a.inflight = v as usize;
-                }
-                "--format" => {
-                    a.format = match value(opt)?.as_str() {
-                        "table" => Format::Table,
-                        "csv" => Format::Csv,
-                        "json" => Format::Json,
-                        v => {
-                            return Err(ArgError(format!(
-                                "--format: '{v}' is not table, csv or json"
-                            )))
-                        }
-                    }
-                }
-                "--raw-tcp" => a.raw_tcp = true,
-                "--raw-threads" => {
-                    a.raw_one_thread = match value(opt)?.as_str() {
-                        "per-stream" => false,
-                        "one" => true,
-                        v => {
-                            return Err(ArgError(format!(
-                                "--raw-threads: '{v}' is not per-stream or one"
-                            )))
-                        }
-                    }
-                }
-                "--latency" => a.latency = true,
-                "--no-check" => a.check = false,
-                "--recv-idle-us" => a.recv_idle_us = parse_num(opt, &value(opt)?)?,
-                "--send-idle-us" => a.send_idle_us = parse_num(opt, &value(opt)?)?,
-                other => {
-                    return Err(ArgError(format!(
-                        "unknown option '{other}' (see dqplb perf --help)"
-                    )))
-                }
-            }
-        }
-        a.validate()?;
-        Ok(a)
-    }
-
-    fn validate(&self) -> Result<(), ArgError> {
+    /// What clap cannot check: the options against each other; Err(message) names them.
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.min_bytes > self.max_bytes {
-            return Err(ArgError(format!(
+            return Err(format!(
                 "--min-bytes {} is larger than --max-bytes {}",
                 self.min_bytes, self.max_bytes
-            )));
-        }
-        if self.max_bytes > MAX_MESSAGE {
-            return Err(ArgError(format!(
-                "--max-bytes {} exceeds the v8 ABI's message limit {MAX_MESSAGE}",
-                self.max_bytes
-            )));
-        }
-        if self.step_factor < 2 {
-            return Err(ArgError(format!(
-                "--step-factor {} must be at least 2",
-                self.step_factor
-            )));
-        }
-        if self.iters == Some(0) {
-            return Err(ArgError("--iters must be at least 1".into()));
+            ));
         }
         Ok(())
+    }
+
+    /// Whether the processes use the verbs transport.
+    pub(crate) fn verbs(&self) -> bool {
+        self.transport == Transport::Verbs
+    }
+
+    /// Whether one thread polls every raw TCP stream.
+    pub(crate) fn raw_one_thread(&self) -> bool {
+        self.raw_threads == RawThreads::One
     }
 
     /// The message sizes of the sweep: min, min*f, ... up to max (max always included).
@@ -281,8 +245,8 @@ impl PerfArgs {
             v.push(k.to_string());
             v.push(val);
         };
-        if let Some(p) = &self.policy {
-            push("--policy", p.clone());
+        if let Some(p) = self.policy {
+            push("--policy", p.as_str().to_string());
         }
         if let Some(q) = self.qps {
             push("--qps", q.to_string());
@@ -303,7 +267,7 @@ impl PerfArgs {
         if self.raw_tcp {
             v.push("--raw-tcp".into());
         }
-        if self.raw_one_thread {
+        if self.raw_one_thread() {
             v.push("--raw-threads".into());
             v.push("one".into());
         }
@@ -325,84 +289,122 @@ impl PerfArgs {
     }
 }
 
-pub(crate) const USAGE: &str = "usage: dqplb perf [--transport socket|verbs] [--policy dqplb|dqplb-led|static-split|round-robin-message|single-qp]
-                  [--qps N] [--segment BYTES] [--min-bytes BYTES] [--max-bytes BYTES]
-                  [--step-factor F] [--iters N] [--warmup N] [--inflight N] [--peers local]
-                  [--raw-tcp [--raw-threads per-stream|one]] [--latency] [--no-check] [--format table|csv|json]
-                  [--recv-idle-us N] [--send-idle-us N]
-Moves data between two local processes through the plugin's vtable (or, with --raw-tcp, over
-plain TCP streams, as the ceiling: one blocking thread per stream, or with --raw-threads one a
-single polling thread as the plugin is driven) and prints size, time, algbw, busbw, #wrong.
-BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 2, about
-256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
---latency: ping-pong round trip of --min-bytes (default 8), plugin and raw TCP (blocking;
---raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.
---recv-idle-us / --send-idle-us N: that side of the bandwidth sweep sleeps N us after each idle
-poll instead of yielding as NCCL's proxy does (an experiment for emulated devices such as
-Soft-RoCE, whose work shares the CPUs with the polling processes).";
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{parse, Cmd};
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    /// `dqplb perf LINE` parsed and checked as the command does; Err(clap's message).
+    fn perf(line: &str) -> Result<PerfArgs, String> {
+        let mut all = vec!["perf"];
+        all.extend(line.split_whitespace());
+        match parse(&all).map_err(|e| e.to_string())? {
+            Cmd::Perf(opts) => opts.validate().map(|()| opts),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn defaults() -> PerfArgs {
+        perf("").unwrap()
     }
 
     #[test]
-    fn byte_suffixes() {
-        assert_eq!(parse_bytes("x", "8").unwrap(), 8);
-        assert_eq!(parse_bytes("x", "64K").unwrap(), 65536);
-        assert_eq!(parse_bytes("x", "1m").unwrap(), 1 << 20);
-        assert_eq!(parse_bytes("x", "2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_bytes("x", "3KB").unwrap(), 3072);
-        assert!(parse_bytes("x", "1T").is_err());
-        assert!(parse_bytes("x", "-1").is_err());
-        assert!(parse_bytes("x", "99999999999999999999G").is_err());
+    fn defaults_and_byte_suffixes() {
+        let d = defaults();
+        assert_eq!((d.min_bytes, d.max_bytes, d.step_factor), (8, 64 << 20, 2));
+        assert_eq!((d.inflight, d.check, d.format), (4, true, Format::Table));
+        assert_eq!(
+            (d.transport, d.raw_threads),
+            (Transport::Socket, RawThreads::PerStream)
+        );
+        assert_eq!(
+            (d.qps, d.segment, d.iters, d.warmup, d.policy),
+            (None, None, None, None, None)
+        );
+        let a = perf("--segment 64K --min-bytes 3KB --max-bytes 2MiB --transport tcp").unwrap();
+        assert_eq!(
+            (a.segment, a.min_bytes, a.max_bytes),
+            (Some(65536), 3072, 2 << 20)
+        );
+        assert!(!a.verbs());
+        assert!(perf("--transport verbs").unwrap().verbs());
+        assert_eq!(
+            perf("--policy dqplb-led").unwrap().policy,
+            Some(PolicyName::DqplbLed)
+        );
     }
 
     #[test]
     fn sizes_sweep_includes_both_ends() {
-        let a = PerfArgs::parse(&args("--min-bytes 8 --max-bytes 100")).unwrap();
+        let a = perf("--min-bytes 8 --max-bytes 100").unwrap();
         assert_eq!(a.sizes(), vec![8, 16, 32, 64, 100]);
-        let b = PerfArgs::parse(&args("--min-bytes 0 --max-bytes 4 --step-factor 4")).unwrap();
+        let b = perf("--min-bytes 0 --max-bytes 4 --step-factor 4").unwrap();
         assert_eq!(b.sizes(), vec![0, 4]);
-        let d = PerfArgs::default();
-        assert_eq!(d.sizes().len(), 24);
+        assert_eq!(defaults().sizes().len(), 24);
     }
 
     #[test]
     fn bad_arguments_name_the_option() {
         for (line, needle) in [
-            ("--policy fastest", "--policy"),
-            ("--qps 0", "--qps"),
-            ("--min-bytes 2M --max-bytes 1M", "--min-bytes"),
-            ("--max-bytes 4G", "--max-bytes"),
-            ("--step-factor 1", "--step-factor"),
-            ("--inflight 33", "--inflight"),
-            ("--format xml", "--format"),
-            ("--transport udp", "--transport"),
-            ("--peers 10.0.0.2", "--peers"),
-            ("--iters", "--iters"),
-            ("--bogus", "--bogus"),
-            ("--recv-idle-us 5us", "--recv-idle-us: '5us'"),
-            ("--send-idle-us", "--send-idle-us needs a value"),
+            (
+                "--policy fastest",
+                "invalid value 'fastest' for '--policy <POLICY>'",
+            ),
+            (
+                "--qps 0",
+                "invalid value '0' for '--qps <N>': 0 is outside 1..=128",
+            ),
+            (
+                "--min-bytes 2M --max-bytes 1M",
+                "--min-bytes 2097152 is larger than --max-bytes 1048576",
+            ),
+            (
+                "--max-bytes 4G",
+                "4294967296 exceeds the v8 ABI's message limit",
+            ),
+            ("--segment 0", "0 bytes is outside 1..=4G-1"),
+            ("--step-factor 1", "'--step-factor <F>': 1 is outside 2.."),
+            ("--inflight 33", "'--inflight <N>': 33 is outside 1..=32"),
+            ("--format xml", "[possible values: table, csv, json]"),
+            ("--transport udp", "[possible values: socket, verbs]"),
+            ("--peers 10.0.0.2", "[possible values: local]"),
+            ("--iters", "a value is required for '--iters <N>'"),
+            ("--iters 0", "'--iters <N>': 0 is outside 1.."),
+            ("--bogus", "unexpected argument '--bogus'"),
+            (
+                "--recv-idle-us 5us",
+                "invalid value '5us' for '--recv-idle-us <N>'",
+            ),
+            (
+                "--send-idle-us",
+                "a value is required for '--send-idle-us <N>'",
+            ),
+            ("--raw-threads two", "[possible values: per-stream, one]"),
         ] {
-            let e = PerfArgs::parse(&args(line)).unwrap_err();
-            assert!(e.0.contains(needle), "{line}: {e}");
+            let e = perf(line).unwrap_err();
+            assert!(e.contains(needle), "{line}: {e}");
         }
     }
 
     #[test]
     fn args_round_trip() {
-        let a = PerfArgs::parse(&args("--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7")).unwrap();
+        let line = "--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7";
+        let a = perf(line).unwrap();
         assert_eq!((a.recv_idle_us, a.send_idle_us), (50, 7));
-        assert_eq!(PerfArgs::parse(&a.to_args()).unwrap(), a);
+        assert_eq!(perf(&a.to_args().join(" ")).unwrap(), a);
+        // The children get the same options after `__role ROLE`.
+        let mut child = vec!["dqplb perf __role", "bw-send"];
+        let args = a.to_args();
+        child.extend(args.iter().map(String::as_str));
+        let c = <ChildCmd as clap::Parser>::try_parse_from(child).unwrap();
+        assert_eq!((c.role, c.opts), (Role::BwSend, a));
+        // The public command line knows no role.
+        assert!(parse(&["perf", "__role", "bw-recv"]).is_err());
     }
 
     #[test]
     fn adaptive_iterations() {
-        let a = PerfArgs::default();
+        let a = defaults();
         assert_eq!(a.iters_for(8), 1000);
         assert_eq!(a.iters_for(64 << 20), 10);
         assert_eq!(a.iters_for(1 << 20), 256);

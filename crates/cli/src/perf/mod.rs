@@ -11,7 +11,7 @@ pub(crate) mod rawpoll;
 pub(crate) mod report;
 mod roles;
 
-use args::{PerfArgs, USAGE};
+use args::{ChildCmd, PerfArgs, Role};
 use report::{LatRow, RunInfo};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -20,21 +20,10 @@ use std::sync::{Arc, Mutex};
 
 /// Entry point of `dqplb perf ARGS`; returns the exit code (0 ok, 1 failed run or wrong bytes,
 /// 2 bad arguments).
-pub(crate) fn run(args: &[String]) -> i32 {
-    if args.first().map(String::as_str) == Some("__role") {
-        return roles::run(&args[1..]);
+pub(crate) fn run(a: PerfArgs) -> i32 {
+    if let Err(e) = a.validate() {
+        return crate::usage_error(&["perf"], e);
     }
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return 0;
-    }
-    let a = match PerfArgs::parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("dqplb perf: {e}\n{USAGE}");
-            return 2;
-        }
-    };
     let info = match resolve(&a) {
         Ok(i) => i,
         Err(e) => {
@@ -56,15 +45,28 @@ pub(crate) fn run(args: &[String]) -> i32 {
     }
 }
 
+/// Entry point of a child process, `dqplb perf __role ROLE OPTIONS` (`args` after the program
+/// name and those two words); returns its exit code (2: bad arguments).
+pub(crate) fn run_child(args: &[std::ffi::OsString]) -> i32 {
+    let name = std::ffi::OsString::from(format!("dqplb {}", args::CHILD.join(" ")));
+    match <ChildCmd as clap::Parser>::try_parse_from(std::iter::once(&name).chain(args)) {
+        Ok(c) => roles::run(c.role, &c.opts),
+        Err(e) => {
+            let _ = e.print();
+            e.exit_code()
+        }
+    }
+}
+
 /// Environment for the children: the plugin's overrides from the options, loopback interface,
 /// INFO logging (so the plugin reports the connection it set up) unless the caller chose.
 fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
     let mut v = vec![(
         "NCCL_DQPLB_TRANSPORT".to_string(),
-        if a.verbs { "verbs" } else { "tcp" }.to_string(),
+        if a.verbs() { "verbs" } else { "tcp" }.to_string(),
     )];
-    if let Some(p) = &a.policy {
-        v.push(("NCCL_DQPLB_POLICY".to_string(), p.clone()));
+    if let Some(p) = a.policy {
+        v.push(("NCCL_DQPLB_POLICY".to_string(), p.as_str().to_string()));
     }
     if let Some(q) = a.qps {
         v.push(("NCCL_DQPLB_QPS".to_string(), q.to_string()));
@@ -92,11 +94,11 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
         dqplb_config::load::load_with(&lookup, &vars, std::path::Path::new(dqplb_config::ETC_PATH))
             .map_err(|e| format!("plugin configuration: {e}"))?;
     let plan = loaded.config.plan(dqplb_config::ConnClass::SameRail);
-    let mode = if a.raw_tcp && a.raw_one_thread {
+    let mode = if a.raw_tcp && a.raw_one_thread() {
         "raw TCP streams (no plugin), one polling thread"
     } else if a.raw_tcp {
         "raw TCP streams (no plugin)"
-    } else if a.verbs {
+    } else if a.verbs() {
         "plugin vtable, verbs transport"
     } else {
         "plugin vtable, socket transport"
@@ -173,8 +175,8 @@ fn filter_stderr(
 /// Runs `__role first` and `__role second` with `child_args`, relaying each one's HANDLE line
 /// to the other's stdin; fails if either exits non-zero.
 fn run_pair(
-    first: &str,
-    second: &str,
+    first: Role,
+    second: Role,
     child_args: &[String],
     env: &[(String, String)],
 ) -> Result<ChildLines, String> {
@@ -186,9 +188,10 @@ fn run_pair(
     let mut err_threads = Vec::new();
     let mut children = Vec::new();
     let mut stdins = Vec::new();
-    for (who, role) in [first, second].into_iter().enumerate() {
+    for (who, role) in [first.name(), second.name()].into_iter().enumerate() {
         let mut c = Command::new(&exe)
-            .args(["perf", "__role", role])
+            .args(args::CHILD)
+            .arg(role)
             .args(child_args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())
@@ -245,7 +248,7 @@ fn run_pair(
     lines.plugin_line = conn.lock().ok().and_then(|g| g.clone());
     lines.ops = ops.lock().map(|g| g.clone()).unwrap_or_default();
     let mut failed = Vec::new();
-    for (c, role) in children.iter_mut().zip([first, second]) {
+    for (c, role) in children.iter_mut().zip([first.name(), second.name()]) {
         let st = c.wait().map_err(|e| format!("waiting for {role}: {e}"))?;
         if !st.success() {
             failed.push(format!("{role} exited with {st}"));
@@ -276,7 +279,7 @@ fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
     if a.raw_tcp {
         child.qps = Some(info.qps);
     }
-    let lines = run_pair("bw-recv", "bw-send", &child.to_args(), &child_env(a))?;
+    let lines = run_pair(Role::BwRecv, Role::BwSend, &child.to_args(), &child_env(a))?;
     info.plugin_line = lines
         .second
         .iter()
@@ -316,7 +319,12 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
     for &(name, raw) in kinds {
         let mut child = a.clone();
         child.raw_tcp = raw;
-        let lines = run_pair("lat-ping", "lat-pong", &child.to_args(), &child_env(a))?;
+        let lines = run_pair(
+            Role::LatPing,
+            Role::LatPong,
+            &child.to_args(),
+            &child_env(a),
+        )?;
         if !raw {
             // each side sends and receives warmup + iters 8-byte messages
             print_ops(

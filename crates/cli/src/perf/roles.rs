@@ -1,7 +1,7 @@
 //! The hidden `dqplb perf __role ROLE OPTIONS` child processes: bandwidth receiver/sender and
 //! latency pinger/ponger, plugin or raw TCP; they talk to the parent in stdout/stdin lines.
 
-use super::args::PerfArgs;
+use super::args::{PerfArgs, Role};
 use super::bw::{self, Row};
 use super::latency;
 use super::link::{Link, PluginLink, RawLink};
@@ -50,29 +50,19 @@ fn read_plugin_handle() -> NetRes<[u8; HANDLE_BYTES]> {
     net::from_hex(&l).ok_or_else(|| NetErr(format!("malformed handle {l:?}")))
 }
 
-pub(super) fn run(args: &[String]) -> i32 {
-    let Some(role) = args.first() else {
-        eprintln!("dqplb perf __role: missing role");
-        return 2;
-    };
-    let a = match PerfArgs::parse(&args[1..]) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("dqplb perf __role {role}: {e}");
-            return 2;
-        }
-    };
-    let r = match role.as_str() {
-        "bw-recv" => bw_side(&a, false),
-        "bw-send" => bw_side(&a, true),
-        "lat-ping" => lat_side(&a, true),
-        "lat-pong" => lat_side(&a, false),
-        other => Err(NetErr(format!("unknown role {other}"))),
+/// Runs one child process of `dqplb perf`; returns its exit code (1: the run failed, reported
+/// on stdout as an ERROR line for the parent).
+pub(super) fn run(role: Role, a: &PerfArgs) -> i32 {
+    let r = match role {
+        Role::BwRecv => bw_side(a, false),
+        Role::BwSend => bw_side(a, true),
+        Role::LatPing => lat_side(a, true),
+        Role::LatPong => lat_side(a, false),
     };
     match r {
         Ok(()) => 0,
         Err(e) => {
-            say(format!("ERROR {role}: {e}"));
+            say(format!("ERROR {}: {e}", role.name()));
             1
         }
     }
@@ -128,7 +118,7 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
     if a.raw_tcp {
         let n = a.qps.unwrap_or(1) as usize;
         let streams = raw_streams(n, sender)?;
-        if a.raw_one_thread {
+        if a.raw_one_thread() {
             let mut link = super::rawpoll::PollLink::new(streams, sender)?;
             bw::sweep(&mut link, a, &mut slots, sender, emit)?;
         } else {
@@ -213,7 +203,7 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
             a.min_bytes as usize,
             warmup,
             iters,
-            a.raw_one_thread,
+            a.raw_one_thread(),
         )?
     } else {
         let pair = latency::plugin_pair(&|l| say(l), &read_plugin_handle)?;
