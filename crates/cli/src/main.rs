@@ -3,6 +3,7 @@
 
 mod check;
 mod check_report;
+mod completions;
 mod paths;
 mod perf;
 mod plan;
@@ -81,6 +82,10 @@ pub(crate) enum Cmd {
         after_help = paths::args::EXIT
     )]
     PathsBench(paths::args::PathsArgs),
+    #[command(about = "print a completion script for SHELL (bash, elvish, fish, powershell, zsh)")]
+    Completions(completions::CompletionsArgs),
+    #[command(about = "print the manual page (roff; `dqplb man | man -l -`)")]
+    Man,
 }
 
 /// Prints `message` as clap prints a usage error of `dqplb PATH...` (with that command's usage
@@ -122,6 +127,8 @@ fn run(argv: Vec<OsString>) -> i32 {
         Cmd::Stats(a) => stats::run(&a),
         Cmd::Sim(a) => sim::run_cli(a),
         Cmd::PathsBench(a) => paths::run(a),
+        Cmd::Completions(a) => completions::completions(&a),
+        Cmd::Man => completions::man(),
     }
 }
 

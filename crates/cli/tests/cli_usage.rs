@@ -1,5 +1,5 @@
 //! The `dqplb` command line itself: --version (the plugin's version string), help of every
-//! subcommand, bad usage (exit 2, clap's wording, did-you-mean).
+//! subcommand, bad usage (exit 2, clap's wording, did-you-mean), completions and the man page.
 
 use std::process::{Command, Output};
 
@@ -15,7 +15,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Every subcommand a user can call, as the words after `dqplb`.
-const SUBCOMMANDS: [&[&str]; 7] = [
+const SUBCOMMANDS: [&[&str]; 9] = [
     &["plan"],
     &["check"],
     &["perf"],
@@ -23,6 +23,8 @@ const SUBCOMMANDS: [&[&str]; 7] = [
     &["sim"],
     &["sim", "sweep"],
     &["paths-bench"],
+    &["completions"],
+    &["man"],
 ];
 
 #[test]
@@ -170,4 +172,55 @@ fn an_unknown_flag_exits_2_with_a_suggestion() {
         "{err}"
     );
     assert!(!err.contains("tip:"), "{err}");
+}
+
+#[test]
+fn completions_cover_the_subcommands() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = dqplb(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for name in [
+            "plan",
+            "check",
+            "perf",
+            "stats",
+            "sim",
+            "sweep",
+            "paths-bench",
+        ] {
+            assert!(script.contains(name), "{shell}: no {name}");
+        }
+        assert!(
+            script.contains("--hosts-per-leaf"),
+            "{shell}: no sim options"
+        );
+        assert!(
+            !script.contains("__role"),
+            "{shell}: the hidden role leaked"
+        );
+    }
+    let out = dqplb(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("[possible values: bash, elvish, fish, powershell, zsh]"));
+}
+
+#[test]
+fn the_man_page_lists_the_subcommands() {
+    let out = dqplb(&["man"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(
+        page.starts_with(".ie"),
+        "not roff: {}",
+        &page[..page.len().min(200)]
+    );
+    assert!(page.contains(".TH dqplb 1"), "{page}");
+    for name in ["plan", "check", "perf", "stats", "sim", "paths\\-bench"] {
+        assert!(page.contains(name), "no {name} in the man page");
+    }
+    assert!(
+        page.contains(nccl_net_dqplb::VERSION),
+        "no version in the man page"
+    );
 }
