@@ -357,8 +357,10 @@ impl SendComm {
 
     /// A data stream with a segment unacknowledged for `ms` ms is a failed path (TCP; 0: off).
     pub fn set_stall_timeout_ms(&mut self, ms: u64) {
-        if let SendInner::Tcp(t) = &mut self.inner {
-            t.set_stall_timeout_ms(ms);
+        match &mut self.inner {
+            SendInner::Tcp(t) => t.set_stall_timeout_ms(ms),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(..) => {}
         }
     }
 

@@ -70,7 +70,7 @@ pub(crate) enum Cmd {
     Stats(stats::StatsArgs),
     #[command(
         about = "fabric simulator: the real engine over a rail-optimized leaf-spine with ECMP, \
-                 fluid or per segment, per policy and QP count (docs/simulation.md)",
+                 fluid or per segment, per policy and QP count (docs/records/simulation.md)",
         after_help = sim_args::EXIT,
         args_conflicts_with_subcommands = true,
         disable_help_subcommand = true

@@ -71,7 +71,7 @@ struct Override {
 
 /// Whether the engine policy can steer a class's connections: dqplb only moves segments off a
 /// slow QP when QPs fill, which they seldom do when the window holds all the data NCCL keeps in
-/// flight per connection (its SIMPLE buffer, NCCL_BUFFSIZE; docs/simulation.md, "Sizing").
+/// flight per connection (its SIMPLE buffer, NCCL_BUFFSIZE; docs/records/simulation.md, "Sizing").
 #[derive(Debug, Serialize)]
 struct Steering {
     class: &'static str,
@@ -115,7 +115,7 @@ fn steering(policy: PolicyName, c: &ClassPlan, buffsize: u64) -> Steering {
             d => format!("outstanding <= {d}"),
         };
         format!(
-            "window {window} B >= NCCL_BUFFSIZE {buffsize} B (NCCL's data in flight per connection): the window holds all of it, QPs seldom fill, and dqplb splits about like static-split; set policy dqplb-led, or {fix} (docs/simulation.md, Sizing)"
+            "window {window} B >= NCCL_BUFFSIZE {buffsize} B (NCCL's data in flight per connection): the window holds all of it, QPs seldom fill, and dqplb splits about like static-split; set policy dqplb-led, or {fix} (docs/records/simulation.md, Sizing)"
         )
     });
     Steering {
