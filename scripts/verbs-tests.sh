@@ -72,8 +72,8 @@ for entry in "${bins[@]}"; do
       [ -s "$share/harness/dqplb-harness/harness-logger.so" ] \
         || must cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c
       if [ "$name" = nccl_emulator ]; then
-        mkdir -p "$share/harness/dqplb-emulator"
-        must cc -shared -fPIC -O1 -o "$share/harness/dqplb-emulator/emu-logger.so" tests/emulator/logger.c
+        mkdir -p "$share/harness/dqplb-logger"
+        must cc -shared -fPIC -O1 -o "$share/harness/dqplb-logger/dqplb-logger.so" crates/test-support/src/logger.c
       fi
       exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
       ;;

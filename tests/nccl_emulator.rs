@@ -23,14 +23,7 @@ const LIMIT: Duration = Duration::from_secs(240);
 #[test]
 #[ignore = "entry point of the emulated NCCL ranks (child processes)"]
 fn emulator_child_role() {
-    if std::env::var_os("DQPLB_EMU_ROLE").is_none() {
-        return;
-    }
-    if let Err(e) = emulator::child::run() {
-        emulator::child::say(&format!("FAIL {e}"));
-        eprintln!("emulated rank failed: {e}");
-        std::process::exit(1);
-    }
+    dqplb_test_support::spawn::child_role("DQPLB_EMU_ROLE", emulator::child::run);
 }
 
 fn env(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {

@@ -6,6 +6,8 @@ use super::plan::{self, Proto, P2P_CHUNK};
 use super::progress::{AbortAt, Args, Counters, Engine, Sub};
 use super::rendezvous::Rendezvous;
 use super::setup::{Key, Setup};
+use dqplb_test_support::nccl::{LOG_WARN, PTR_CUDA, PTR_HOST};
+use dqplb_test_support::spawn::say;
 use std::os::raw::c_int;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -53,13 +55,6 @@ impl Role {
     }
 }
 
-pub(crate) fn say(line: &str) {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "@@{line}");
-    let _ = o.flush();
-}
-
 pub(crate) fn run() -> Result<(), String> {
     let role = Role::from_env()?;
     let mut nccl = Nccl::new()?;
@@ -75,13 +70,9 @@ pub(crate) fn run() -> Result<(), String> {
             let cn = nccl.comm_init()?;
             cuda_devs = 0;
             for d in 0..cn.ndev {
-                let cuda = cn.props[d as usize].ptr_support & super::abi::PTR_CUDA != 0;
+                let cuda = cn.props[d as usize].ptr_support & PTR_CUDA != 0;
                 cuda_devs += usize::from(cuda);
-                let kind = if cuda {
-                    super::abi::PTR_CUDA
-                } else {
-                    super::abi::PTR_HOST
-                };
+                let kind = if cuda { PTR_CUDA } else { PTR_HOST };
                 nccl::gdr_probe(cn.net, d, STEP_LIMIT, kind)?;
             }
             nccl.comm_finalize()?;
@@ -115,7 +106,7 @@ pub(crate) fn run() -> Result<(), String> {
         total.isend_null += c.isend_null;
         total.irecv_null += c.irecv_null;
     }
-    let warns = nccl.log.count(2);
+    let warns = nccl.log.count(LOG_WARN);
     let (fds1, threads1) = super::versions::fds_and_threads();
     let (rail, plane) = super::versions::rail_plane().unwrap_or((-2, -2));
     say(&format!(
@@ -162,7 +153,7 @@ fn one_comm(nccl: &mut Nccl, role: &Role, ci: usize, abort: bool) -> Result<Coun
     // DQPLB_EMU_GDR=1: receive buffers in "GPU memory" (useGdr, needFlush), as NCCL sets it up
     // when ncclTopoCheckGdr allows GDR for the NIC; needs a device advertising NCCL_PTR_CUDA.
     setup.gdr_recv = std::env::var("DQPLB_EMU_GDR").as_deref() == Ok("1");
-    if setup.gdr_recv && props.ptr_support & super::abi::PTR_CUDA == 0 {
+    if setup.gdr_recv && props.ptr_support & PTR_CUDA == 0 {
         return Err(format!(
             "DQPLB_EMU_GDR=1 but device {} advertises ptrSupport {:#x} (no NCCL_PTR_CUDA): NCCL would not use GDR",
             cn.dev, props.ptr_support

@@ -1,9 +1,7 @@
 //! The NCCL emulator behind tests/nccl_emulator.rs: drives the built plugin .so as NCCL's core and
 //! proxy do (2.20-2.30), each behaviour with the NCCL file and function it follows.
 
-pub(crate) mod abi;
 pub(crate) mod child;
-pub(crate) mod dl;
 pub(crate) mod nccl;
 pub(crate) mod plan;
 pub(crate) mod progress;

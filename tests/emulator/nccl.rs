@@ -1,8 +1,12 @@
 //! NCCL's plugin life cycle for a v8 plugin: dlopen, name before init, init once (directly or via
 //! the v8 compat shim), devices, getProperties, the GDR probe, and dlclose after the last comm.
 
-use super::abi::{self, NetV8, Props, HANDLE_BYTES, PTR_CUDA, PTR_HOST};
-use super::dl::{self, CLog, Lib};
+use super::plan::PROXY_MAX_SUBS;
+use dqplb_test_support::dl::{self, Library};
+use dqplb_test_support::logger::CLogger;
+use dqplb_test_support::nccl::{
+    NetV8, PropertiesV8, HANDLE_BYTES, NET_DEVICE_HOST, PTR_CUDA, PTR_DMABUF, PTR_HOST, SUCCESS,
+};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::time::{Duration, Instant};
@@ -50,7 +54,7 @@ impl Loader {
 /// Turns a plugin result into `Err` naming the call; every non-zero result is an error to NCCL
 /// (NCCLCHECK in src/include/checks.h).
 pub(crate) fn ok(call: &str, rc: c_int) -> Result<(), String> {
-    if rc == abi::NCCL_SUCCESS {
+    if rc == SUCCESS {
         Ok(())
     } else {
         Err(format!("{call} returned ncclResult_t {rc}"))
@@ -60,8 +64,8 @@ pub(crate) fn ok(call: &str, rc: c_int) -> Result<(), String> {
 /// Emulated process-wide state of libnccl: the loaded plugin, NCCL's own reference counts.
 pub(crate) struct Nccl {
     pub loader: Loader,
-    pub log: CLog,
-    lib: Option<Lib>,
+    pub log: CLogger,
+    lib: Option<Library>,
     net: Option<&'static NetV8>,
     /// `refCount[NET_INDEX]` of net_v8.cc (lives in libnccl, so it survives a plugin dlclose).
     shim_refs: usize,
@@ -84,7 +88,7 @@ pub(crate) struct Nccl {
 pub(crate) struct CommNet {
     pub net: &'static NetV8,
     pub ndev: c_int,
-    pub props: Vec<Props>,
+    pub props: Vec<PropertiesV8>,
     pub dev: c_int,
 }
 
@@ -92,7 +96,7 @@ impl Nccl {
     pub(crate) fn new() -> Result<Nccl, String> {
         Ok(Nccl {
             loader: Loader::from_env(),
-            log: CLog::load()?,
+            log: CLogger::load()?,
             lib: None,
             net: None,
             shim_refs: 0,
@@ -110,7 +114,7 @@ impl Nccl {
     /// ncclCommInitRank's network part for one communicator.
     pub(crate) fn comm_init(&mut self) -> Result<CommNet, String> {
         if self.lib.is_none() {
-            let lib = Lib::open(&dl::plugin_path())?;
+            let lib = Library::open(&dl::plugin_path())?;
             // 2.20-2.30 look for the newest symbol they know first and fall back to v8
             // (src/plugin/net.cc getNcclNet[]: v12 first in 2.30, v11 in 2.28, v10 in 2.26, v9 in
             // 2.24; 2.20-2.23 know v8 only).
@@ -124,8 +128,8 @@ impl Nccl {
             }
             let net = super::versions::adopt(found, table);
             if found == 8 {
-                // The v8 table is the plugin's own: the same one dl::vtable finds.
-                debug_assert!(std::ptr::eq(net, dl::vtable(&lib)?));
+                // The v8 table is the plugin's own: the same one dl::net_v8 finds.
+                debug_assert!(std::ptr::eq(net, dl::net_v8(&lib)?));
             }
             self.dlopens += 1;
             // The name is read before init: NCCL prints it at load time and compares NCCL_NET
@@ -196,7 +200,7 @@ impl Nccl {
             props.push(get_props(net, d)?);
         }
         let p0 = &props[0];
-        if p0.net_device_type != abi::NET_DEVICE_HOST {
+        if p0.net_device_type != NET_DEVICE_HOST {
             return Err(format!(
                 "netDeviceType {} on a host plugin: ncclNetCheckDeviceVersion only accepts HOST or UNPACK",
                 p0.net_device_type
@@ -244,17 +248,36 @@ impl Nccl {
     }
 }
 
+/// NCCL declares `ncclNetProperties_t props;` on the stack without initialising it
+/// (sendProxySetup/recvProxySetup in src/transport/net.cc): stack garbage, emulated here.
+fn uninit_props() -> PropertiesV8 {
+    PropertiesV8 {
+        name: std::ptr::null(),
+        pci_path: std::ptr::null(),
+        guid: 0x5a5a_5a5a_5a5a_5a5a,
+        ptr_support: 0x5a5a_5a5a,
+        reg_is_global: 0x5a5a_5a5a,
+        speed: -0x5a5a,
+        port: -0x5a5a,
+        latency: f32::NAN,
+        max_comms: -0x5a5a,
+        max_recvs: -0x5a5a,
+        net_device_type: 0x5a5a,
+        net_device_version: 0x5a5a,
+    }
+}
+
 /// getProperties into an uninitialised (garbage-filled) struct, checking what NCCL reads.
-pub(crate) fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
+pub(crate) fn get_props(net: &NetV8, dev: c_int) -> Result<PropertiesV8, String> {
     let f = net.get_properties.ok_or("getProperties is NULL")?;
-    let mut p = Props::uninit();
+    let mut p = uninit_props();
     // SAFETY: valid out pointer to a v8 properties struct.
     ok("getProperties", unsafe { f(dev, &mut p) })?;
     if p.name.is_null() {
         return Err(format!("getProperties({dev}): name NULL"));
     }
     // NCCL's struct is uninitialised stack memory: a field the plugin leaves alone is garbage.
-    let u = Props::uninit();
+    let u = uninit_props();
     let untouched = [
         ("guid", p.guid == u.guid),
         ("ptrSupport", p.ptr_support == u.ptr_support),
@@ -276,13 +299,11 @@ pub(crate) fn get_props(net: &NetV8, dev: c_int) -> Result<Props, String> {
         ));
     }
     // recvProxySetup/sendProxySetup store maxRecvs; recvProxyProgress groups up to it.
-    if !(1..=abi::PROXY_MAX_SUBS as c_int).contains(&p.max_recvs) {
+    if !(1..=PROXY_MAX_SUBS as c_int).contains(&p.max_recvs) {
         return Err(format!("getProperties({dev}): maxRecvs {}", p.max_recvs));
     }
     // NCCL_PTR_HOST is what the net transport registers its host buffers with.
-    if p.ptr_support & PTR_HOST == 0
-        || p.ptr_support & !(PTR_HOST | PTR_CUDA | abi::PTR_DMABUF) != 0
-    {
+    if p.ptr_support & PTR_HOST == 0 || p.ptr_support & !(PTR_HOST | PTR_CUDA | PTR_DMABUF) != 0 {
         return Err(format!(
             "getProperties({dev}): ptrSupport {:#x}",
             p.ptr_support

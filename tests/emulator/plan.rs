@@ -1,8 +1,14 @@
 //! What the emulated GPU kernels hand to the proxy: per connection, the sizes and offsets of every
 //! network message of a ring all-reduce or an all-to-all, and the byte pattern each one carries.
 
-/// NCCL_STEPS (src/include/device.h, 8 in 2.20-2.30).
+/// NCCL_STEPS (src/include/device.h, 8 in 2.20-2.30); net.cc asserts NCCL_STEPS <=
+/// NCCL_NET_MAX_REQUESTS, which the emulator's depth limits also respect.
 pub(crate) const NCCL_STEPS: u64 = 8;
+const _: () = assert!(NCCL_STEPS as usize <= dqplb_test_support::nccl::MAX_REQUESTS);
+/// NCCL_PROXY_MAX_SUBS = MAXCHANNELS (src/include/proxy.h): the `sizes` array recvProxyProgress
+/// hands to test() has this many entries, zeroed first. MAXCHANNELS (src/include/device.h) is 32
+/// in 2.20-2.27 and 64 in 2.28-2.30: the larger array is used (test() must only write `n` of them).
+pub(crate) const PROXY_MAX_SUBS: usize = 64;
 /// NCCL_SHARED_STEPS (src/transport/net.cc, 16 in 2.20-2.30).
 pub(crate) const SHARED_STEPS: u64 = 16;
 /// NCCL_P2P_NET_CHUNKSIZE default (src/init.cc, 128 KiB in 2.20-2.30): p2p step size over NET.

@@ -1,10 +1,10 @@
 //! The proxy progress thread: the ncclProxyArgs model and sendProxyProgress of src/transport/net.cc
 //! (2.20-2.30), the progress-thread loop, and the GPU side of a send (fill, then isend).
 
-use super::abi::NetV8;
 use super::nccl::{ok, P};
 use super::plan::{self, Msg, Proto, NCCL_STEPS, P2P_CHUNK, SHARED_STEPS};
 use super::setup::Setup;
+use dqplb_test_support::nccl::NetV8;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 

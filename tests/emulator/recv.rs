@@ -1,9 +1,8 @@
 //! recvProxyProgress of src/transport/net.cc (2.20-2.30) for the emulated proxy: grouped irecv,
 //! test in posting order, the iflush condition, the GPU hand-off and irecvConsumed.
 
-use super::abi::PROXY_MAX_SUBS;
 use super::nccl::{ok, P};
-use super::plan::{self, Proto, NCCL_STEPS, P2P_CHUNK, SHARED_STEPS};
+use super::plan::{self, Proto, NCCL_STEPS, P2P_CHUNK, PROXY_MAX_SUBS, SHARED_STEPS};
 use super::progress::{roundup, shared_offset, Args, Engine};
 use std::os::raw::c_int;
 

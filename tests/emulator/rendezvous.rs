@@ -1,7 +1,7 @@
 //! The bootstrap exchange of connect info (ncclNetHandle_t) between the emulated ranks: files in a
 //! per-test directory, written atomically (temp + rename) and polled with a deadline.
 
-use super::abi::HANDLE_BYTES;
+use dqplb_test_support::nccl::HANDLE_BYTES;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -1,10 +1,10 @@
 //! Connection setup and teardown as src/transport/net.cc does it: listen in recvProxySetup,
 //! connect/accept repeated in sendProxyConnect/recvProxyConnect, regMr per buffer, free.
 
-use super::abi::{NetV8, HANDLE_BYTES, PTR_CUDA, PTR_HOST};
 use super::nccl::{ok, P};
 use super::plan::{Proto, P2P_CHUNK, SHARED_STEPS};
 use super::rendezvous::Rendezvous;
+use dqplb_test_support::nccl::{DeviceHandleV8, NetV8, HANDLE_BYTES, PTR_CUDA, PTR_HOST};
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::os::raw::c_int;
@@ -220,7 +220,8 @@ impl<'n> Setup<'n> {
         let start = Instant::now();
         // ncclNetGetDeviceHandle: host plugins (netDeviceType HOST) get a NULL device handle
         // pointer stored in resources->netDeviceHandle, whose address NCCL passes.
-        let mut dev_handles: Vec<P> = vec![std::ptr::null_mut(); self.conns.len()];
+        let mut dev_handles: Vec<*mut DeviceHandleV8> =
+            vec![std::ptr::null_mut(); self.conns.len()];
         loop {
             let mut pending = 0;
             for i in 0..self.conns.len() {

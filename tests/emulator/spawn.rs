@@ -1,8 +1,9 @@
 //! The parent side: runs P emulated ranks as child processes of this test binary (env role),
 //! with a deadline; a failing or late child gets all of them killed and their output reported.
 
+use dqplb_test_support::spawn::{protocol_line, role_command};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,28 +43,18 @@ pub(crate) fn run(
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut kids: Vec<(Child, PathBuf, PathBuf)> = Vec::new();
     for rank in 0..nranks {
         let out = dir.join(format!("rank{rank}.out"));
         let err = dir.join(format!("rank{rank}.err"));
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "--exact",
-            "emulator_child_role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DQPLB_EMU_ROLE", "rank")
-        .env("DQPLB_EMU_RANK", rank.to_string())
-        .env("DQPLB_EMU_NRANKS", nranks.to_string())
-        .env("DQPLB_EMU_DIR", dir.join("rv"))
-        .env("NCCL_SOCKET_IFNAME", "lo")
-        .env("NCCL_DQPLB_TRANSPORT", transport())
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).map_err(|e| e.to_string())?)
-        .stderr(std::fs::File::create(&err).map_err(|e| e.to_string())?);
+        let mut cmd = role_command("emulator_child_role", "DQPLB_EMU_ROLE", "rank");
+        cmd.env("DQPLB_EMU_RANK", rank.to_string())
+            .env("DQPLB_EMU_NRANKS", nranks.to_string())
+            .env("DQPLB_EMU_DIR", dir.join("rv"))
+            .env("NCCL_DQPLB_TRANSPORT", transport())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).map_err(|e| e.to_string())?)
+            .stderr(std::fs::File::create(&err).map_err(|e| e.to_string())?);
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -106,7 +97,7 @@ pub(crate) fn run(
         let text = std::fs::read_to_string(out).unwrap_or_default();
         let mine: Vec<String> = text
             .lines()
-            .filter_map(|l| l.find("@@").map(|at| l[at + 2..].to_string()))
+            .filter_map(|l| protocol_line(l).map(str::to_string))
             .collect();
         report += &format!(
             "\n--- rank {i}: {:?}\n  lines: {mine:?}\n  stderr tail:\n{}",

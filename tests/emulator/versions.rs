@@ -16,103 +16,18 @@
 //! entries forward to the plugin's vN entry points with those conventions (a test-side adapter:
 //! NCCL itself adapts the other way, old plugins to its newest internal API).
 
-use super::abi::{Logger, NetV8, Props};
-use super::dl::Lib;
-use std::os::raw::{c_char, c_int, c_void};
+use dqplb_test_support::dl::Library;
+use dqplb_test_support::nccl::{
+    CommAttrV11, CommConfigV10, DeviceHandleV8, Finalize, Logger, NetAttrV11, NetV10, NetV11,
+    NetV12, NetV8, NetV9, PropertiesV8, SetNetAttr, INTERNAL_ERROR, MAX_NET_SIZE_BYTES,
+    OPTIONAL_RECV_COMPLETION,
+};
+use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 type P = *mut c_void;
 
-/// NCCL_NET_OPTIONAL_RECV_COMPLETION (src/include/plugin/nccl_net.h, 2.24-2.30).
-pub(crate) const OPTIONAL_RECV_COMPLETION: usize = 0x1;
-/// NCCL_MAX_NET_SIZE_BYTES (1 TiB).
-pub(crate) const MAX_NET_SIZE_BYTES: usize = 1 << 40;
-
-/// ncclNetVDeviceProps_v9_t..v11 (4 devices) and v12 (8 devices).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct VProps<const N: usize> {
-    pub ndevs: c_int,
-    pub devs: [c_int; N],
-}
-
-/// ncclNetProperties_v9_t/v10 (104 bytes), v11 (+maxMultiRequestSize), v12 (+railId/planeId).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct PropsV12<const N: usize, T: Copy> {
-    pub name: *const c_char,
-    pub pci_path: *const c_char,
-    pub guid: u64,
-    pub ptr_support: c_int,
-    pub reg_is_global: c_int,
-    pub force_flush: c_int,
-    pub speed: c_int,
-    pub port: c_int,
-    pub latency: f32,
-    pub max_comms: c_int,
-    pub max_recvs: c_int,
-    pub net_device_type: c_int,
-    pub net_device_version: c_int,
-    pub vprops: VProps<N>,
-    pub max_p2p_bytes: usize,
-    pub max_coll_bytes: usize,
-    /// () for v9/v10, V11Tail for v11, V12Tail for v12.
-    pub tail: T,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct V11Tail {
-    pub max_multi_request_size: c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct V12Tail {
-    pub max_multi_request_size: c_int,
-    pub rail_id: i16,
-    pub plane_id: i16,
-}
-
-pub(crate) type PropsV9 = PropsV12<4, ()>;
-pub(crate) type PropsV11 = PropsV12<4, V11Tail>;
-pub(crate) type PropsV12Full = PropsV12<8, V12Tail>;
-const _: () = assert!(std::mem::size_of::<PropsV9>() == 104);
-const _: () = assert!(std::mem::size_of::<PropsV11>() == 112);
-const _: () = assert!(std::mem::size_of::<PropsV12Full>() == 128);
-
-/// ncclNetCommConfig_v10_t..v12.
-#[repr(C)]
-pub(crate) struct CommConfig {
-    pub traffic_class: c_int,
-}
-
-/// ncclNetAttr_v11_t / v12.
-#[repr(C)]
-#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct NetAttr {
-    pub send: [i32; 4],
-    pub recv: [i32; 4],
-    pub op: u32,
-    pub algo: u32,
-    pub proto: u32,
-}
-
-/// Slots of a v9+ vtable by index (0 is the name) (every version keeps v8's order for the first 19 members;
-/// v9 appends makeVDevice, v11 finalize and setNetAttr).
-mod slot {
-    pub(super) const INIT: usize = 1;
-    pub(super) const GET_PROPERTIES: usize = 3;
-    pub(super) const LISTEN: usize = 4;
-    pub(super) const CONNECT: usize = 5;
-    pub(super) const ISEND: usize = 10;
-    pub(super) const IRECV: usize = 11;
-    pub(super) const MAKE_VDEVICE: usize = 19;
-    pub(super) const FINALIZE: usize = 20;
-    pub(super) const SET_NET_ATTR: usize = 21;
-}
-
-static VTABLE: AtomicPtr<usize> = AtomicPtr::new(std::ptr::null_mut());
+static VTABLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static VERSION: AtomicU32 = AtomicU32::new(8);
 static CTX: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static TC: AtomicI32 = AtomicI32::new(-1);
@@ -122,10 +37,58 @@ pub(crate) static HINTS_LEFT: AtomicU64 = AtomicU64::new(0);
 /// Bit 32: recorded; bits 16..32 railId, 0..16 planeId.
 static RAIL_PLANE: AtomicU64 = AtomicU64::new(0);
 
-fn slot_ptr(i: usize) -> usize {
-    let t = VTABLE.load(Ordering::Acquire);
-    // SAFETY: t is the plugin's vtable of VERSION, which has at least i + 1 members.
-    unsafe { *t.add(i) }
+/// The loaded plugin's vtable, typed by the version it was found as.
+#[derive(Clone, Copy)]
+enum Table {
+    V8(&'static NetV8),
+    V9(&'static NetV9),
+    V10(&'static NetV10),
+    V11(&'static NetV11),
+    V12(&'static NetV12),
+}
+
+impl Table {
+    /// The loaded table (valid between `adopt` and the dlclose after the last communicator).
+    fn get() -> Table {
+        let t = VTABLE.load(Ordering::Acquire);
+        assert!(!t.is_null(), "no plugin vtable adopted yet");
+        // SAFETY: t is the plugin's ncclNetPlugin_vN static for N = VERSION (`adopt`).
+        unsafe {
+            match version() {
+                8 => Table::V8(&*(t as *const NetV8)),
+                9 => Table::V9(&*(t as *const NetV9)),
+                10 => Table::V10(&*(t as *const NetV10)),
+                11 => Table::V11(&*(t as *const NetV11)),
+                _ => Table::V12(&*(t as *const NetV12)),
+            }
+        }
+    }
+
+    fn has_make_vdevice(self) -> bool {
+        match self {
+            Table::V8(_) => false,
+            Table::V9(t) => t.make_vdevice.is_some(),
+            Table::V10(t) => t.make_vdevice.is_some(),
+            Table::V11(t) => t.make_vdevice.is_some(),
+            Table::V12(t) => t.make_vdevice.is_some(),
+        }
+    }
+
+    fn finalize(self) -> Option<Finalize> {
+        match self {
+            Table::V11(t) => t.finalize,
+            Table::V12(t) => t.finalize,
+            _ => None,
+        }
+    }
+
+    fn set_net_attr(self) -> Option<SetNetAttr> {
+        match self {
+            Table::V11(t) => t.set_net_attr,
+            Table::V12(t) => t.set_net_attr,
+            _ => None,
+        }
+    }
 }
 
 /// The newest version the emulated NCCL looks for first (`DQPLB_EMU_PLUGIN_VERSION` caps it,
@@ -146,10 +109,10 @@ pub(crate) fn first_version(nccl: u32) -> u32 {
 }
 
 /// dlsym from `first` down to v8; the first found wins (getNcclNet[] in src/plugin/net.cc).
-pub(crate) fn find(lib: &Lib, first: u32) -> Result<(u32, *mut usize), String> {
+pub(crate) fn find(lib: &Library, first: u32) -> Result<(u32, P), String> {
     for v in (8..=first).rev() {
-        if let Some(p) = lib.sym(&format!("ncclNetPlugin_v{v}")) {
-            return Ok((v, p as *mut usize));
+        if let Ok(p) = lib.symbol(&format!("ncclNetPlugin_v{v}")) {
+            return Ok((v, p));
         }
     }
     Err(format!("no ncclNetPlugin_v{first}..v8 symbol"))
@@ -157,14 +120,15 @@ pub(crate) fn find(lib: &Lib, first: u32) -> Result<(u32, *mut usize), String> {
 
 /// The table the emulator's proxy code uses for the plugin loaded as `version`: the plugin's own
 /// for v8, forwarding entries for v9+.
-pub(crate) fn adopt(version: u32, table: *mut usize) -> &'static NetV8 {
+pub(crate) fn adopt(version: u32, table: P) -> &'static NetV8 {
     VERSION.store(version, Ordering::Release);
     VTABLE.store(table, Ordering::Release);
     if version == 8 {
         // SAFETY: the symbol is the plugin's ncclNet_v8_t.
         return unsafe { &*(table as *const NetV8) };
     }
-    // SAFETY: the other members have v8's signatures in every version: copy them as they are.
+    // SAFETY: every version keeps v8's order for its first 19 members, and the ones not replaced
+    // below have v8's signatures in every version: copy them as they are.
     let mut t: NetV8 = unsafe { std::ptr::read(table as *const NetV8) };
     t.get_properties = Some(get_properties);
     t.listen = Some(listen);
@@ -180,11 +144,11 @@ pub(crate) fn version() -> u32 {
 
 /// makeVDevice/finalize/setNetAttr presence, for the OK line.
 pub(crate) fn has(which: &str) -> bool {
-    let v = version();
+    let t = Table::get();
     match which {
-        "makeVDevice" => v >= 9 && slot_ptr(slot::MAKE_VDEVICE) != 0,
-        "finalize" => v >= 11 && slot_ptr(slot::FINALIZE) != 0,
-        "setNetAttr" => v >= 11 && slot_ptr(slot::SET_NET_ATTR) != 0,
+        "makeVDevice" => t.has_make_vdevice(),
+        "finalize" => t.finalize().is_some(),
+        "setNetAttr" => t.set_net_attr().is_some(),
         _ => false,
     }
 }
@@ -245,12 +209,6 @@ unsafe extern "C" fn profiler(e: *mut P, t: c_int, p: P, id: i64, x: P) -> c_int
     }
 }
 
-type InitV8 = unsafe extern "C" fn(Option<Logger>) -> c_int;
-type InitV10 = unsafe extern "C" fn(Option<Logger>, P) -> c_int;
-type InitV11 = unsafe extern "C" fn(*mut P, u64, *mut CommConfig, Option<Logger>, P) -> c_int;
-type Finalize = unsafe extern "C" fn(P) -> c_int;
-type SetNetAttr = unsafe extern "C" fn(P, *mut NetAttr) -> c_int;
-
 /// The traffic class the emulated communicator asks for (`DQPLB_EMU_TC`, default undefined).
 pub(crate) fn traffic_class() -> c_int {
     std::env::var("DQPLB_EMU_TC")
@@ -263,27 +221,20 @@ pub(crate) fn traffic_class() -> c_int {
 /// profiler), v11+ init(&ctx, commHash, &config, logger, profiler). setNetAttr comes later, at
 /// connect (`connect_net_attr`) and per transfer (`xfer_net_attr`).
 pub(crate) fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
-    let f = slot_ptr(slot::INIT);
-    if f == 0 {
-        return Err("init is NULL".into());
-    }
+    const NULL: &str = "init is NULL";
     let tc = traffic_class();
     TC.store(tc, Ordering::Release);
-    // SAFETY: the slot holds the version's init; arguments as NCCL passes them.
+    // SAFETY: the version's init; arguments as NCCL passes them.
     let rc = unsafe {
-        match version() {
-            8 | 9 => std::mem::transmute::<usize, InitV8>(f)(Some(logger)),
-            10 => std::mem::transmute::<usize, InitV10>(f)(Some(logger), profiler as *mut c_void),
-            _ => {
+        match Table::get() {
+            Table::V8(t) => t.init.ok_or(NULL)?(Some(logger)),
+            Table::V9(t) => t.init.ok_or(NULL)?(Some(logger)),
+            Table::V10(t) => t.init.ok_or(NULL)?(Some(logger), Some(profiler)),
+            Table::V11(&NetV11 { init, .. }) | Table::V12(&NetV12 { init, .. }) => {
+                let init = init.ok_or(NULL)?;
                 let mut ctx: P = 0x5a5a as P;
-                let mut cfg = CommConfig { traffic_class: tc };
-                let rc = std::mem::transmute::<usize, InitV11>(f)(
-                    &mut ctx,
-                    comm_hash,
-                    &mut cfg,
-                    Some(logger),
-                    profiler as *mut c_void,
-                );
+                let mut cfg = CommConfigV10 { traffic_class: tc };
+                let rc = init(&mut ctx, comm_hash, &mut cfg, Some(logger), Some(profiler));
                 if rc == 0 {
                     if ctx.is_null() || ctx == 0x5a5a as P {
                         return Err(format!("v{} init left ctx {ctx:?}", version()));
@@ -298,7 +249,7 @@ pub(crate) fn init(logger: Logger, comm_hash: u64) -> Result<(), String> {
 }
 
 /// proxyState->netAttr: the hints last given to setNetAttr (src/include/proxy.h, 2.28-2.30).
-static LAST_ATTR: std::sync::Mutex<Option<NetAttr>> = std::sync::Mutex::new(None);
+static LAST_ATTR: std::sync::Mutex<Option<NetAttrV11>> = std::sync::Mutex::new(None);
 /// setNetAttr calls made.
 pub(crate) static NET_ATTR_CALLS: AtomicU64 = AtomicU64::new(0);
 
@@ -315,16 +266,18 @@ const MAX_TREE_ARITY: i32 = 3;
 const MAX_DEV_WORK_P2P_PER_BATCH: i32 = 8;
 
 /// setNetAttrs (src/transport/net.cc 2.28-2.30): calls the plugin and remembers the hints.
-fn set_net_attrs(a: NetAttr) -> Result<(), String> {
+fn set_net_attrs(a: NetAttrV11) -> Result<(), String> {
     let ctx = CTX.load(Ordering::Acquire);
-    let f = slot_ptr(slot::SET_NET_ATTR);
-    if version() < 11 || f == 0 || ctx.is_null() {
+    let Some(f) = Table::get().set_net_attr() else {
+        return Ok(());
+    };
+    if ctx.is_null() {
         return Ok(());
     }
     let mut a2 = a;
     NET_ATTR_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: v11+ setNetAttr with the context init returned and a live attribute struct.
-    let r = unsafe { std::mem::transmute::<usize, SetNetAttr>(f)(ctx, &mut a2) };
+    let r = unsafe { f(ctx, &mut a2) };
     // NCCL ignores setNetAttr's result (setNetAttrs returns void); a failure is still a bug.
     super::nccl::ok("setNetAttr", r)?;
     *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
@@ -356,8 +309,13 @@ pub(crate) fn connect_net_attr(p2p_only: bool, nranks: i32, nchannels: i32) -> R
     } else {
         (nranks.min((MAX_TREE_ARITY - 1) * 2), nchannels, u as u32)
     };
-    let side = [peers, 1, flows, 1];
-    set_net_attrs(NetAttr {
+    let side = CommAttrV11 {
+        max_concurrent_peers: peers,
+        min_concurrent_peers: 1,
+        max_flows_per_peer: flows,
+        min_flows_per_peer: 1,
+    };
+    set_net_attrs(NetAttrV11 {
         send: side,
         recv: side,
         op,
@@ -378,14 +336,19 @@ pub(crate) fn xfer_net_attr(
     algo: u32,
     proto: u32,
 ) -> Result<(), String> {
-    if version() < 11 || slot_ptr(slot::SET_NET_ATTR) == 0 {
+    if Table::get().set_net_attr().is_none() {
         return Ok(());
     }
     let last = *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner());
     let Some(mut a) = last else {
         return Ok(());
     };
-    let side = [npeers, npeers, nchannels, nchannels];
+    let side = CommAttrV11 {
+        max_concurrent_peers: npeers,
+        min_concurrent_peers: npeers,
+        max_flows_per_peer: nchannels,
+        min_flows_per_peer: nchannels,
+    };
     if send {
         a.send = side;
     } else {
@@ -409,14 +372,9 @@ pub(crate) fn finalize() -> Result<bool, String> {
     }
     let ctx = CTX.swap(std::ptr::null_mut(), Ordering::AcqRel);
     *LAST_ATTR.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    let f = slot_ptr(slot::FINALIZE);
-    if f == 0 {
-        return Err("finalize is NULL".into());
-    }
+    let f = Table::get().finalize().ok_or("finalize is NULL")?;
     // SAFETY: the version's finalize with the context its init returned.
-    super::nccl::ok("finalize", unsafe {
-        std::mem::transmute::<usize, Finalize>(f)(ctx)
-    })?;
+    super::nccl::ok("finalize", unsafe { f(ctx) })?;
     Ok(true)
 }
 
@@ -443,7 +401,7 @@ fn check_v9(dev: c_int, ndevs: c_int, dev0: c_int, p2p: usize, coll: usize, ff: 
 
 macro_rules! to_v8 {
     ($p:expr) => {
-        Props {
+        PropertiesV8 {
             name: $p.name,
             pci_path: $p.pci_path,
             guid: $p.guid,
@@ -460,167 +418,142 @@ macro_rules! to_v8 {
     };
 }
 
-/// getProperties of v9-v12 into a garbage-filled struct of that version, checked, as v8 Props.
-unsafe extern "C" fn get_properties(dev: c_int, out: *mut Props) -> c_int {
+/// getProperties into a struct of type `T` filled with garbage first (NCCL's is uninitialised
+/// stack memory); Err is the call's result when not ncclSuccess, or ncclInternalError for NULL.
+unsafe fn props_of<T>(
+    f: Option<unsafe extern "C" fn(c_int, *mut T) -> c_int>,
+    dev: c_int,
+) -> Result<T, c_int> {
+    let f = f.ok_or(INTERNAL_ERROR)?;
+    let mut p = std::mem::MaybeUninit::<T>::uninit();
+    // SAFETY: (whole fn) p is written byte by byte, then by the plugin, before it is read; every
+    // field of NCCL's properties structs accepts any bit pattern.
     unsafe {
-        let f = slot_ptr(slot::GET_PROPERTIES);
-        match version() {
-            9 | 10 => {
-                let mut p: PropsV9 = std::mem::transmute([0x5au8; 104]);
-                let rc = std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(c_int, *mut PropsV9) -> c_int,
-                >(f)(dev, &mut p);
-                if rc != 0 {
-                    return rc;
-                }
-                let ok = check_v9(
-                    dev,
-                    p.vprops.ndevs,
-                    p.vprops.devs[0],
-                    p.max_p2p_bytes,
-                    p.max_coll_bytes,
-                    p.force_flush,
-                );
-                *out = to_v8!(p);
-                if ok {
-                    0
-                } else {
-                    3
-                }
-            }
-            11 => {
-                let mut p: PropsV11 = std::mem::transmute([0x5au8; 112]);
-                let rc = std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(c_int, *mut PropsV11) -> c_int,
-                >(f)(dev, &mut p);
-                if rc != 0 {
-                    return rc;
-                }
-                let ok = check_v9(
-                    dev,
-                    p.vprops.ndevs,
-                    p.vprops.devs[0],
-                    p.max_p2p_bytes,
-                    p.max_coll_bytes,
-                    p.force_flush,
-                ) && p.tail.max_multi_request_size >= 1;
-                *out = to_v8!(p);
-                if ok {
-                    0
-                } else {
-                    3
-                }
-            }
-            _ => {
-                let mut p: PropsV12Full = std::mem::transmute([0x5au8; 128]);
-                let rc = std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(c_int, *mut PropsV12Full) -> c_int,
-                >(f)(dev, &mut p);
-                if rc != 0 {
-                    return rc;
-                }
-                let ok = check_v9(
-                    dev,
-                    p.vprops.ndevs,
-                    p.vprops.devs[0],
-                    p.max_p2p_bytes,
-                    p.max_coll_bytes,
-                    p.force_flush,
-                ) && p.tail.max_multi_request_size >= 1
-                    && p.tail.rail_id != 0x5a5a
-                    && p.tail.plane_id != 0x5a5a;
+        std::ptr::write_bytes(p.as_mut_ptr(), 0x5a, 1);
+        match f(dev, p.as_mut_ptr()) {
+            0 => Ok(p.assume_init()),
+            rc => Err(rc),
+        }
+    }
+}
+
+/// getProperties of v9-v12 into a garbage-filled struct of that version, checked, as v8 Props.
+unsafe extern "C" fn get_properties(dev: c_int, out: *mut PropertiesV8) -> c_int {
+    macro_rules! check {
+        ($p:expr) => {
+            check_v9(
+                dev,
+                $p.vprops.ndevs,
+                $p.vprops.devs[0],
+                $p.max_p2p_bytes,
+                $p.max_coll_bytes,
+                $p.force_flush,
+            )
+        };
+    }
+    // SAFETY: the version's getProperties; out is the caller's v8 struct.
+    let (p8, ok) = match unsafe {
+        match Table::get() {
+            Table::V9(t) => props_of(t.get_properties, dev).map(|p| (to_v8!(p), check!(p))),
+            Table::V10(t) => props_of(t.get_properties, dev).map(|p| (to_v8!(p), check!(p))),
+            Table::V11(t) => props_of(t.get_properties, dev)
+                .map(|p| (to_v8!(p), check!(p) && p.max_multi_request_size >= 1)),
+            Table::V12(t) => props_of(t.get_properties, dev).map(|p| {
                 if dev == 0 {
-                    let v = (1u64 << 32)
-                        | ((p.tail.rail_id as u16 as u64) << 16)
-                        | p.tail.plane_id as u16 as u64;
+                    let v =
+                        (1u64 << 32) | ((p.rail_id as u16 as u64) << 16) | p.plane_id as u16 as u64;
                     RAIL_PLANE.store(v, Ordering::Release);
                 }
-                *out = to_v8!(p);
-                if ok {
-                    0
-                } else {
-                    3
-                }
-            }
+                let ok = check!(p)
+                    && p.max_multi_request_size >= 1
+                    && p.rail_id != 0x5a5a
+                    && p.plane_id != 0x5a5a;
+                (to_v8!(p), ok)
+            }),
+            Table::V8(_) => Err(INTERNAL_ERROR),
         }
+    } {
+        Ok(r) => r,
+        Err(rc) => return rc,
+    };
+    // SAFETY: out is a valid v8 properties struct of the caller.
+    unsafe { *out = p8 };
+    if ok {
+        0
+    } else {
+        3
     }
 }
 
 unsafe extern "C" fn listen(dev: c_int, handle: P, comm: *mut P) -> c_int {
+    let ctx = CTX.load(Ordering::Acquire);
+    // SAFETY: the version's listen, with the context of v11+.
     unsafe {
-        let f = slot_ptr(slot::LISTEN);
-        if version() >= 11 {
-            let ctx = CTX.load(Ordering::Acquire);
-            std::mem::transmute::<usize, unsafe extern "C" fn(P, c_int, P, *mut P) -> c_int>(f)(
-                ctx, dev, handle, comm,
-            )
-        } else {
-            std::mem::transmute::<usize, unsafe extern "C" fn(c_int, P, *mut P) -> c_int>(f)(
-                dev, handle, comm,
-            )
+        match Table::get() {
+            Table::V9(&NetV9 {
+                listen: Some(f), ..
+            })
+            | Table::V10(&NetV10 {
+                listen: Some(f), ..
+            }) => f(dev, handle, comm),
+            Table::V11(&NetV11 {
+                listen: Some(f), ..
+            })
+            | Table::V12(&NetV12 {
+                listen: Some(f), ..
+            }) => f(ctx, dev, handle, comm),
+            _ => INTERNAL_ERROR,
         }
     }
 }
 
-unsafe extern "C" fn connect(dev: c_int, handle: P, comm: *mut P, dev_comm: *mut P) -> c_int {
+unsafe extern "C" fn connect(
+    dev: c_int,
+    handle: P,
+    comm: *mut P,
+    dev_comm: *mut *mut DeviceHandleV8,
+) -> c_int {
+    let ctx = CTX.load(Ordering::Acquire);
+    // sendProxyConnect passes the communicator's config (trafficClass) on every call (v10).
+    let mut cfg = CommConfigV10 {
+        traffic_class: TC.load(Ordering::Acquire),
+    };
+    // SAFETY: the version's connect, with the config of v10 or the context of v11+.
     unsafe {
-        let f = slot_ptr(slot::CONNECT);
-        match version() {
-            9 => std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(c_int, P, *mut P, *mut P) -> c_int,
-            >(f)(dev, handle, comm, dev_comm),
-            10 => {
-                // sendProxyConnect passes the communicator's config (trafficClass) on every call.
-                let mut cfg = CommConfig {
-                    traffic_class: TC.load(Ordering::Acquire),
-                };
-                std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(c_int, *mut CommConfig, P, *mut P, *mut P) -> c_int,
-                >(f)(dev, &mut cfg, handle, comm, dev_comm)
-            }
-            _ => {
-                let ctx = CTX.load(Ordering::Acquire);
-                std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(P, c_int, P, *mut P, *mut P) -> c_int,
-                >(f)(ctx, dev, handle, comm, dev_comm)
-            }
+        match Table::get() {
+            Table::V9(&NetV9 {
+                connect: Some(f), ..
+            }) => f(dev, handle, comm, dev_comm),
+            Table::V10(&NetV10 {
+                connect: Some(f), ..
+            }) => f(dev, &mut cfg, handle, comm, dev_comm),
+            Table::V11(&NetV11 {
+                connect: Some(f), ..
+            })
+            | Table::V12(&NetV12 {
+                connect: Some(f), ..
+            }) => f(ctx, dev, handle, comm, dev_comm),
+            _ => INTERNAL_ERROR,
         }
     }
 }
 
 unsafe extern "C" fn isend(comm: P, data: P, size: c_int, tag: c_int, mh: P, req: *mut P) -> c_int {
+    let size = size as usize;
+    // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL (v10+).
+    let ph = NEXT_PHANDLE.load(Ordering::Relaxed) as P;
+    // SAFETY: the version's isend with size_t sizes.
     unsafe {
-        let f = slot_ptr(slot::ISEND);
-        let size = size as usize;
-        if version() == 9 {
-            std::mem::transmute::<usize, unsafe extern "C" fn(P, P, usize, c_int, P, *mut P) -> c_int>(
-                f,
-            )(comm, data, size, tag, mh, req)
-        } else {
-            // phandle: NCCL passes &sub->pHandles[...] (NEXT_PHANDLE), never NULL.
-            std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(P, P, usize, c_int, P, P, *mut P) -> c_int,
-            >(f)(
-                comm,
-                data,
-                size,
-                tag,
-                mh,
-                NEXT_PHANDLE.load(Ordering::Relaxed) as P,
-                req,
-            )
+        match Table::get() {
+            Table::V9(&NetV9 { isend: Some(f), .. }) => f(comm, data, size, tag, mh, req),
+            Table::V10(&NetV10 { isend: Some(f), .. })
+            | Table::V11(&NetV11 { isend: Some(f), .. })
+            | Table::V12(&NetV12 { isend: Some(f), .. }) => f(comm, data, size, tag, mh, ph, req),
+            _ => INTERNAL_ERROR,
         }
     }
 }
 
-#[allow(clippy::type_complexity)]
 unsafe extern "C" fn irecv(
     comm: P,
     n: c_int,
@@ -631,7 +564,6 @@ unsafe extern "C" fn irecv(
     req: *mut P,
 ) -> c_int {
     unsafe {
-        let f = slot_ptr(slot::IRECV);
         let mut wide = [0usize; 64];
         for (i, w) in wide.iter_mut().enumerate().take(n.clamp(0, 64) as usize) {
             *w = *sizes.add(i) as usize;
@@ -639,43 +571,14 @@ unsafe extern "C" fn irecv(
         // The optional-completion hint: NCCL pre-sets *request to 0x1 (src/transport/net.cc).
         *req = OPTIONAL_RECV_COMPLETION as P;
         HINTS.fetch_add(1, Ordering::Relaxed);
-        let rc = if version() == 9 {
-            std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(
-                    P,
-                    c_int,
-                    *mut P,
-                    *mut usize,
-                    *mut c_int,
-                    *mut P,
-                    *mut P,
-                ) -> c_int,
-            >(f)(comm, n, data, wide.as_mut_ptr(), tags, mhs, req)
-        } else {
-            let mut ph = [std::ptr::null_mut::<c_void>(); 64];
-            std::mem::transmute::<
-                usize,
-                unsafe extern "C" fn(
-                    P,
-                    c_int,
-                    *mut P,
-                    *mut usize,
-                    *mut c_int,
-                    *mut P,
-                    *mut P,
-                    *mut P,
-                ) -> c_int,
-            >(f)(
-                comm,
-                n,
-                data,
-                wide.as_mut_ptr(),
-                tags,
-                mhs,
-                ph.as_mut_ptr(),
-                req,
-            )
+        let mut ph = [std::ptr::null_mut::<c_void>(); 64];
+        let (w, ph) = (wide.as_mut_ptr(), ph.as_mut_ptr());
+        let rc = match Table::get() {
+            Table::V9(&NetV9 { irecv: Some(f), .. }) => f(comm, n, data, w, tags, mhs, req),
+            Table::V10(&NetV10 { irecv: Some(f), .. })
+            | Table::V11(&NetV11 { irecv: Some(f), .. })
+            | Table::V12(&NetV12 { irecv: Some(f), .. }) => f(comm, n, data, w, tags, mhs, ph, req),
+            _ => INTERNAL_ERROR,
         };
         if *req == OPTIONAL_RECV_COMPLETION as P {
             HINTS_LEFT.fetch_add(1, Ordering::Relaxed);
