@@ -58,7 +58,7 @@ for line in open(sys.argv[1]):
 
 share=$(mktemp -d "${TMPDIR:-/tmp}/verbs-tests.XXXXXX")
 [ "${KEEP_SHARE:-0}" = 1 ] || trap 'rm -f "$json"; rm -rf "$share"' EXIT
-mkdir -p "$share/bin" "$share/probe" "$share/lib" "$share/harness/dqplb-harness"
+mkdir -p "$share/bin" "$share/probe" "$share/lib" "$share/harness/dqplb-logger"
 expected=() # every step the guest must report, in the order it runs them
 for entry in "${bins[@]}"; do
   name=${entry%%$'\t'*}
@@ -69,12 +69,8 @@ for entry in "${bins[@]}"; do
       # with cc (absent in the VM): build that once here, ship all
       must cp "$exe" "$share/harness/$name"
       must cp "$(dirname "$exe")/libnccl_net_dqplb.so" "$share/harness/"
-      [ -s "$share/harness/dqplb-harness/harness-logger.so" ] \
-        || must cc -shared -fPIC -O1 -o "$share/harness/dqplb-harness/harness-logger.so" tests/harness/logger.c
-      if [ "$name" = nccl_emulator ]; then
-        mkdir -p "$share/harness/dqplb-logger"
-        must cc -shared -fPIC -O1 -o "$share/harness/dqplb-logger/dqplb-logger.so" crates/test-support/src/logger.c
-      fi
+      [ -s "$share/harness/dqplb-logger/dqplb-logger.so" ] \
+        || must cc -shared -fPIC -O1 -o "$share/harness/dqplb-logger/dqplb-logger.so" crates/test-support/src/logger.c
       exe=$share/harness/libnccl_net_dqplb.so # for the ldd scan below
       ;;
     verbs_probe) must cp "$exe" "$share/probe/verbs_probe" ;; # only ignored tests: run as the probe step

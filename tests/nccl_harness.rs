@@ -4,10 +4,13 @@
 //! The .so is `target/<profile>/deps/libnccl_net_dqplb.so`, built by `cargo test` as part of the
 //! package next to this test executable (`cargo test` does not refresh the copy in
 //! `target/<profile>/`); override with DQPLB_PLUGIN_SO. The NCCL logger handed to init() is a real C
-//! variadic function: tests/harness/logger.c, compiled with the system `cc` on first use.
+//! variadic function: crates/test-support/src/logger.c, compiled with the system `cc` on first use.
 
 mod harness;
 
+use dqplb_test_support::dl::{plugin_path, Plugin};
+use dqplb_test_support::nccl::{INVALID_USAGE, REMOTE_ERROR};
+use dqplb_test_support::spawn::child_role;
 use harness::spawn::{self, Event, Peer};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
@@ -18,20 +21,13 @@ const LIMIT: Duration = Duration::from_secs(300);
 #[test]
 #[ignore = "entry point for child processes spawned by the other tests"]
 fn harness_child_role() {
-    if std::env::var_os("DQPLB_HARNESS_ROLE").is_none() {
-        return;
-    }
-    if let Err(e) = harness::roles::run_from_env() {
-        harness::roles::say(&format!("FAIL {e}"));
-        panic!("{e}");
-    }
+    child_role("DQPLB_HARNESS_ROLE", harness::roles::run_from_env);
 }
 
 /// The cdylib the other tests dlopen is where they look for it, and exports the v8 symbol.
 #[test]
 fn plugin_library_is_built_and_exports_the_v8_vtable() {
-    let path = harness::dl::plugin_path();
-    let p = harness::dl::Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let p = Plugin::load(&plugin_path()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.name(), "DQPLB");
     assert!(p.net.init.is_some() && p.net.test.is_some());
     // NULL, as in NCCL's net_ib and net_socket: recvProxyProgress in NCCL's src/transport/net.cc
@@ -318,8 +314,7 @@ fn peer_kill(victim: usize) {
     // docs/abi.md: a request that can no longer complete because the peer died is
     // ncclRemoteError, never ncclSystemError
     assert_eq!(
-        rc,
-        harness::abi::REMOTE_ERROR,
+        rc, REMOTE_ERROR,
         "a dead peer must be ncclRemoteError: {report}"
     );
     assert!(
@@ -444,7 +439,7 @@ fn receive_smaller_than_send_is_an_error_not_an_overflow() {
         .unwrap_or_else(|| panic!("{:?}", log.sender));
     assert_eq!(
         s,
-        &format!("SENDER isend rc={}", harness::abi::INVALID_USAGE),
+        &format!("SENDER isend rc={}", INVALID_USAGE),
         "the oversized isend was not refused with ncclInvalidUsage: {:?}",
         log.sender
     );
@@ -455,7 +450,7 @@ fn receive_smaller_than_send_is_an_error_not_an_overflow() {
         .unwrap_or_else(|| panic!("{:?}", log.receiver));
     assert_eq!(
         r,
-        &format!("OVERSIZE test rc={}", harness::abi::REMOTE_ERROR),
+        &format!("OVERSIZE test rc={}", REMOTE_ERROR),
         "{:?}",
         log.receiver
     );

@@ -6,7 +6,9 @@
 #[allow(dead_code)]
 mod harness;
 
-use harness::dl::{plugin_path, CLogger, Plugin};
+use dqplb_test_support::dl::{plugin_path, Plugin};
+use dqplb_test_support::logger::CLogger;
+use dqplb_test_support::spawn::{child_role, role_args, say};
 use harness::driver::{Net, Ptr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,11 +17,6 @@ use std::time::{Duration, Instant};
 const ROLE: &str = "DQPLB_HIDDEN_ROLE";
 /// What the plugin logs (once) when libibverbs.so.1 cannot be loaded.
 const NO_LIB_LINE: &str = "libibverbs.so.1 not loadable";
-
-fn logger_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().expect("exe dir").join("dqplb-harness")
-}
 
 /// The plugin .so, or None (after a loud message) where it was not shipped (the Soft-RoCE VM
 /// copies test binaries without it).
@@ -49,16 +46,11 @@ fn skip(why: &str) {
 #[test]
 #[ignore = "entry point for the child process spawned by plugin_works_without_libibverbs"]
 fn hidden_child() {
-    if std::env::var_os(ROLE).is_none() {
-        return;
-    }
-    match child() {
-        Ok(()) => println!("@@OK"),
-        Err(e) => {
-            println!("@@FAIL {e}");
-            panic!("{e}");
-        }
-    }
+    child_role(ROLE, || {
+        child()?;
+        say("OK");
+        Ok(())
+    });
 }
 
 fn child() -> Result<(), String> {
@@ -76,7 +68,7 @@ fn child() -> Result<(), String> {
         return Err("libibverbs.so.1 is still loadable in the child".into());
     }
     let plugin = Plugin::load(&plugin_path())?;
-    let logger = CLogger::build_and_load(&logger_dir())?;
+    let logger = CLogger::load()?;
     let net = Net::new(&plugin);
     let ndev = net.init_and_check(&logger).map_err(|e| e.to_string())?;
     if ndev < 1 {
@@ -97,7 +89,7 @@ fn child() -> Result<(), String> {
         return Err("libibverbs is mapped into the child after init".into());
     }
     transfer(&net)?;
-    println!("@@DONE devices={ndev} dev0={name}");
+    say(&format!("DONE devices={ndev} dev0={name}"));
     Ok(())
 }
 
@@ -213,15 +205,9 @@ fn plugin_works_without_libibverbs() {
         return;
     };
     // build the C logger once here, so the child only loads it
-    CLogger::build_and_load(&logger_dir()).unwrap_or_else(|e| panic!("{e}"));
+    CLogger::load().unwrap_or_else(|e| panic!("{e}"));
     let exe = std::env::current_exe().expect("current_exe");
-    let child_args = [
-        "--exact",
-        "hidden_child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ];
+    let child_args = role_args("hidden_child");
     let mut cmd = if !loadable_here() {
         eprintln!("libibverbs.so.1 is not installed here: running the child directly");
         let mut c = Command::new(&exe);

@@ -1,8 +1,12 @@
 //! Calls into a loaded plugin the way NCCL's proxy threads make them: results checked, NULL
 //! comms and NULL requests retried, tests issued in posting order with at most 32 in flight.
 
-use super::abi::{self, NetV8, Properties, HANDLE_BYTES, MAX_REQUESTS, SUCCESS};
-use super::dl::{CLogger, Plugin};
+use super::listen_handle;
+use dqplb_test_support::dl::Plugin;
+use dqplb_test_support::logger::CLogger;
+use dqplb_test_support::nccl::{
+    DeviceHandleV8, NetV8, PropertiesV8, HANDLE_BYTES, MAX_REQUESTS, PTR_HOST, SUCCESS,
+};
 use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
@@ -10,6 +14,9 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
 pub(crate) type Ptr = *mut c_void;
+
+/// maxRecvs the plugin reports (net_ib's NCCL_NET_IB_MAX_RECVS).
+pub(crate) const MAX_RECVS: usize = 8;
 
 /// A failed call: which call, and the raw ncclResult_t it returned (0 for harness-side failures).
 #[derive(Debug)]
@@ -66,7 +73,7 @@ impl Net {
         }
     }
 
-    fn devh_arg(&self, slot: &mut *mut abi::DevHandle) -> *mut *mut abi::DevHandle {
+    fn devh_arg(&self, slot: &mut *mut DeviceHandleV8) -> *mut *mut DeviceHandleV8 {
         if self.null_dev_handles {
             null_mut()
         } else {
@@ -95,7 +102,7 @@ impl Net {
             sane_properties(dev, &p)?;
         }
         let gp = entry!(self.net, get_properties);
-        let mut p = Properties::poisoned();
+        let mut p = poisoned_properties();
         // SAFETY: valid out-pointer; the device index is deliberately out of range.
         let rc = unsafe { gp(ndev, &mut p) };
         if rc == SUCCESS {
@@ -107,9 +114,9 @@ impl Net {
         Ok(ndev)
     }
 
-    pub(crate) fn properties(&self, dev: c_int) -> CallResult<Properties> {
+    pub(crate) fn properties(&self, dev: c_int) -> CallResult<PropertiesV8> {
         let gp = entry!(self.net, get_properties);
-        let mut p = Properties::poisoned();
+        let mut p = poisoned_properties();
         // SAFETY: valid out-pointer.
         check(|| format!("getProperties({dev})"), unsafe {
             gp(dev, &mut p)
@@ -131,7 +138,7 @@ impl Net {
                 rc: 0,
             });
         }
-        abi::parse_handle(&handle).map_err(|e| CallError {
+        listen_handle::parse_handle(&handle).map_err(|e| CallError {
             what: format!("listen handle: {e}"),
             rc: 0,
         })?;
@@ -146,7 +153,7 @@ impl Net {
     ) -> CallResult<Option<Ptr>> {
         let f = entry!(self.net, connect);
         let mut comm: Ptr = null_mut();
-        let mut devh: *mut abi::DevHandle = null_mut();
+        let mut devh: *mut DeviceHandleV8 = null_mut();
         let devh = self.devh_arg(&mut devh);
         // SAFETY: handle is the 128-byte buffer NCCL keeps across calls.
         check(|| "connect".into(), unsafe {
@@ -158,7 +165,7 @@ impl Net {
     pub(crate) fn accept_once(&self, listen: Ptr) -> CallResult<Option<Ptr>> {
         let f = entry!(self.net, accept);
         let mut comm: Ptr = null_mut();
-        let mut devh: *mut abi::DevHandle = null_mut();
+        let mut devh: *mut DeviceHandleV8 = null_mut();
         let devh = self.devh_arg(&mut devh);
         // SAFETY: listen comm came from listen().
         check(|| "accept".into(), unsafe { f(listen, &mut comm, devh) })?;
@@ -202,7 +209,7 @@ impl Net {
         let len = buf.len();
         // SAFETY: buf stays alive until after deregMr and close (callers' duty).
         check(|| format!("regMr({len} bytes)"), unsafe {
-            f(comm, buf.as_mut_ptr().cast(), len, abi::PTR_HOST, &mut mh)
+            f(comm, buf.as_mut_ptr().cast(), len, PTR_HOST, &mut mh)
         })?;
         Ok(mh)
     }
@@ -314,7 +321,7 @@ impl Net {
     pub(crate) fn test_group(&self, req: Ptr, n: usize) -> CallResult<Option<Vec<usize>>> {
         let f = entry!(self.net, test);
         let mut done: c_int = 0;
-        let mut sizes = [-7 as c_int; abi::MAX_RECVS + 1];
+        let mut sizes = [-7 as c_int; MAX_RECVS + 1];
         // SAFETY: req is a live request; sizes has room for more than n entries.
         check(|| format!("test(n = {n})"), unsafe {
             f(req, &mut done, sizes.as_mut_ptr())
@@ -389,12 +396,31 @@ impl Net {
     }
 }
 
+/// A properties block with every field set to a recognisable junk value, so that a field the
+/// plugin forgets to write is caught by the sanity checks.
+fn poisoned_properties() -> PropertiesV8 {
+    PropertiesV8 {
+        name: std::ptr::null(),
+        pci_path: std::ptr::without_provenance(1),
+        guid: 0xdead_beef_dead_beef,
+        ptr_support: -1,
+        reg_is_global: -1,
+        speed: -1,
+        port: -1,
+        latency: f32::NAN,
+        max_comms: -1,
+        max_recvs: -1,
+        net_device_type: -1,
+        net_device_version: -1,
+    }
+}
+
 fn cstr(p: *const std::os::raw::c_char) -> Option<String> {
     // SAFETY: non-null pointers from getProperties are C strings per the ABI.
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
+fn sane_properties(dev: c_int, p: &PropertiesV8) -> CallResult<()> {
     let bad = |what: String| {
         Err(CallError {
             what: format!("getProperties({dev}): {what}"),
@@ -408,7 +434,7 @@ fn sane_properties(dev: c_int, p: &Properties) -> CallResult<()> {
     if p.pci_path == std::ptr::without_provenance(1) {
         return bad("pciPath left unwritten".into());
     }
-    if p.ptr_support & abi::PTR_HOST == 0 || p.ptr_support & !7 != 0 {
+    if p.ptr_support & PTR_HOST == 0 || p.ptr_support & !7 != 0 {
         return bad(format!(
             "ptrSupport {:#x} lacks NCCL_PTR_HOST or has unknown bits",
             p.ptr_support

@@ -1,8 +1,9 @@
 //! Hostile clients for the listen port: junk bytes, a well-formed handshake with a wrong secret,
 //! an immediate close and idle half-open connections; the real connect must still succeed after.
 
-use super::abi::{self, HANDLE_BYTES};
+use super::listen_handle;
 use super::pattern::Rng;
+use dqplb_test_support::nccl::HANDLE_BYTES;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 /// Opens the hostile connections to the handle's address; returns the idle ones, which the
 /// caller keeps open until its real transfer is over.
 pub(crate) fn attack(handle: &[u8; HANDLE_BYTES]) -> Result<Vec<TcpStream>, String> {
-    let info = abi::parse_handle(handle)?;
+    let info = listen_handle::parse_handle(handle)?;
     let addr = SocketAddr::new(info.addr, info.port);
     let dial = || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(5))

@@ -1,12 +1,16 @@
 //! The peer roles a child process plays (selected by DQPLB_HARNESS_ROLE): plan receiver and
 //! sender, one-thread self-connect, and the endless 64 MiB streamers used by the peer-kill test.
 
-use super::abi::{self, HANDLE_BYTES};
-use super::dl::{self, CLogger, Plugin};
-use super::driver::{CallError, Net, Ptr, Pump, Watchdog};
+use super::driver::{CallError, Net, Ptr, Pump, Watchdog, MAX_RECVS};
+use super::listen_handle;
 use super::pattern::{self, Msg, CANARY};
-use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use dqplb_test_support::dl::{self, Plugin};
+use dqplb_test_support::logger::CLogger;
+use dqplb_test_support::nccl::{
+    HANDLE_BYTES, INVALID_ARGUMENT, INVALID_USAGE, LOG_INFO, LOG_WARN, MAX_REQUESTS, REMOTE_ERROR,
+};
+use dqplb_test_support::spawn::say;
+use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 pub(crate) const TAG: i32 = 1;
@@ -21,7 +25,6 @@ pub(crate) struct RoleCfg {
     pub cycles: usize,
     pub random: usize,
     pub big: bool,
-    pub logger_dir: PathBuf,
 }
 
 fn env_num(name: &str, default: u64) -> Result<u64, String> {
@@ -38,18 +41,8 @@ impl RoleCfg {
             cycles: env_num("DQPLB_HARNESS_CYCLES", 3)? as usize,
             random: env_num("DQPLB_HARNESS_RANDOM", 24)? as usize,
             big: env_num("DQPLB_HARNESS_BIG", 1)? != 0,
-            logger_dir: std::env::var_os("DQPLB_HARNESS_LOGGER_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir),
         })
     }
-}
-
-/// Emits one protocol line to the parent (stdout lines without "@@" are libtest's own).
-pub(crate) fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "@@{line}");
-    let _ = out.flush();
 }
 
 fn read_line() -> Result<String, String> {
@@ -80,7 +73,7 @@ fn strict_close() -> String {
 fn peer_may_be_gone(r: Result<Option<Ptr>, CallError>) -> Result<(), String> {
     match r {
         Ok(_) => Ok(()),
-        Err(e) if e.rc == abi::REMOTE_ERROR => Ok(()),
+        Err(e) if e.rc == REMOTE_ERROR => Ok(()),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -91,7 +84,7 @@ fn read_handle() -> Result<[u8; HANDLE_BYTES], String> {
         .trim()
         .strip_prefix("HANDLE ")
         .ok_or_else(|| format!("expected a HANDLE line, got {line:?}"))?;
-    abi::from_hex(hex)
+    listen_handle::from_hex(hex)
 }
 
 fn err(e: CallError) -> String {
@@ -126,7 +119,7 @@ pub(crate) fn run_from_env() -> Result<(), String> {
     let role =
         std::env::var("DQPLB_HARNESS_ROLE").map_err(|_| "DQPLB_HARNESS_ROLE unset".to_string())?;
     let cfg = RoleCfg::from_env()?;
-    let logger = CLogger::build_and_load(&cfg.logger_dir)?;
+    let logger = CLogger::load()?;
     let r = match role.as_str() {
         "receiver" => receiver(&cfg, &logger),
         "sender" => sender(&cfg, &logger),
@@ -151,12 +144,12 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
     for cycle in 0..cfg.cycles {
         let (plugin, net) = open(logger)?;
         let (handle, lc) = net.listen(0).map_err(err)?;
-        let info = abi::parse_handle(&handle)?;
+        let info = listen_handle::parse_handle(&handle)?;
         say(&format!(
             "HANDLE-INFO version={} family={} addr={} port={} fabric={}",
             info.version, info.family, info.addr, info.port, info.fabric_id
         ));
-        say(&format!("HANDLE {}", abi::to_hex(&handle)));
+        say(&format!("HANDLE {}", listen_handle::to_hex(&handle)));
         let rc = net.accept(lc, SETUP_LIMIT).map_err(err)?;
         let seed = cfg.seed + cycle as u64;
         let plan = pattern::plan(seed, cfg.random, cfg.big);
@@ -225,8 +218,8 @@ fn receiver(cfg: &RoleCfg, logger: &CLogger) -> Result<(), String> {
         say(&format!(
             "CYCLE {cycle} received {} messages, {bytes} bytes, verified; plugin logged {} WARN {} INFO",
             plan.len(),
-            logger.count(2),
-            logger.count(3)
+            logger.count(LOG_WARN),
+            logger.count(LOG_INFO)
         ));
     }
     Ok(())
@@ -463,13 +456,13 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
     const SEED: u64 = 0x6e0b;
     let (plugin, net) = open(logger)?;
     let (lc, sc, rc) = self_pair(&net)?;
-    let mut src = vec![0u8; abi::MAX_RECVS * GROUP_CAP];
-    let mut dst = vec![CANARY; abi::MAX_RECVS * GROUP_CAP];
+    let mut src = vec![0u8; MAX_RECVS * GROUP_CAP];
+    let mut dst = vec![CANARY; MAX_RECVS * GROUP_CAP];
     let smh = net.reg_mr(sc, &mut src).map_err(err)?;
     let rmh = net.reg_mr(rc, &mut dst).map_err(err)?;
     let (sbase, rbase) = (src.as_mut_ptr(), dst.as_mut_ptr());
     let mut moved = 0;
-    for n in 1..=abi::MAX_RECVS {
+    for n in 1..=MAX_RECVS {
         for round in 0..3 {
             let sizes: Vec<usize> = (0..n)
                 .map(|k| match (k + round) % 5 {
@@ -535,11 +528,11 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
         }
     }
     say(&format!("GROUPED moved {moved} buffers"));
-    for n in [0usize, abi::MAX_RECVS + 1] {
+    for n in [0usize, MAX_RECVS + 1] {
         let bufs = vec![(rbase, 16usize, 1); n];
         // SAFETY: as above; the plugin must refuse before touching anything.
         match unsafe { net.irecv_group(rc, &bufs, rmh) } {
-            Err(e) if e.rc == abi::INVALID_ARGUMENT => {}
+            Err(e) if e.rc == INVALID_ARGUMENT => {}
             other => return Err(format!("irecv(n = {n}) answered {other:?}")),
         }
     }
@@ -557,7 +550,7 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
             Err(e) => break e.rc,
         }
     };
-    if rc_mismatch != abi::INVALID_USAGE {
+    if rc_mismatch != INVALID_USAGE {
         return Err(format!("tag mismatch gave ncclResult_t {rc_mismatch}"));
     }
     say("GROUPED tag mismatch is ncclInvalidUsage");
@@ -568,7 +561,7 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
     net.close_listen(lc).map_err(err)?;
 
     let (lc, sc, rc) = self_pair(&net)?;
-    const N: usize = abi::MAX_REQUESTS;
+    const N: usize = MAX_REQUESTS;
     const MSG: usize = 4096;
     let mut src = vec![0x11u8; N * MSG];
     let mut dst = vec![0u8; N * MSG];
@@ -599,14 +592,14 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
             match net.test(q) {
                 Ok(None) if start.elapsed() < STALL_LIMIT => std::thread::yield_now(),
                 Ok(r) => return Err(format!("send {i} to a closed receiver: test gave {r:?}")),
-                Err(e) if e.rc == abi::REMOTE_ERROR => break,
+                Err(e) if e.rc == REMOTE_ERROR => break,
                 Err(e) => return Err(format!("send {i}: {e}, expected ncclRemoteError")),
             }
         }
     }
     // SAFETY: as above.
     match unsafe { net.isend(sc, sbase, MSG, TAG, smh) } {
-        Err(e) if e.rc == abi::REMOTE_ERROR => {}
+        Err(e) if e.rc == REMOTE_ERROR => {}
         other => return Err(format!("isend beyond the posted receives gave {other:?}")),
     }
     say(&format!(
@@ -626,7 +619,7 @@ const STREAM_SEED: u64 = 0xfeed;
 fn stream_receiver(logger: &CLogger) -> Result<(), String> {
     let (_plugin, net) = open(logger)?;
     let (handle, lc) = net.listen(0).map_err(err)?;
-    say(&format!("HANDLE {}", abi::to_hex(&handle)));
+    say(&format!("HANDLE {}", listen_handle::to_hex(&handle)));
     let rc = net.accept(lc, SETUP_LIMIT).map_err(err)?;
     let mut bufs = vec![vec![CANARY; STREAM_MSG]; 2];
     let mhs = bufs
@@ -734,7 +727,7 @@ const SHORT: usize = 1024;
 fn short_receiver(logger: &CLogger) -> Result<(), String> {
     let (_plugin, net) = open(logger)?;
     let (handle, lc) = net.listen(0).map_err(err)?;
-    say(&format!("HANDLE {}", abi::to_hex(&handle)));
+    say(&format!("HANDLE {}", listen_handle::to_hex(&handle)));
     let rc = net.accept(lc, SETUP_LIMIT).map_err(err)?;
     let mut arena = vec![CANARY; 2 * LONG];
     let mh = net.reg_mr(rc, &mut arena).map_err(err)?;
@@ -818,6 +811,6 @@ fn bad_init(logger: &CLogger) -> Result<(), String> {
     let init = plugin.net.init.ok_or("init is NULL")?;
     // SAFETY: the C logger has ncclDebugLogger_t's type.
     let rc = unsafe { init(Some(logger.logger)) };
-    say(&format!("INIT rc={rc} warns={}", logger.count(2)));
+    say(&format!("INIT rc={rc} warns={}", logger.count(LOG_WARN)));
     plugin.lib.close()
 }

@@ -1,18 +1,13 @@
 //! Child processes playing a role: spawned by re-executing this test binary on its ignored
 //! `harness_child_role` test, talking "@@" lines on stdin/stdout; handles relayed by the parent.
 
-use super::abi::{self, HANDLE_BYTES};
+use super::listen_handle;
+use dqplb_test_support::nccl::HANDLE_BYTES;
+use dqplb_test_support::spawn::{protocol_line, role_command};
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
-
-/// Where children find (or build) the C logger: next to the test executable.
-pub(crate) fn logger_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().expect("exe dir").join("dqplb-harness")
-}
 
 /// A line from child `who`; `None` is end of its stdout.
 pub(crate) type Event = (usize, Option<String>);
@@ -30,21 +25,10 @@ impl Peer {
         envs: &[(&str, String)],
         events: Sender<Event>,
     ) -> Peer {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "--exact",
-            "harness_child_role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DQPLB_HARNESS_ROLE", role)
-        .env("DQPLB_HARNESS_LOGGER_DIR", logger_dir())
-        .env("NCCL_SOCKET_IFNAME", "lo")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        let mut cmd = role_command("harness_child_role", "DQPLB_HARNESS_ROLE", role);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -52,8 +36,7 @@ impl Peer {
         let out = child.stdout.take().expect("child stdout");
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                // libtest may print "test harness_child_role ... " in front of the first line
-                if let Some(l) = line.find("@@").map(|at| &line[at + 2..]) {
+                if let Some(l) = protocol_line(&line) {
                     eprintln!("[child {who}] {l}");
                     let _ = events.send((who, Some(l.to_string())));
                 }
@@ -144,7 +127,7 @@ pub(crate) fn run_roles(
                 }
                 if who == 0 {
                     if let Some(hex) = line.strip_prefix("HANDLE ") {
-                        on_handle(&abi::from_hex(hex)?);
+                        on_handle(&listen_handle::from_hex(hex)?);
                         send.send_line(&line)?;
                     } else if line.starts_with("VERIFIED ") {
                         // the sender may already be gone (strict-close mode): ignore a broken pipe
