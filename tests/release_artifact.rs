@@ -5,90 +5,13 @@
 //! CI runs this against target/release/libnccl-net-dqplb.so (DQPLB_PLUGIN_SO, scripts/test.sh
 //! "release artifact" step); plain `cargo test` uses the cdylib built next to this executable.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::path::PathBuf;
+use dqplb_test_support::dl::{plugin_path, Plugin};
+use dqplb_test_support::nccl::{
+    DeviceHandleV8, NetV8, PropertiesV8, INTERNAL_ERROR, PTR_HOST, SUCCESS,
+};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
-
-const SUCCESS: c_int = 0;
-const INTERNAL_ERROR: c_int = 3;
-const PTR_HOST: c_int = 1;
-
-type Logger = Option<unsafe extern "C" fn()>;
-
-/// ncclNet_v8_t as NCCL's ext-net/net_v8.h lays it out (only what this test calls is typed).
-#[repr(C)]
-struct NetV8 {
-    name: *const c_char,
-    init: Option<unsafe extern "C" fn(Logger) -> c_int>,
-    devices: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
-    get_properties: Option<unsafe extern "C" fn(c_int, *mut [u8; 64]) -> c_int>,
-    listen: Option<unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void) -> c_int>,
-    connect: Option<
-        unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int,
-    >,
-    accept: Option<unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int>,
-    reg_mr: Option<
-        unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> c_int,
-    >,
-    reg_mr_dma_buf: Option<
-        unsafe extern "C" fn(
-            *mut c_void,
-            *mut c_void,
-            usize,
-            c_int,
-            u64,
-            c_int,
-            *mut *mut c_void,
-        ) -> c_int,
-    >,
-    dereg_mr: Option<unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int>,
-    isend: Option<
-        unsafe extern "C" fn(
-            *mut c_void,
-            *mut c_void,
-            c_int,
-            c_int,
-            *mut c_void,
-            *mut *mut c_void,
-        ) -> c_int,
-    >,
-    irecv: Option<
-        unsafe extern "C" fn(
-            *mut c_void,
-            c_int,
-            *mut *mut c_void,
-            *mut c_int,
-            *mut c_int,
-            *mut *mut c_void,
-            *mut *mut c_void,
-        ) -> c_int,
-    >,
-    iflush: Option<
-        unsafe extern "C" fn(
-            *mut c_void,
-            c_int,
-            *mut *mut c_void,
-            *mut c_int,
-            *mut *mut c_void,
-            *mut *mut c_void,
-        ) -> c_int,
-    >,
-    test: Option<unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> c_int>,
-    close_send: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-    close_recv: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-    close_listen: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-    get_device_mr: Option<unsafe extern "C" fn()>,
-    irecv_consumed: Option<unsafe extern "C" fn()>,
-}
-
-fn plugin_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("DQPLB_PLUGIN_SO") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().expect("deps dir").join("libnccl_net_dqplb.so")
-}
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task")
@@ -96,49 +19,13 @@ fn threads() -> usize {
         .count()
 }
 
-struct Lib {
-    handle: *mut c_void,
-    net: &'static NetV8,
+/// The library, dlopen'ed with NCCL's flags, and its ncclNetPlugin_v8.
+fn open() -> Plugin {
+    Plugin::load(&plugin_path()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by libc.
-    unsafe {
-        let e = libc::dlerror();
-        if e.is_null() {
-            "?".into()
-        } else {
-            CStr::from_ptr(e).to_string_lossy().into_owned()
-        }
-    }
-}
-
-fn open() -> Lib {
-    let path = plugin_path();
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid path; NCCL's flags (src/plugin/plugin_open.cc: RTLD_NOW | RTLD_LOCAL).
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    assert!(
-        !handle.is_null(),
-        "dlopen {}: {}",
-        path.display(),
-        dlerror()
-    );
-    // SAFETY: handle is live; the symbol is the exported vtable, a static of the library.
-    let sym = unsafe { libc::dlsym(handle, c"ncclNetPlugin_v8".as_ptr()) };
-    assert!(!sym.is_null(), "no ncclNetPlugin_v8 in {}", path.display());
-    // SAFETY: the library is -z nodelete, so its statics outlive any dlclose.
-    Lib {
-        handle,
-        net: unsafe { &*(sym as *const NetV8) },
-    }
-}
-
-impl Lib {
-    fn close(self) {
-        // SAFETY: handle came from dlopen and is closed once.
-        assert_eq!(unsafe { libc::dlclose(self.handle) }, 0, "{}", dlerror());
-    }
+fn close(lib: Plugin) {
+    lib.lib.close().unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// A connected pair on device 0 (loopback) plus registrations, made in one thread as NCCL's GDR
@@ -282,7 +169,7 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
             before,
             "cycle {cycle}: a plugin thread is alive after the last close"
         );
-        lib.close();
+        close(lib);
         assert_eq!(threads(), before, "cycle {cycle}: a thread after dlclose");
     }
 
@@ -315,7 +202,7 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         expect("devices", n.devices.unwrap()(&mut ndev));
         assert_eq!(ndev, 0, "devices writes its output even after a panic");
         arm("getProperties");
-        let mut props = [0u8; 64];
+        let mut props: PropertiesV8 = std::mem::zeroed();
         expect("getProperties", n.get_properties.unwrap()(0, &mut props));
         arm("listen");
         let mut h = [0u8; 128];
@@ -328,7 +215,7 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         arm("connect");
         let (mut s, mut d) = (
             std::ptr::dangling_mut::<c_void>(),
-            std::ptr::dangling_mut::<c_void>(),
+            std::ptr::dangling_mut::<DeviceHandleV8>(),
         );
         expect(
             "connect",
@@ -337,7 +224,7 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
         assert!(s.is_null() && d.is_null(), "connect writes both outputs");
         arm("accept");
         let mut r = std::ptr::dangling_mut::<c_void>();
-        d = std::ptr::dangling_mut::<c_void>();
+        d = std::ptr::dangling_mut::<DeviceHandleV8>();
         expect("accept", n.accept.unwrap()(p.listen, &mut r, &mut d));
         assert!(r.is_null() && d.is_null(), "accept writes both outputs");
         let mut buf = vec![0u8; 4096];
@@ -438,6 +325,6 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
             ]
         );
     }
-    lib.close();
+    close(lib);
     assert_eq!(threads(), before, "a thread after the panic cycle");
 }
