@@ -6,6 +6,8 @@
 // `v ^= v >> 20; v ^= v >> 40; v & 0xFFFFF` (`rdma_calc_flow_label`), then
 // `sport = 0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14))` (`rdma_flow_label_to_udp_sport`).
 
+use crc::{Crc, CRC_32_ISO_HDLC};
+
 /// UDP destination port of RoCEv2.
 pub(crate) const ROCE_UDP_DPORT: u16 = 4791;
 
@@ -58,35 +60,18 @@ pub(crate) fn udp_sport(src: SourcePort, lqpn: u32, rqpn: u32) -> u16 {
     }
 }
 
-const fn crc_table() -> [u32; 256] {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-}
+/// CRC-32/ISO-HDLC: the IEEE 802.3 CRC-32 (polynomial 0x04C11DB7, reflected, inverted in and
+/// out), one 256-entry table.
+static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
 
-static CRC: [u32; 256] = crc_table();
-
-/// CRC-32 (IEEE 802.3, reflected) of `bytes` from initial value `seed` (a switch's hash seed).
+/// CRC-32 (IEEE 802.3, reflected) of `bytes` from initial value `seed` (a switch's hash seed):
+/// the register starts at `!seed` and the result is inverted, so seed 0 is the plain CRC-32.
 pub(crate) fn crc32(seed: u32, bytes: &[u8]) -> u32 {
-    let mut c = !seed;
-    for &b in bytes {
-        c = CRC[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);
-    }
-    !c
+    // The crate bit-reverses a custom initial value (the algorithm is reflected) before loading
+    // it into the register: hand it the value whose reverse is `!seed`.
+    let mut d = CRC32.digest_with_initial((!seed).reverse_bits());
+    d.update(bytes);
+    d.finalize()
 }
 
 /// The hash a switch with `seed` computes for one RoCEv2 packet of QP `lqpn` -> `rqpn` between
@@ -118,9 +103,50 @@ pub(crate) fn ecmp_hash(
 mod tests {
     use super::*;
 
+    /// The CRC bit by bit, register from `!seed`: the definition the seeded hash must keep.
+    fn crc32_bitwise(seed: u32, bytes: &[u8]) -> u32 {
+        let mut c = !seed;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
     #[test]
     fn crc32_check_value() {
         assert_eq!(crc32(0, b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32_bitwise(0, b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn crc32_seeds_as_the_bitwise_definition() {
+        // Seeds as topology.rs and tier3.rs build them, and the edges; every length ecmp_hash
+        // feeds (13 and 16 bytes) and a few more.
+        let bytes: Vec<u8> = (0u8..40).map(|i| i.wrapping_mul(37) ^ 0x5A).collect();
+        for seed in [
+            0,
+            1,
+            9,
+            0x5eed_0000,
+            0x5eed_0003 ^ (5 << 16),
+            0x8000_0000,
+            u32::MAX,
+        ] {
+            for len in [0, 1, 4, 13, 16, 17, 40] {
+                assert_eq!(
+                    crc32(seed, &bytes[..len]),
+                    crc32_bitwise(seed, &bytes[..len]),
+                    "seed {seed:#x} len {len}"
+                );
+            }
+        }
     }
 
     #[test]
