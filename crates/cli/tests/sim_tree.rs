@@ -70,7 +70,7 @@ fn clean(cfg: &SimConfig) -> SimResult {
         cfg.fabric.rails as u64 * 4 * (n - 1) * per_edge,
         "{what}"
     );
-    assert_eq!(r.traffic, "tree");
+    assert_eq!(r.traffic, TrafficKind::Tree);
     assert!(r.time_over_ideal >= r.bound_lower - 1e-9, "{what}");
     r
 }

@@ -1,18 +1,37 @@
 //! What a simulation reports, per rail and for the fabric: time against the line-rate ideal,
 //! link utilisation, the uplink collision histogram against Binomial(K, 1/M), errors; JSON and CSV.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use super::bmode::PhaseOutcome;
-use super::conn::{Errors, PhaseRun};
+use super::conn::{Errors, PhaseRun, SimPolicy};
 use super::hashing::SourcePort;
 use super::latency::{LatencyHist, LatencySummary};
 use super::packet::PacketSummary;
-use super::run::SimConfig;
+use super::run::{Mode, SimConfig};
 use super::theory::binomial_pmf;
 use super::timeseries::TsRow;
 use super::topology::{LinkKind, Rail};
-use super::traffic::Phase;
+use super::traffic::{Phase, Placement, TrafficKind};
+
+/// Display and Serialize as `name()`: the text the JSON, the CSV and the tables carry.
+macro_rules! as_name {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.name())
+            }
+        }
+
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+    )*};
+}
+
+as_name!(Mode, SimPolicy, TrafficKind, Placement);
 
 /// One rail's outcome, summed over the phases (ring time scaled to all its steps).
 #[derive(Debug, Clone, Serialize)]
@@ -226,18 +245,18 @@ fn grow(v: &mut Vec<u64>, len: usize) {
 /// The whole fabric's outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct SimResult {
-    pub mode: &'static str,
-    pub policy: &'static str,
+    pub mode: Mode,
+    pub policy: SimPolicy,
     pub qps: usize,
     pub outstanding: u32,
     pub segment_bytes: u32,
-    pub traffic: &'static str,
+    pub traffic: TrafficKind,
     pub bytes: u64,
     pub step_bytes: u64,
     /// Cross-rail all-to-all: batches of 8 p2p rounds per phase (absent for other traffic).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p2p_batches: Option<u32>,
-    pub placement: &'static str,
+    pub placement: Placement,
     pub hosts: usize,
     /// Hosts of the background job (the collective runs on the others).
     pub background_hosts: usize,
@@ -335,20 +354,17 @@ impl SimResult {
         let bytes_per_nic: u64 = phases.iter().map(|p| p.bytes_per_conn_total()).sum();
         let f = &cfg.fabric;
         SimResult {
-            mode: cfg.mode.name(),
-            policy: cfg.shape.policy.name(),
+            mode: cfg.mode,
+            policy: cfg.shape.policy,
             qps: cfg.shape.qps,
             outstanding: cfg.shape.outstanding,
             segment_bytes: cfg.shape.segment_bytes,
-            traffic: cfg.traffic.kind.name(),
+            traffic: cfg.traffic.kind,
             bytes: cfg.traffic.bytes,
             step_bytes: cfg.traffic.step_bytes,
-            p2p_batches: (cfg.traffic.kind == super::TrafficKind::CrossRailAllToAll)
+            p2p_batches: (cfg.traffic.kind == TrafficKind::CrossRailAllToAll)
                 .then_some(cfg.traffic.p2p_batches),
-            placement: match cfg.traffic.placement {
-                super::Placement::Contiguous => "contiguous",
-                super::Placement::Fragmented => "fragmented",
-            },
+            placement: cfg.traffic.placement,
             hosts: f.hosts,
             background_hosts: phases.first().map_or(0, |p| p.bg_pairs.len()),
             rails: f.rails,
@@ -433,7 +449,7 @@ impl SimResult {
 
     /// Whether the run simulated the rails as one plane (cross-rail traffic).
     pub fn is_plane(&self) -> bool {
-        super::traffic::TrafficKind::parse(self.traffic).is_ok_and(|k| k.is_plane())
+        self.traffic.is_plane()
     }
 
     /// Per rail, its leaf uplinks. A cross-rail run's one plane holds every rail's leafs in

@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use super::conn::SimPolicy;
 use super::report::SimResult;
 
 /// Bar chart scale: pixels per percentage point of ideal (100% = 300 px).
@@ -145,11 +146,11 @@ pub fn ideal_bars(rows: &[&SimResult]) -> String {
         let _ = writeln!(
             s,
             "<rect class=\"bar\" data-policy=\"{}\" data-qps=\"{}\" data-pct=\"{pct}\" x=\"{x:.1}\" y=\"{:.3}\" width=\"{bw:.1}\" height=\"{bh:.3}\" fill=\"{}\"><title>{} q={}: {pct:.2}% of ideal</title></rect>",
-            esc(r.policy),
+            esc(r.policy.name()),
             r.qps,
             base - bh,
-            policy_colour(r.policy),
-            esc(r.policy),
+            policy_colour(r.policy.name()),
+            esc(r.policy.name()),
             r.qps
         );
         text(
@@ -159,7 +160,7 @@ pub fn ideal_bars(rows: &[&SimResult]) -> String {
             "middle",
             &format!("{pct:.1}"),
         );
-        if r.bound_upper > 0.0 && r.policy != "spray" {
+        if r.bound_upper > 0.0 && r.policy != SimPolicy::Spray {
             let b = (100.0 / r.bound_upper).min(100.0);
             let y = base - b * PX_PER_PCT;
             let _ = writeln!(
@@ -176,7 +177,7 @@ pub fn ideal_bars(rows: &[&SimResult]) -> String {
             "middle",
             &format!("q={}", r.qps),
         );
-        let label = r.policy.replace("round-robin-message", "rr-msg");
+        let label = r.policy.name().replace("round-robin-message", "rr-msg");
         text(&mut s, x + bw / 2.0, base + 28.0, "middle", &label);
     }
     text(

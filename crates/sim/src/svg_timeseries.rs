@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::report::SimResult;
+use super::run::Mode;
 use super::svg::{esc, fin, open, text_filled};
 use super::timeseries::{TsKind, TsRow};
 
@@ -51,7 +52,7 @@ fn per_period(cum: &[f64]) -> Vec<f64> {
 }
 
 /// The panels of a run in `mode`: (title, lines); F mode has no link rows, so no queue panel.
-fn panels(rows: &BTreeMap<u64, Vec<&TsRow>>, qps: usize, mode: &str) -> Vec<(String, Vec<Series>)> {
+fn panels(rows: &BTreeMap<u64, Vec<&TsRow>>, qps: usize, mode: Mode) -> Vec<(String, Vec<Series>)> {
     let per_time = |f: &dyn Fn(&[&TsRow]) -> f64| -> Vec<f64> {
         rows.values().map(|v| f(v.as_slice())).collect()
     };
@@ -81,9 +82,9 @@ fn panels(rows: &BTreeMap<u64, Vec<&TsRow>>, qps: usize, mode: &str) -> Vec<(Str
     });
     // What a QP row's rate is: DCQCN's (P), the fluid share (F), delivered per period (B).
     let what = match mode {
-        "P" => "DCQCN rate",
-        "F" => "fluid rate",
-        _ => "delivered per period",
+        Mode::Packet => "DCQCN rate",
+        Mode::Fluid => "fluid rate",
+        Mode::Burst => "delivered per period",
     };
     out.push((format!("{what} (Gb/s): connection 0's data QPs"), rate));
     let outstanding = (0..qps)

@@ -91,6 +91,15 @@ pub enum Placement {
     Fragmented,
 }
 
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Contiguous => "contiguous",
+            Placement::Fragmented => "fragmented",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrafficSpec {
     pub kind: TrafficKind,
