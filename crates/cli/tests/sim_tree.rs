@@ -5,8 +5,8 @@ mod sim_support;
 
 use dqplb_sim::tree::double_tree;
 use dqplb_sim::{
-    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimPolicy, SimResult,
-    TrafficKind, TrafficSpec, SIM_REHASH,
+    run, ConnShape, FabricSpec, Mode, PacketSpec, Placement, SimConfig, SimError, SimPolicy,
+    SimResult, TrafficKind, TrafficSpec, SIM_REHASH,
 };
 use sim_support::{dqplb, text};
 
@@ -161,7 +161,7 @@ fn max_steps_is_refused_for_a_tree() {
     cfg.traffic.max_steps = 4;
     assert_eq!(
         run(&cfg).unwrap_err(),
-        "--max-steps 4 applies to --traffic ring only, not tree"
+        SimError::Config("--max-steps 4 applies to --traffic ring only, not tree".into())
     );
 }
 

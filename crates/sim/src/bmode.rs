@@ -5,6 +5,7 @@
 
 use super::bound::{phase_bound, phase_split, Bracket};
 use super::conn::{ConnShape, PhaseRun, SimPolicy, LP_SLICES};
+use super::error::SimError;
 use super::events::Core;
 use super::rng::Rng;
 use super::spray::SpraySets;
@@ -50,18 +51,17 @@ pub(crate) fn qp_paths(
     run: &PhaseRun,
     shape: &ConnShape,
     uplink_paths: &mut [u32],
-) -> Result<Vec<Path>, String> {
+) -> Result<Vec<Path>, SimError> {
     let mut paths = Vec::with_capacity(run.conns.len() * shape.qps);
     let first_up = rail.leaf_up(0, 0) as usize;
     for c in &run.conns {
         for k in 0..shape.qps as u32 {
             let p = rail
                 .ecmp_path(c.src as usize, c.dst as usize, c.lqpn + k, c.rqpn + k)
-                .ok_or_else(|| {
-                    format!(
-                        "rail {}: no live spine from host {} to {}",
-                        rail.index, c.src, c.dst
-                    )
+                .ok_or(SimError::NoPath {
+                    rail: rail.index,
+                    src: c.src,
+                    dst: c.dst,
                 })?;
             if p.hops >= 4 && shape.policy != SimPolicy::Spray {
                 uplink_paths[p.links[1] as usize - first_up] += 1;
@@ -81,7 +81,7 @@ pub(crate) fn engine_paths(
     run: &PhaseRun,
     shape: &ConnShape,
     uplink_paths: &mut [u32],
-) -> Result<(Vec<Path>, Bracket), String> {
+) -> Result<(Vec<Path>, Bracket), SimError> {
     let paths = qp_paths(rail, run, shape, uplink_paths)?;
     if shape.policy != SimPolicy::LpSplit {
         let bound = phase_bound(rail, &paths, shape.qps, run.phase);
@@ -124,7 +124,7 @@ pub(crate) fn run_phase(
     rng: &mut Rng,
     sample_ps: Ps,
     phase: usize,
-) -> Result<PhaseOutcome, String> {
+) -> Result<PhaseOutcome, SimError> {
     let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.engine_qps());
     // Two copies of the loop: without samples it has no trace of them.
     if ts.on {
@@ -142,7 +142,7 @@ fn drive<const TS: bool>(
     shape: &ConnShape,
     rng: &mut Rng,
     ts: &mut Sampler,
-) -> Result<PhaseOutcome, String> {
+) -> Result<PhaseOutcome, SimError> {
     let nl = rail.links() as u32;
     let hosts = rail.hosts as u32;
     // One acknowledgement queue per path length (2, 4 and with a third tier 6 hops), each pushed

@@ -3,6 +3,7 @@
 
 use dqplb_engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
 
+use super::error::SimError;
 use super::latency::LatencyHist;
 use super::topology::{Path, Rail};
 use super::traffic::Phase;
@@ -182,15 +183,15 @@ impl<'a> PhaseRun<'a> {
         phase: &'a Phase,
         shape: &ConnShape,
         qpn_next: &'a mut [u32],
-    ) -> Result<PhaseRun<'a>, String> {
+    ) -> Result<PhaseRun<'a>, SimError> {
         // A ring rank holds a step's messages until it reduced them into its next step, which
         // needs a slot of its own: one slot cannot do both.
         let least = if phase.ring && phase.steps > 1 { 2 } else { 1 };
         if phase.slots < least {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--slots {}: at least {least} for this traffic",
                 phase.slots
-            ));
+            )));
         }
         let max_messages = 2 * phase.slots as usize + 8;
         let params = EngineParams {
@@ -200,15 +201,14 @@ impl<'a> PhaseRun<'a> {
             max_messages,
             policy: shape.policy.engine_policy(),
         };
-        params.validate().map_err(|e| e.to_string())?;
+        params.validate()?;
         // lp-split's engine runs sub-QPs, but the q QPs it hashes (and splits over, by index in
         // a byte) must be a count the engine accepts too.
         EngineParams {
             qps: shape.qps,
             ..params
         }
-        .validate()
-        .map_err(|e| e.to_string())?;
+        .validate()?;
         let window = params.window() as u32;
         let mut conns = Vec::with_capacity(phase.pairs.len());
         let step = shape.qps as u32 + 1;
@@ -217,17 +217,15 @@ impl<'a> PhaseRun<'a> {
             qpn_next[src as usize] = (qpn_next[src as usize] + step) & 0xFF_FFFF;
             let rqpn = qpn_next[dst as usize] + 1;
             qpn_next[dst as usize] = (qpn_next[dst as usize] + step) & 0xFF_FFFF;
-            let mut sender = Sender::new(&params).map_err(|e| e.to_string())?;
+            let mut sender = Sender::new(&params)?;
             if shape.policy.rehashes() {
-                sender
-                    .set_rehash_rule(shape.rehash)
-                    .map_err(|e| e.to_string())?;
+                sender.set_rehash_rule(shape.rehash)?;
             }
             conns.push(Conn {
                 src,
                 dst,
                 sender,
-                receiver: Receiver::new(window, max_messages).map_err(|e| e.to_string())?,
+                receiver: Receiver::new(window, max_messages)?,
                 posted: 0,
                 received: 0,
                 freed: 0,

@@ -6,6 +6,7 @@
 // are independent and run in parallel. A cross-rail flow leaves on its rail's uplink and lands on
 // the other rail's spine downlink, which couples the rails: the whole fabric is one simulation.
 
+use super::error::SimError;
 use super::rng::Rng;
 use super::topology::FabricSpec;
 use super::traffic::{derangement, TrafficSpec};
@@ -133,29 +134,31 @@ pub(crate) fn all_to_all_phases(
 
 /// What cross-rail traffic needs: two rails or more, whole leafs per rail (a leaf holds one
 /// rail's NICs), two tiers, no second job.
-pub fn check(f: &FabricSpec, t: &TrafficSpec) -> Result<(), String> {
+pub fn check(f: &FabricSpec, t: &TrafficSpec) -> Result<(), SimError> {
     let kind = t.kind.name();
     if f.rails < 2 {
-        return Err(format!(
+        return Err(SimError::Config(format!(
             "--traffic {kind} needs two rails or more (--rails {})",
             f.rails
-        ));
+        )));
     }
     if !f.hosts.is_multiple_of(f.hosts_per_leaf) {
-        return Err(format!(
+        return Err(SimError::Config(format!(
             "--traffic {kind} needs whole leafs per rail: hosts ({}) a multiple of \
              hosts per leaf ({})",
             f.hosts, f.hosts_per_leaf
-        ));
+        )));
     }
     if f.pods > 0 {
-        return Err(format!(
+        return Err(SimError::Config(format!(
             "--traffic {kind} runs on two tiers (a spine tier shared by the rails): \
              no --pods or fat-tree preset"
-        ));
+        )));
     }
     if t.background_hosts > 0 {
-        return Err(format!("--traffic {kind} takes no --background-hosts"));
+        return Err(SimError::Config(format!(
+            "--traffic {kind} takes no --background-hosts"
+        )));
     }
     Ok(())
 }
@@ -314,25 +317,27 @@ mod tests {
             rails: 1,
             ..FabricSpec::default()
         };
-        assert!(check(&f, &t).unwrap_err().contains("two rails"));
+        assert!(check(&f, &t).unwrap_err().to_string().contains("two rails"));
         let f = FabricSpec {
             hosts: 40,
             ..FabricSpec::default()
         };
         assert!(check(&f, &t)
             .unwrap_err()
+            .to_string()
             .contains("multiple of hosts per leaf (32)"));
         let f = FabricSpec {
             pods: 2,
             ..FabricSpec::default()
         };
-        assert!(check(&f, &t).unwrap_err().contains("no --pods"));
+        assert!(check(&f, &t).unwrap_err().to_string().contains("no --pods"));
         let t = TrafficSpec {
             background_hosts: 4,
             ..TrafficSpec::default()
         };
         assert!(check(&FabricSpec::default(), &t)
             .unwrap_err()
+            .to_string()
             .contains("--background-hosts"));
         assert_eq!(
             check(&FabricSpec::default(), &TrafficSpec::default()),

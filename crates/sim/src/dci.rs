@@ -9,6 +9,7 @@
 // its one-way latency is 5 hops + the span, and every 6-hop path has the same latency (the
 // acknowledgement queue per path length stays a FIFO).
 
+use super::error::SimError;
 use super::topology::{FabricSpec, Path, Ps, Rail};
 
 /// The longest span accepted: 100 ms (a round trip stays within the site config's `rtt-us`).
@@ -41,26 +42,26 @@ impl FabricSpec {
         (bytes as f64 * (8000.0 / slowest)).ceil() as Ps
     }
 
-    pub(crate) fn validate_dci(&self) -> Result<(), String> {
+    pub(crate) fn validate_dci(&self) -> Result<(), SimError> {
         let set = self.dci_latency_ps != 0 || self.dci_oversub != 1.0;
         if set && self.pods < 2 {
-            return Err(
+            return Err(SimError::Config(
                 "--dci-latency-us and --dci-oversub need two or more data centres (--pods >= 2 \
                  or a fat-tree preset)"
                     .into(),
-            );
+            ));
         }
         if self.dci_latency_ps > MAX_DCI_LATENCY_PS {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--dci-latency-us {} exceeds 100000 (100 ms)",
                 self.dci_latency_ps as f64 / 1e6
-            ));
+            )));
         }
         if !(self.dci_oversub.is_finite() && self.dci_oversub > 0.0) {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--dci-oversub {} must be a positive number",
                 self.dci_oversub
-            ));
+            )));
         }
         Ok(())
     }
@@ -132,6 +133,10 @@ mod tests {
             dci_latency_ps: 1,
             ..FabricSpec::default()
         };
-        assert!(two.validate().unwrap_err().contains("--dci-latency-us"));
+        assert!(two
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--dci-latency-us"));
     }
 }

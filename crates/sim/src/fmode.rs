@@ -9,6 +9,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::bmode::{engine_paths, PhaseOutcome};
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
+use super::error::SimError;
 use super::events::Core;
 use super::fluid::{Incidence, MaxMin};
 use super::timeseries_bf::Sampler;
@@ -48,7 +49,7 @@ pub(crate) fn run_phase(
     sample_ps: Ps,
     phase: usize,
     rng: &mut super::rng::Rng,
-) -> Result<PhaseOutcome, String> {
+) -> Result<PhaseOutcome, SimError> {
     let mut ts = Sampler::new(sample_ps, phase, run.conns.len() * shape.engine_qps());
     // Two copies of the loop: without samples it has no trace of them.
     let sets = super::bmode::spray_sets(rail, run, shape, rng);
@@ -68,7 +69,7 @@ fn drive<const TS: bool>(
     epoch_ps: Ps,
     sets: &super::spray::SpraySets,
     ts: &mut Sampler,
-) -> Result<PhaseOutcome, String> {
+) -> Result<PhaseOutcome, SimError> {
     let nl = rail.links();
     let qps = shape.engine_qps();
     let mut out = PhaseOutcome {

@@ -22,6 +22,7 @@ pub mod bound;
 pub mod conn;
 pub mod cross_rail;
 pub mod dci;
+pub mod error;
 pub mod events;
 pub mod fluid;
 pub(crate) mod fmode;
@@ -52,6 +53,7 @@ pub mod traffic;
 pub mod tree;
 
 pub use conn::{ConnShape, Errors, SimPolicy, SIM_REHASH};
+pub use error::SimError;
 pub use hashing::{HashFields, SourcePort};
 pub use packet::{PacketSpec, PacketSummary};
 pub use report::{RailResult, SimResult};

@@ -18,6 +18,7 @@
 
 use std::collections::VecDeque;
 
+use super::error::SimError;
 use super::nic::QpTx;
 use super::topology::Ps;
 
@@ -54,24 +55,24 @@ impl LossSpec {
         self.buffer_bytes > 0
     }
 
-    pub fn validate(&self, mtu: u32, pfc: bool) -> Result<(), String> {
+    pub fn validate(&self, mtu: u32, pfc: bool) -> Result<(), SimError> {
         if self.ib_timeout > 31 {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--ib-timeout {}: the QP timeout exponent is 0 ..= 31",
                 self.ib_timeout
-            ));
+            )));
         }
         if self.lossy() && self.buffer_bytes < u64::from(mtu) {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--buffer-kb: {} B holds no {mtu}-byte packet",
                 self.buffer_bytes
-            ));
+            )));
         }
         if self.lossy() && pfc {
-            return Err(
+            return Err(SimError::Config(
                 "--buffer-kb with --pfc: PFC's class is lossless; a finite buffer models a fabric without PFC"
                     .into(),
-            );
+            ));
         }
         Ok(())
     }
@@ -273,13 +274,18 @@ mod tests {
         };
         assert!(ok.validate(4096, false).is_ok());
         assert!(LossSpec::default().validate(4096, true).is_ok());
-        assert!(ok.validate(4096, true).unwrap_err().contains("lossless"));
+        assert!(ok
+            .validate(4096, true)
+            .unwrap_err()
+            .to_string()
+            .contains("lossless"));
         assert!(LossSpec {
             buffer_bytes: 1000,
             ..ok
         }
         .validate(4096, false)
         .unwrap_err()
+        .to_string()
         .contains("holds no 4096-byte packet"));
         assert!(LossSpec {
             ib_timeout: 32,

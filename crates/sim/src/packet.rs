@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use dqplb_dcqcn::{AlphaSchedule, RpParams};
 
+use super::error::SimError;
 use super::loss::LossSpec;
 use super::pfc::PfcSpec;
 use super::switchq::EcnSpec;
@@ -47,9 +48,12 @@ impl Default for PacketSpec {
 }
 
 impl PacketSpec {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SimError> {
         if self.mtu == 0 || self.mtu > 1 << 20 {
-            return Err(format!("MTU {} must be 1 ..= 1048576", self.mtu));
+            return Err(SimError::Config(format!(
+                "MTU {} must be 1 ..= 1048576",
+                self.mtu
+            )));
         }
         self.ecn.validate()?;
         self.pfc.validate()?;
@@ -150,6 +154,7 @@ mod tests {
         assert_eq!(fw.alpha_schedule, AlphaSchedule::PerPeriod);
         assert!(dcqcn_profile("fast")
             .unwrap_err()
+            .to_string()
             .contains("firmware or paper"));
         let ok = PacketSpec::default();
         assert!(ok.validate().is_ok());
@@ -165,6 +170,6 @@ mod tests {
             xoff: 100,
             xon: 200,
         };
-        assert!(pfc.validate().unwrap_err().contains("Xon"));
+        assert!(pfc.validate().unwrap_err().to_string().contains("Xon"));
     }
 }

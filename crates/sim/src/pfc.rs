@@ -1,6 +1,8 @@
 //! P mode's priority flow control: per ingress link the bytes not yet forwarded, a pause to the
 //! link's sender at Xoff and a resume at Xon (XOFF/XON, one traffic class).
 
+use super::error::SimError;
+
 /// Priority flow control: a switch pauses the link feeding one of its ingress ports when the
 /// bytes that came in through it and are not yet forwarded pass `xoff`, resumes it at `xon`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +24,12 @@ impl Default for PfcSpec {
 }
 
 impl PfcSpec {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SimError> {
         if self.enabled && (self.xon > self.xoff || self.xoff == 0) {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "PFC Xon {} B must be at most Xoff {} B, and Xoff above 0",
                 self.xon, self.xoff
-            ));
+            )));
         }
         Ok(())
     }

@@ -21,6 +21,7 @@ use std::collections::BinaryHeap;
 
 use super::bmode::{engine_paths, spray_sets, PhaseOutcome};
 use super::conn::{ConnShape, PhaseRun, SimPolicy};
+use super::error::SimError;
 use super::events::Core;
 use super::loss::{ack_timeout_ps, acked, in_flight, rewind, Buffers, Recovery};
 use super::nic::{Nics, Pick};
@@ -100,7 +101,7 @@ pub(crate) fn run_phase(
     spec: &PacketSpec,
     phase_index: usize,
     rng: &mut Rng,
-) -> Result<(PhaseOutcome, PacketSummary), String> {
+) -> Result<(PhaseOutcome, PacketSummary), SimError> {
     spec.validate()?;
     let nl = rail.links() as u32;
     let hosts = rail.hosts as u32;
@@ -124,7 +125,7 @@ pub(crate) fn run_phase(
     let spray = shape.policy == SimPolicy::Spray;
     let lossy = spec.loss.lossy();
     if lossy && spray {
-        return Err("--buffer-kb with spray: a spraying NIC places packets out of order, and its loss recovery is not modelled".into());
+        return Err(SimError::config("--buffer-kb with spray: a spraying NIC places packets out of order, and its loss recovery is not modelled"));
     }
     let sets = spray_sets(rail, run, shape, rng);
     let rto = ack_timeout_ps(spec.loss.ib_timeout);

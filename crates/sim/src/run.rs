@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::conn::{ConnShape, PhaseRun};
+use super::error::SimError;
 use super::packet::PacketSpec;
 use super::report::{RailResult, SimResult};
 use super::rng::Rng;
@@ -61,20 +62,20 @@ pub struct SimConfig {
 }
 
 /// Runs the simulation described by `cfg`.
-pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
+pub fn run(cfg: &SimConfig) -> Result<SimResult, SimError> {
     cfg.fabric.validate()?;
     cfg.traffic.check(&cfg.fabric)?;
     // Cross-rail traffic couples the rails: all of them run as one plane (cross_rail.rs), and
     // the report describes the fabric as configured.
     let cross = cfg.traffic.kind.is_plane();
     if cross && cfg.rails_simulated != 0 && cfg.rails_simulated < cfg.fabric.rails {
-        return Err(format!(
+        return Err(SimError::Config(format!(
             "--traffic {} couples the rails: it simulates all {} as one plane \
              (no --rails-simulated {})",
             cfg.traffic.kind.name(),
             cfg.fabric.rails,
             cfg.rails_simulated
-        ));
+        )));
     }
     let plane_cfg = cross.then(|| SimConfig {
         fabric: cross_rail::plane(&cfg.fabric),
@@ -99,7 +100,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     } else {
         sim.rails_simulated.min(sim.fabric.rails)
     };
-    let results: Mutex<Vec<Option<Result<RailResult, String>>>> =
+    let results: Mutex<Vec<Option<Result<RailResult, SimError>>>> =
         Mutex::new((0..rails).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let work = || loop {
@@ -124,9 +125,9 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     }
     let per_rail = results
         .into_inner()
-        .map_err(|_| "a rail worker panicked".to_string())?
+        .map_err(|_| SimError::WorkerPanicked)?
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err("rail not simulated".into())))
+        .map(|r| r.unwrap_or(Err(SimError::RailMissing)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut res = SimResult::new(cfg, &phases, per_rail);
     if cross {
@@ -135,7 +136,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, String> {
     Ok(res)
 }
 
-fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, String> {
+fn run_rail(cfg: &SimConfig, phases: &[Phase], r: usize) -> Result<RailResult, SimError> {
     let mut rng = Rng::new(cfg.seed).fork(r as u64 + 1);
     let rail = Rail::new(&cfg.fabric, r, &mut rng);
     // A fresh NIC's QPNs: consecutive from a per-NIC base.

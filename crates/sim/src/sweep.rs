@@ -15,6 +15,8 @@
 
 use serde::Serialize;
 
+use super::error::SimError;
+
 /// One grid point's outcome (what the analysis reads from a run).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SweepPoint {
@@ -113,18 +115,17 @@ pub(crate) fn sorted_unique<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T
 }
 
 /// Applies the criteria to a full grid (every q x outstanding x segment combination once).
-pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> {
+pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, SimError> {
     let qs = sorted_unique(points.iter().map(|p| p.qps));
     let ds = sorted_unique(points.iter().map(|p| p.outstanding));
     let ss = sorted_unique(points.iter().map(|p| p.segment_bytes));
     if points.is_empty() || points.len() != qs.len() * ds.len() * ss.len() {
-        return Err(format!(
-            "the sweep needs every combination once: {} points for {} q x {} depths x {} segments",
-            points.len(),
-            qs.len(),
-            ds.len(),
-            ss.len()
-        ));
+        return Err(SimError::IncompleteGrid {
+            points: points.len(),
+            qps: qs.len(),
+            depths: ds.len(),
+            segments: ss.len(),
+        });
     }
     let at = |q: usize, d: u32, s: u32| {
         points
@@ -137,7 +138,7 @@ pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> 
         .filter(|b| *b > 0.0)
         .fold(f64::INFINITY, f64::min);
     if !b_star.is_finite() {
-        return Err("no run reported a fluid bound".into());
+        return Err(SimError::NoBound);
     }
     let limit = (1.0 + c.bound_pct / 100.0) * b_star;
     let mut per_q = Vec::new();
@@ -167,7 +168,7 @@ pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> 
         .iter()
         .min_by(|a, b| a.best_time_over_ideal.total_cmp(&b.best_time_over_ideal))
         .copied()
-        .ok_or("no grid point ran clean")?;
+        .ok_or(SimError::NoCleanPoint)?;
     let q_star = met.unwrap_or(fastest).qps;
     let mut per_segment = Vec::new();
     for &s in &ss {
@@ -196,7 +197,7 @@ pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> 
         .iter()
         .find(|p| p.outstanding.is_some())
         .map(|p| p.p99_us)
-        .ok_or("no segment ran clean at the chosen q")?;
+        .ok_or(SimError::NoCleanSegment)?;
     for p in &mut per_segment {
         p.no_hol_cost = p.outstanding.is_some() && p.p99_us <= (1.0 + c.hol_pct / 100.0) * p0;
     }
@@ -206,7 +207,7 @@ pub fn analyse(points: &[SweepPoint], c: &Criteria) -> Result<Findings, String> 
         .find(|p| p.no_hol_cost && (p.within_bound || met.is_none()))
         .or_else(|| per_segment.iter().rev().find(|p| p.no_hol_cost))
         .copied()
-        .ok_or("no segment without head-of-line cost")?;
+        .ok_or(SimError::NoSegmentWithoutHol)?;
     Ok(Findings {
         criteria: *c,
         bound_over_ideal: b_star,

@@ -18,6 +18,7 @@ use dqplb_dcqcn::impact::params_from_lookup;
 use dqplb_dcqcn::profile::Profile;
 use dqplb_dcqcn::{GConvention, RpParams};
 
+use super::error::SimError;
 use super::sweep::SweepPoint;
 
 /// One run of the profile grid: the point and what P mode counted.
@@ -98,7 +99,7 @@ pub fn choose_profile(
     names: &[String],
     (qps, outstanding, segment_bytes): (usize, u32, u32),
     tie_pct: f64,
-) -> Result<ProfileChoice, String> {
+) -> Result<ProfileChoice, SimError> {
     let mut per_profile = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let p = points
@@ -108,7 +109,9 @@ pub fn choose_profile(
                     && (p.point.qps, p.point.outstanding, p.point.segment_bytes)
                         == (qps, outstanding, segment_bytes)
             })
-            .ok_or_else(|| format!("profile {name} has no run at the chosen point"))?;
+            .ok_or_else(|| SimError::ProfileMissing {
+                profile: name.clone(),
+            })?;
         per_profile.push(ProfileResult {
             name: name.clone(),
             time_over_ideal: p.point.time_over_ideal,
@@ -127,7 +130,7 @@ pub fn choose_profile(
         .map(|r| r.time_over_ideal)
         .fold(f64::INFINITY, f64::min);
     if !t_min.is_finite() {
-        return Err("no DCQCN profile ran clean at the chosen point".into());
+        return Err(SimError::NoCleanProfile);
     }
     for r in &mut per_profile {
         r.tied = r.faults == 0 && r.time_over_ideal <= (1.0 + tie_pct / 100.0) * t_min;
@@ -138,7 +141,7 @@ pub fn choose_profile(
         .filter(|(_, r)| r.tied)
         .min_by_key(|(i, r)| (r.ecn_marks, r.max_queue_bytes, *i))
         .map(|(i, _)| i)
-        .ok_or("no tied profile")?;
+        .ok_or(SimError::NoTiedProfile)?;
     Ok(ProfileChoice {
         tie_pct,
         qps,

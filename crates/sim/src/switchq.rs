@@ -7,6 +7,7 @@
 // at dequeue, on the backlog the departing packet leaves behind plus itself (DCTCP's argument:
 // marking at dequeue tells the sender about the queue one queueing delay sooner).
 
+use super::error::SimError;
 use super::rng::Rng;
 
 /// ECN marking of the switch egress queues.
@@ -34,15 +35,18 @@ impl EcnSpec {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SimError> {
         if self.kmax < self.kmin {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "ECN Kmax {} B is below Kmin {} B",
                 self.kmax, self.kmin
-            ));
+            )));
         }
         if !(self.pmax.is_finite() && (0.0..=1.0).contains(&self.pmax)) {
-            return Err(format!("ECN Pmax {} must be 0 ..= 1", self.pmax));
+            return Err(SimError::Config(format!(
+                "ECN Pmax {} must be 0 ..= 1",
+                self.pmax
+            )));
         }
         Ok(())
     }

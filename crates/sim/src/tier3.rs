@@ -1,6 +1,7 @@
 //! The third tier: leafs grouped into pods, each pod's spines (aggregation switches) wired to core
 //! switches, ECMP at the leaf and again at the aggregation; and the classic k-ary fat-tree preset.
 
+use super::error::SimError;
 use super::hashing::ecmp_hash;
 use super::topology::{nic_ip, FabricSpec, Path, Rail};
 
@@ -18,9 +19,11 @@ const AGG_HASH_SHIFT: u32 = 16;
 impl FabricSpec {
     /// The classic k-ary fat tree (Al-Fares et al.): k pods of k/2 edge (leaf) and k/2
     /// aggregation switches, (k/2)^2 cores, k^3/4 hosts, every link at the host rate; one rail.
-    pub fn fattree(k: usize, base: &FabricSpec) -> Result<FabricSpec, String> {
+    pub fn fattree(k: usize, base: &FabricSpec) -> Result<FabricSpec, SimError> {
         if k < 2 || !k.is_multiple_of(2) || k > 128 {
-            return Err(format!("fat-tree k {k} must be even, 2 ..= 128"));
+            return Err(SimError::Config(format!(
+                "fat-tree k {k} must be even, 2 ..= 128"
+            )));
         }
         Ok(FabricSpec {
             hosts: k * k * k / 4,
@@ -72,28 +75,30 @@ impl FabricSpec {
             / self.dci_oversub
     }
 
-    pub(crate) fn validate_tier3(&self) -> Result<(), String> {
+    pub(crate) fn validate_tier3(&self) -> Result<(), SimError> {
         if self.pods == 0 {
             return if self.cores == 0 {
                 Ok(())
             } else {
-                Err("--cores needs --pods (a third tier)".into())
+                Err(SimError::Config(
+                    "--cores needs --pods (a third tier)".into(),
+                ))
             };
         }
         if self.pods > self.leaves() {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "pods {} exceed the {} leafs of a rail",
                 self.pods,
                 self.leaves()
-            ));
+            )));
         }
         let c = self.cores_total();
         if c < self.spines || !c.is_multiple_of(self.spines) || c > 1 << 16 {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "cores {c} must be a multiple of spines {} (every aggregation switch the same \
                  number of core uplinks), at most 65536",
                 self.spines
-            ));
+            )));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! A rail-optimized leaf-spine fabric: hosts x rails, each rail its own leafs and spines (and, with
 //! pods, a third tier of cores), an oversubscription ratio, and seeded failed or slow links.
 
+use super::error::SimError;
 use super::hashing::{ecmp_hash, HashFields};
 use super::rng::Rng;
 
@@ -76,28 +77,38 @@ impl FabricSpec {
         self.host_gbps * self.hosts_per_leaf as f64 / (self.spines as f64 * self.oversub)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SimError> {
         if self.hosts < 2 || self.hosts > 1 << 20 {
-            return Err(format!("hosts {} must be 2 ..= 1048576", self.hosts));
+            return Err(SimError::Config(format!(
+                "hosts {} must be 2 ..= 1048576",
+                self.hosts
+            )));
         }
         if self.rails == 0 || self.rails > 64 {
-            return Err(format!("rails {} must be 1 ..= 64", self.rails));
+            return Err(SimError::Config(format!(
+                "rails {} must be 1 ..= 64",
+                self.rails
+            )));
         }
         if self.hosts_per_leaf == 0 || self.spines == 0 || self.spines > 4096 {
-            return Err("hosts-per-leaf must be >= 1 and spines 1 ..= 4096".into());
+            return Err(SimError::Config(
+                "hosts-per-leaf must be >= 1 and spines 1 ..= 4096".into(),
+            ));
         }
         let ok = |x: f64| x.is_finite() && x > 0.0;
         if !ok(self.host_gbps) || !ok(self.oversub) || !ok(self.slow_factor) {
-            return Err("host rate, oversubscription and slow factor must be positive".into());
+            return Err(SimError::Config(
+                "host rate, oversubscription and slow factor must be positive".into(),
+            ));
         }
         self.validate_tier3()?;
         self.validate_dci()?;
         let uplinks = self.leaves() * self.spines + self.core_links();
         if self.failed_links + self.slow_links > uplinks {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "{} failed + {} slow links exceed the {uplinks} switch-switch links of a rail",
                 self.failed_links, self.slow_links
-            ));
+            )));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Collective traffic as phases of connections: a pipelined ring or double-binary-tree all-reduce
 //! (NCCL's step size and slots), a permutation, a leaf shift, all-to-all, and a background job.
 
+use super::error::SimError;
 use super::rng::Rng;
 use super::tree::{double_tree, Deps};
 
@@ -368,20 +369,20 @@ pub(crate) fn phases(
 impl TrafficSpec {
     /// What the traffic needs of the fabric: `cross-dc` two or more full pods and no second job;
     /// `--max-steps` only for the ring (a tree's pipeline has no steps to scale).
-    pub fn check(&self, f: &super::topology::FabricSpec) -> Result<(), String> {
+    pub fn check(&self, f: &super::topology::FabricSpec) -> Result<(), SimError> {
         if self.max_steps != 0 && self.kind != TrafficKind::Ring {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--max-steps {} applies to --traffic ring only, not {}",
                 self.max_steps,
                 self.kind.name()
-            ));
+            )));
         }
         if self.p2p_batches != 1 && self.kind != TrafficKind::CrossRailAllToAll {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--p2p-batches {} applies to --traffic cross-rail-all-to-all only, not {}",
                 self.p2p_batches,
                 self.kind.name()
-            ));
+            )));
         }
         if self.kind.is_plane() {
             return super::cross_rail::check(f, self);
@@ -391,14 +392,16 @@ impl TrafficSpec {
         }
         let per_dc = f.leaves_per_pod() * f.hosts_per_leaf;
         if f.pods < 2 || !f.hosts.is_multiple_of(per_dc) || f.hosts / per_dc < 2 {
-            return Err(format!(
+            return Err(SimError::Config(format!(
                 "--traffic cross-dc needs two or more data centres, every one full: --pods >= 2 \
                  and hosts ({}) a multiple of leafs per pod x hosts per leaf ({per_dc})",
                 f.hosts
-            ));
+            )));
         }
         if self.background_hosts > 0 {
-            return Err("--traffic cross-dc takes no --background-hosts".into());
+            return Err(SimError::Config(
+                "--traffic cross-dc takes no --background-hosts".into(),
+            ));
         }
         Ok(())
     }

@@ -83,7 +83,7 @@ fn ring_steps_of_slots_messages_and_more_complete_exactly_once() {
 #[test]
 fn a_ring_of_more_than_one_step_needs_two_slots() {
     let mut cfg = config(1, 1, 0, Mode::Burst);
-    assert!(run(&cfg).unwrap_err().contains("--slots 1"));
+    assert!(run(&cfg).unwrap_err().to_string().contains("--slots 1"));
     // One step is consumed on arrival: one slot is enough.
     cfg.traffic.max_steps = 1;
     let r = run(&cfg).unwrap();
