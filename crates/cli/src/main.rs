@@ -1,6 +1,7 @@
 //! `dqplb`: the operator command (plan, check, perf, stats, sim, paths-bench); see `dqplb --help`.
 //! The clap command line over the subcommands: each takes its parsed options and returns the exit code.
 
+mod charts;
 mod check;
 mod check_report;
 mod completions;

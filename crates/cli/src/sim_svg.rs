@@ -1,11 +1,12 @@
-//! `dqplb sim --svg DIR`: writes the charts of crates/sim/src/svg.rs for the runs of one invocation,
-//! the time series of every sampled run, and the per-uplink utilisation as DIR/uplinks.csv.
+//! `dqplb sim --svg DIR`: writes the charts of crates/cli/src/charts for the runs of one
+//! invocation, the time series of every sampled run, and the per-uplink utilisation as CSV.
 
 use std::path::{Path, PathBuf};
 
-use dqplb_sim::svg::{collisions, heatmap, ideal_bars};
-use dqplb_sim::svg_timeseries::timeseries;
 use dqplb_sim::SimResult;
+
+use super::charts::timeseries::timeseries;
+use super::charts::{collisions::collisions, heatmap::heatmap, ideal::ideal_bars};
 
 /// Writes DIR/ideal.svg, per run DIR/collisions-P-qQ.svg and DIR/heatmap-P-qQ.svg (and
 /// DIR/timeseries-P-qQ.svg when it was sampled), and DIR/uplinks.csv; returns the files written.
@@ -18,15 +19,15 @@ pub(crate) fn write_all(dir: &Path, runs: &[&SimResult]) -> Result<Vec<PathBuf>,
         files.push(p);
         Ok(())
     };
-    put("ideal.svg".into(), ideal_bars(runs))?;
+    put("ideal.svg".into(), ideal_bars(runs)?)?;
     let mut csv = String::from(SimResult::UPLINK_CSV_HEADER);
     csv.push('\n');
     for r in runs {
         let tag = format!("{}-q{}", r.policy, r.qps);
-        put(format!("collisions-{tag}.svg"), collisions(r))?;
-        put(format!("heatmap-{tag}.svg"), heatmap(r))?;
+        put(format!("collisions-{tag}.svg"), collisions(r)?)?;
+        put(format!("heatmap-{tag}.svg"), heatmap(r)?)?;
         if let Some(ts) = timeseries(r) {
-            put(format!("timeseries-{tag}.svg"), ts)?;
+            put(format!("timeseries-{tag}.svg"), ts?)?;
         }
         csv.push_str(&r.uplink_csv());
     }

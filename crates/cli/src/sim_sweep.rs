@@ -4,7 +4,6 @@
 
 use std::time::Instant;
 
-use dqplb_sim::svg_sweep::sweep_grid;
 use dqplb_sim::sweep::{analyse, class_snippet, Criteria, Findings, SweepPoint};
 use dqplb_sim::{run, SimConfig, SimPolicy, SimResult};
 
@@ -316,8 +315,13 @@ pub(crate) fn run_cli(o: SweepArgs) -> i32 {
     };
     if let Some(dir) = &g.svg {
         let path = std::path::Path::new(dir).join("sweep.svg");
-        let body = sweep_grid(&analysed, &f, &describe(&g.base));
-        if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, body)) {
+        let written =
+            super::charts::sweep::sweep_grid(&analysed, &f, &describe(&g.base)).and_then(|body| {
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| std::fs::write(&path, body))
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
             eprintln!("dqplb sim sweep: --svg {dir}: {}: {e}", path.display());
             return 2;
         }

@@ -5,7 +5,9 @@ mod sim_support;
 
 use dqplb_config::{parse_str, ConnClass};
 use serde_json::Value;
-use sim_support::{assert_refused, default_toml, dqplb, f, run_clean, site_toml, sweep, text, u};
+use sim_support::{
+    assert_refused, default_toml, dqplb, f, run_clean, site_toml, svg, sweep, text, u,
+};
 
 /// One hop (the default 1 us) in ps.
 const HOP: f64 = 1e6;
@@ -327,10 +329,15 @@ fn the_uplink_dump_and_heatmap_cut_the_plane_back_into_rails() {
             "{per_rail:?}"
         );
     }
-    let svg = std::fs::read_to_string(dir.join("heatmap-dqplb-q8.svg")).unwrap();
-    assert_eq!(svg.matches("class=\"cell\"").count(), 64);
+    // The heatmap: the legend's 11 swatches, then 64 cells, a panel per rail.
+    let els = svg::read(&dir.join("heatmap-dqplb-q8.svg"));
+    assert_eq!(svg::filled_rects(&els).len(), 11 + 64);
     for r in 0..4 {
-        assert!(svg.contains(&format!("data-rail=\"{r}\"")), "rail {r}");
+        let caption = els
+            .iter()
+            .filter(|e| e.name == "text" && e.text.starts_with(&format!("rail {r}: fullest ")))
+            .count();
+        assert_eq!(caption, 1, "rail {r}");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -5,7 +5,7 @@ mod sim_support;
 
 use dqplb_config::{parse_str, ConnClass};
 use serde_json::Value;
-use sim_support::{dqplb, f, text, u};
+use sim_support::{dqplb, f, svg, text, u};
 
 /// A small fragmented ring: 32 hosts on 4 leaves, 4 spines, 2 rails, 1 MiB steps (2 messages).
 const FABRIC: [&str; 16] = [
@@ -285,9 +285,10 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
     }
 }
 
-/// `--svg DIR`: one cell per grid point, carrying the point's % of ideal exactly as the JSON
-/// reports it; the cells within the bound criterion and the one chosen point marked as the
-/// findings say; the JSON itself the same as without the option.
+/// `--svg DIR`: one cell per grid point, in grid order at its row and column, coloured and
+/// labelled with the point's % of ideal as the JSON reports it; the cells within the bound
+/// criterion and the one chosen point marked as the findings say; the JSON itself the same as
+/// without the option.
 #[test]
 fn svg_draws_every_point_and_marks_the_choice() {
     let dir = std::env::temp_dir().join(format!("dqplb-sweep-svg-{}", std::process::id()));
@@ -295,55 +296,95 @@ fn svg_draws_every_point_and_marks_the_choice() {
     let d = dir.to_string_lossy().to_string();
     let v = sweep(&["--svg", &d]);
     assert_eq!(v, sweep(&[]));
-    let svg = std::fs::read_to_string(dir.join("sweep.svg")).unwrap();
-    let cells: Vec<&str> = svg
-        .lines()
-        .filter(|l| l.starts_with("<rect class=\"cell\""))
-        .collect();
-    let pts = v["points"].as_array().unwrap();
+    let els = svg::read(&dir.join("sweep.svg"));
+    // The legend's 11 swatches, then the cells (the chart's drawing order).
+    let rects = svg::filled_rects(&els);
+    let (legend, cells) = rects.split_at(11);
+    for (i, s) in legend.iter().enumerate() {
+        assert_eq!(s.attr("fill"), svg::score_colour(i as f64 / 10.0));
+    }
+    let mut pts: Vec<&Value> = v["points"].as_array().unwrap().iter().collect();
     assert_eq!(cells.len(), pts.len());
-    let attr = |l: &str, k: &str| -> String {
-        let key = format!(" data-{k}=\"");
-        let rest = &l[l.find(&key).unwrap_or_else(|| panic!("{k} in {l}")) + key.len()..];
-        rest[..rest.find('"').unwrap()].to_string()
+    // Panels by segment, rows by q, columns by outstanding.
+    let key = |p: &Value| (u(&p["segment_bytes"]), u(&p["qps"]), u(&p["outstanding"]));
+    pts.sort_by_key(|p| key(p));
+    let axis = |k: &str| {
+        let mut a: Vec<u64> = pts.iter().map(|p| u(&p[k])).collect();
+        a.sort_unstable();
+        a.dedup();
+        a
     };
+    let (qs, ds) = (axis("qps"), axis("outstanding"));
     let fi = &v["findings"];
     let limit = (1.0 + f(&fi["criteria"]["bound_pct"]) / 100.0) * f(&fi["bound_over_ideal"]);
-    let mut chosen = 0;
-    for p in pts {
-        let key = (u(&p["qps"]), u(&p["outstanding"]), u(&p["segment_bytes"]));
-        let l = cells
-            .iter()
-            .find(|l| {
-                (attr(l, "qps"), attr(l, "outstanding"), attr(l, "segment"))
-                    == (key.0.to_string(), key.1.to_string(), key.2.to_string())
-            })
-            .unwrap_or_else(|| panic!("no cell for {key:?}"));
-        // Both are the same f64 printed shortest; serde_json's parser may round the last bit.
-        let (drawn, reported) = (
-            attr(l, "pct").parse::<f64>().unwrap(),
-            f(&p["pct_of_ideal"]),
+    let choice = (
+        u(&fi["segment_bytes"]),
+        u(&fi["qps"]),
+        u(&fi["outstanding"]),
+    );
+    let (mut chosen, mut dashed_cells, mut plain_cells) = (0, 0, 0);
+    for (k, (cell, p)) in cells.iter().zip(&pts).enumerate() {
+        let key = key(p);
+        // At its row and column of its panel.
+        let first = cells[k - k % (qs.len() * ds.len())];
+        let (i, j) = (
+            qs.iter().position(|&q| q == key.1).unwrap() as f64,
+            ds.iter().position(|&d| d == key.2).unwrap() as f64,
         );
-        assert!(
-            (drawn - reported).abs() <= 1e-12 * reported,
-            "{key:?}: {drawn} {reported}"
-        );
-        let within = u(&p["faults"]) == 0 && f(&p["time_over_ideal"]) <= limit;
-        assert_eq!(attr(l, "within"), if within { "1" } else { "0" }, "{key:?}");
-        let is_choice = key
-            == (
-                u(&fi["qps"]),
-                u(&fi["outstanding"]),
-                u(&fi["segment_bytes"]),
-            );
         assert_eq!(
-            attr(l, "chosen"),
-            if is_choice { "1" } else { "0" },
+            (cell.num("x"), cell.num("y")),
+            (
+                first.num("x") + j * cell.num("width"),
+                first.num("y") + i * cell.num("height")
+            ),
             "{key:?}"
         );
-        chosen += usize::from(is_choice);
+        // After the cell: its border, then its label.
+        let at = els.iter().position(|e| std::ptr::eq(e, *cell)).unwrap();
+        let rest = &els[at + 1..];
+        let label_at = rest.iter().position(|e| e.name == "text").expect("a label");
+        let own = &rest[..label_at];
+        let pct = f(&p["pct_of_ideal"]);
+        let clean = u(&p["faults"]) == 0;
+        let (fill, label) = if clean {
+            (svg::score_colour(pct / 100.0), format!("{pct:.1}"))
+        } else {
+            (svg::GREY.to_string(), "fault".to_string())
+        };
+        assert_eq!(cell.attr("fill"), fill, "{key:?}");
+        assert_eq!(rest[label_at].text, label, "{key:?}");
+        assert_eq!(own.len(), own.iter().filter(|e| !e.is_filled()).count());
+        let thick = own
+            .iter()
+            .filter(|e| e.name == "polyline" && e.attr("stroke-width") == "3")
+            .count();
+        let dashed = own
+            .iter()
+            .filter(|e| e.name == "polyline" && e.attr("stroke-width") == "1")
+            .count();
+        let plain = own.iter().filter(|e| e.is_outline("#DDDDDD")).count();
+        let within = clean && f(&p["time_over_ideal"]) <= limit;
+        if key == choice {
+            assert_eq!((thick, dashed, plain), (1, 0, 0), "{key:?}: the choice");
+            chosen += 1;
+        } else if within {
+            assert!(thick == 0 && dashed >= 4 && plain == 0, "{key:?}: within");
+            dashed_cells += 1;
+        } else {
+            assert_eq!((thick, dashed, plain), (0, 0, 1), "{key:?}");
+            plain_cells += 1;
+        }
     }
+    // The grid has cells of every kind.
+    assert!(
+        dashed_cells > 0 && plain_cells > 0,
+        "{dashed_cells} {plain_cells}"
+    );
     assert_eq!(chosen, 1);
-    assert_eq!(svg.matches("<g class=\"panel\"").count(), 3);
+    let panels = els
+        .iter()
+        .filter(|e| e.name == "text" && e.text.starts_with("segment "))
+        .count();
+    assert_eq!(panels, 3);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,12 +10,14 @@
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
 // (the two drivers), `fluid` (weighted max-min), `bound` (the best split over the QP paths),
 // `theory` (balls-in-bins), `latency` (message latency histogram), `run` (rails in parallel),
-// `report` (JSON/CSV), `svg` (the charts), `svg_timeseries` (the time-series chart), `sweep` (the sweep's criteria and config snippet), `sweep_profile`
-// (its DCQCN profile axis and `[dcqcn]` block);
+// `report` (JSON/CSV and the per-uplink data the charts draw), `error` (SimError), `sweep` (the
+// sweep's criteria and config snippet), `sweep_profile` (its DCQCN profile axis and `[dcqcn]`
+// block); the command draws the charts (crates/cli/src/charts);
 // P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
 // `switchq` (ECN queues), `pfc`, `timeseries` (its rows, CSV), `timeseries_bf` (B and F mode's
 // samples). Imports only `engine`, `dcqcn` (the
-// reaction-point model), std and serde; docs in docs/simulation.md.
+// reaction-point model), std, serde (serde_json for `to_json`) and crc (the ECMP hash); docs in
+// docs/simulation.md.
 
 pub(crate) mod bmode;
 pub mod bound;
@@ -38,9 +40,6 @@ pub mod report;
 pub mod rng;
 pub mod run;
 pub mod spray;
-pub mod svg;
-pub mod svg_sweep;
-pub mod svg_timeseries;
 pub mod sweep;
 pub mod sweep_profile;
 pub mod switchq;

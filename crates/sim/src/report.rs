@@ -94,7 +94,7 @@ pub struct RailResult {
 }
 
 /// One rail's leaf uplinks, as [`SimResult::uplink_rails`] gives them.
-pub(crate) struct RailUplinks<'a> {
+pub struct RailUplinks<'a> {
     pub rail: usize,
     /// Busy fraction, indexed `leaf * spines + spine`.
     pub util: &'a [f64],
@@ -454,7 +454,7 @@ impl SimResult {
 
     /// Per rail, its leaf uplinks. A cross-rail run's one plane holds every rail's leafs in
     /// rail order (cross_rail.rs), so its uplinks are cut back into rails here.
-    pub(crate) fn uplink_rails(&self) -> Vec<RailUplinks<'_>> {
+    pub fn uplink_rails(&self) -> Vec<RailUplinks<'_>> {
         let plane = self.is_plane();
         let mut out = Vec::new();
         for r in &self.per_rail {

@@ -107,7 +107,8 @@ pub struct Findings {
     pub time_over_ideal: f64,
 }
 
-pub(crate) fn sorted_unique<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T> {
+/// The distinct values of `it`, ascending (a grid's q, outstanding or segment axis).
+pub fn sorted_unique<T: Copy + Ord>(it: impl Iterator<Item = T>) -> Vec<T> {
     let mut v: Vec<T> = it.collect();
     v.sort_unstable();
     v.dedup();

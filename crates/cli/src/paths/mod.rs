@@ -6,7 +6,6 @@ pub(crate) mod hashed;
 pub(crate) mod hashed_report;
 pub(crate) mod hashed_shape;
 pub(crate) mod metrics;
-pub(crate) mod plot;
 pub(crate) mod report;
 pub(crate) mod scenario;
 pub(crate) mod shape;
@@ -162,7 +161,7 @@ fn bench(o: &Options) -> Result<i32, String> {
         println!("# wrote CSV to {}", dir.display());
     }
     if let Some(dir) = &o.img_dir {
-        plot::all(dir, &rows, &series)?;
+        crate::charts::paths::all(dir, &rows, &series)?;
         println!("# wrote SVG to {}", dir.display());
     }
     Ok(guard_verdict(o, &rows))
@@ -200,7 +199,7 @@ fn hashed_bench(o: &Options, ids: &[u32]) -> Result<(), String> {
         println!("# wrote paths-hashed CSV to {}", dir.display());
     }
     if let Some(dir) = &o.img_dir {
-        hashed_report::plots(dir, &rows)?;
+        crate::charts::paths_hashed::plots(dir, &rows)?;
         println!("# wrote paths-hashed SVG to {}", dir.display());
     }
     Ok(())

@@ -1,6 +1,8 @@
-//! Shared helpers of the `dqplb sim` process tests: run the built binary, read its output, run
-//! a sweep over a fabric and grid as JSON, and read JSON numbers with a message when they are not.
+//! Shared helpers of the `dqplb sim` process tests: run the built binary, read its output and its
+//! charts (svg.rs), run a sweep as JSON, read JSON numbers with a message when they are not.
 #![allow(dead_code)]
+
+pub(crate) mod svg;
 
 use std::process::{Command, Output};
 

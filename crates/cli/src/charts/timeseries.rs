@@ -1,28 +1,29 @@
-//! SVG of one run's time series (`--svg DIR` with samples): per-QP rate and outstanding of the
-//! first connection, the deepest link queue, and ECN marks, CNPs, PFC pauses and drops per period.
+//! `timeseries-P-qQ.svg`: one run's samples, one rail (the lowest simulated) and phase 0: per-QP
+//! rate and outstanding of connection 0, the deepest link queue, and per-period counters.
 
-// One rail (the lowest simulated) and phase 0: an all-to-all's later phases restart the clock.
-// Every line carries its largest value (`data-max`) and point count (`data-points`); a panel's y
-// axis runs from 0 at its bottom to `data-ymax` at its top, so a point's height is testable.
+// Drawing order, which tests/sim_svg.rs reads: per panel its caption (the panel's title), its
+// axes (black polylines), its frame (the only unfilled grey rectangle: top = the panel's largest
+// value, bottom = 0), its lines (coloured polylines, one point per sample time) and then their
+// legend, "NAME (max X)" in the line's colour. An all-to-all's later phases restart the clock,
+// hence phase 0 only.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-use super::report::SimResult;
-use super::run::Mode;
-use super::svg::{esc, fin, open, text_filled};
-use super::timeseries::{TsKind, TsRow};
+use dqplb_sim::timeseries::{TsKind, TsRow};
+use dqplb_sim::{Mode, SimResult};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, VPos};
 
-/// Plot area of a panel, in pixels.
-pub(crate) const PLOT_W: f64 = 640.0;
-pub(crate) const PLOT_H: f64 = 120.0;
-const LEFT: f64 = 70.0;
-const PANEL_GAP: f64 = 48.0;
+use super::style::{fin, header, header_height, render, text_style, Area, Drawn};
+use super::style::{FONT, LABEL_SIZE, LINE_COLOURS, TEXT_SIZE};
 
-/// Line colours, one per series of a panel.
-const COLOURS: [&str; 8] = [
-    "#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#9c6ade", "#76b7b2", "#edc948", "#b07aa1",
-];
+/// Height of one panel, caption and axis labels included.
+const PANEL_H: i32 = 190;
+/// Width of the plot column and of the legend beside it.
+const PLOT_W: i32 = 730;
+const LEGEND_W: i32 = 250;
+/// The frame's colour.
+pub(crate) const FRAME: RGBColor = RGBColor(0xbb, 0xbb, 0xbb);
 
 /// One line: a name and a value per sample time.
 struct Series {
@@ -147,108 +148,88 @@ fn panels(rows: &BTreeMap<u64, Vec<&TsRow>>, qps: usize, mode: Mode) -> Vec<(Str
 }
 
 /// The time-series chart of `r`, or None when it has no samples.
-pub fn timeseries(r: &SimResult) -> Option<String> {
+pub(crate) fn timeseries(r: &SimResult) -> Option<Result<String, String>> {
     let rows = r.series();
     let rail = rows.iter().map(|x| x.rail).min()?;
     let m = by_time(rows, rail);
     let times: Vec<f64> = m.keys().map(|&t| t as f64 / 1e6).collect();
     let (t0, t1) = (times[0], *times.last()?);
-    let span = if t1 > t0 { t1 - t0 } else { 1.0 };
+    let t_end = if t1 > t0 { t1 } else { t0 + 1.0 };
     let ps = panels(&m, r.qps, r.mode);
-    let top = 44.0;
-    let w = LEFT + PLOT_W + 200.0;
-    let h = top + ps.len() as f64 * (PLOT_H + PANEL_GAP) + 10.0;
-    let mut s = open(w, h);
-    let title = format!(
-        "time series: {} q={} ({} mode, {}), rail {rail}, phase 0, {} samples",
-        r.policy,
-        r.qps,
-        r.mode,
-        r.traffic,
-        times.len()
-    );
-    text_filled(&mut s, LEFT, 16.0, "start", None, &title);
-    text_filled(
-        &mut s,
-        LEFT,
-        30.0,
-        "start",
-        None,
-        &format!("time {t0:.1} to {t1:.1} us"),
-    );
-    for (i, (name, lines)) in ps.iter().enumerate() {
-        let y0 = top + i as f64 * (PLOT_H + PANEL_GAP) + 16.0;
-        let base = y0 + PLOT_H;
-        let vmax = lines
-            .iter()
-            .flat_map(|l| l.values.iter().copied())
-            .fold(0.0, f64::max);
-        let ymax = if vmax > 0.0 { fin(vmax) } else { 1.0 };
-        let _ = writeln!(
-            s,
-            "<g class=\"panel\" data-title=\"{}\" data-ymax=\"{ymax}\" data-top=\"{y0}\" data-bottom=\"{base}\">",
-            esc(name)
-        );
-        text_filled(&mut s, LEFT, y0 - 4.0, "start", None, name);
-        let _ = writeln!(
-            s,
-            "<rect x=\"{LEFT}\" y=\"{y0}\" width=\"{PLOT_W}\" height=\"{PLOT_H}\" fill=\"none\" stroke=\"#bbb\"/>"
-        );
-        text_filled(
-            &mut s,
-            LEFT - 4.0,
-            y0 + 8.0,
-            "end",
-            None,
-            &format!("{ymax:.4}"),
-        );
-        text_filled(&mut s, LEFT - 4.0, base, "end", None, "0");
-        text_filled(
-            &mut s,
-            LEFT,
-            base + 13.0,
-            "start",
-            None,
-            &format!("{t0:.1} us"),
-        );
-        text_filled(
-            &mut s,
-            LEFT + PLOT_W,
-            base + 13.0,
-            "end",
-            None,
-            &format!("{t1:.1} us"),
-        );
-        for (k, line) in lines.iter().enumerate() {
-            let colour = COLOURS[k % COLOURS.len()];
-            let lmax = line.values.iter().copied().fold(0.0, f64::max);
-            let mut pts = String::with_capacity(line.values.len() * 16);
-            for (t, v) in times.iter().zip(&line.values) {
-                let x = LEFT + (t - t0) / span * PLOT_W;
-                let y = base - fin(*v) / ymax * PLOT_H;
-                let _ = write!(pts, "{x:.2},{y:.3} ");
+    let lines = [
+        format!(
+            "time series: {} q={} ({} mode, {}), rail {rail}, phase 0, {} samples",
+            r.policy,
+            r.qps,
+            r.mode,
+            r.traffic,
+            times.len()
+        ),
+        format!("time {t0:.1} to {t1:.1} us"),
+    ];
+    let h = header_height(lines.len()) + ps.len() as i32 * PANEL_H;
+    Some(render(
+        "timeseries",
+        ((PLOT_W + LEGEND_W) as u32, h as u32),
+        |root| {
+            let body = header(root, &lines)?;
+            let areas = body.split_evenly((ps.len(), 1));
+            for ((name, series), area) in ps.iter().zip(&areas) {
+                panel(area, name, series, &times, (t0, t_end))?;
             }
-            let _ = writeln!(
-                s,
-                "<polyline class=\"series\" data-name=\"{}\" data-max=\"{}\" data-points=\"{}\" points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.2\"/>",
-                esc(&line.name),
-                fin(lmax),
-                line.values.len(),
-                pts.trim_end()
-            );
-            text_filled(
-                &mut s,
-                LEFT + PLOT_W + 8.0,
-                y0 + 10.0 + 13.0 * k as f64,
-                "start",
-                Some(colour),
-                &format!("{} (max {:.4})", line.name, lmax),
-            );
-        }
-        let _ = writeln!(s, "</g>");
+            Ok(())
+        },
+    ))
+}
+
+fn panel(
+    area: &Area<'_>,
+    name: &str,
+    series: &[Series],
+    times: &[f64],
+    (t0, t1): (f64, f64),
+) -> Drawn {
+    let (plot, legend) = area.split_horizontally(PLOT_W);
+    let vmax = series
+        .iter()
+        .flat_map(|l| l.values.iter().copied())
+        .fold(0.0, f64::max);
+    let ymax = if vmax > 0.0 { fin(vmax) } else { 1.0 };
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(name, (FONT, TEXT_SIZE))
+        .margin(6)
+        .margin_left(12)
+        .x_label_area_size(34)
+        .y_label_area_size(64)
+        .build_cartesian_2d(t0..t1, 0.0..ymax)?;
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
+        .x_labels(8)
+        .y_labels(5)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_desc("us")
+        .draw()?;
+    chart.draw_series(std::iter::once(Rectangle::new(
+        [(t0, 0.0), (t1, ymax)],
+        FRAME.stroke_width(1),
+    )))?;
+    for (k, line) in series.iter().enumerate() {
+        let colour = LINE_COLOURS[k % LINE_COLOURS.len()];
+        let pts = times.iter().zip(&line.values).map(|(&t, &v)| (t, fin(v)));
+        chart.draw_series(LineSeries::new(pts, colour.stroke_width(1)))?;
     }
-    s.push_str("</svg>\n");
-    Some(s)
+    for (k, line) in series.iter().enumerate() {
+        let colour = LINE_COLOURS[k % LINE_COLOURS.len()];
+        let lmax = line.values.iter().copied().fold(0.0, f64::max);
+        legend.draw(&Text::new(
+            format!("{} (max {:.4})", line.name, lmax),
+            (6, 26 + 15 * k as i32),
+            text_style(LABEL_SIZE, colour, HPos::Left, VPos::Top),
+        ))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

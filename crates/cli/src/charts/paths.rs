@@ -1,15 +1,14 @@
-//! SVG plots of paths-bench results (plotters): throughput per policy per scenario, per-path
-//! carried rate against the path rate, and the time series of the rate-change scenario.
+//! `dqplb paths-bench --img-dir DIR`: throughput per policy per scenario, per-path carried rate
+//! against the path rate, and the time series of the rate-change scenario.
 
 use std::path::Path;
 
+use dqplb_engine::PolicyKind;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::metrics::{SeriesPoint, TrialSummary, RECOVER_FRACTION};
-use dqplb_engine::PolicyKind;
-
-const FONT: &str = "sans-serif";
+use super::style::{err, legend, FONT};
+use crate::paths::metrics::{SeriesPoint, TrialSummary, RECOVER_FRACTION};
 /// Bins averaged for the plotted totals (whole-message acks of round-robin-message and single-qp
 /// are 1 MiB steps) and per-path lines; the CSV keeps the raw 10 ms bins.
 const SMOOTH_TOTAL_BINS: usize = 10;
@@ -37,10 +36,6 @@ fn path_color(i: usize) -> RGBColor {
         RGBColor(127, 127, 127),
     ];
     P[i % P.len()]
-}
-
-fn err<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> String + '_ {
-    move |e| format!("plot {what}: {e:?}")
 }
 
 /// Writes paths-throughput.svg, paths-per-path.svg and (if any) paths-timeseries.svg.
@@ -149,13 +144,7 @@ fn throughput(path: &Path, rows: &[TrialSummary]) -> Result<(), String> {
         .map_err(&e)?
         .label("goal 0.9 (scenarios 2, 3)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(&e)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(&e)?;
     root.present().map_err(&e)
 }
 
@@ -232,12 +221,7 @@ fn panel_per_path(
             )
         }))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// Moving average over `bins` bins of `f(point)`.
@@ -334,13 +318,7 @@ fn timeseries(
             .label(p.name())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(&e)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(&e)?;
     let Some((_, _, pts)) = mine.iter().find(|s| s.1 == PolicyKind::Dqplb.name()) else {
         return root.present().map_err(&e);
     };
@@ -391,12 +369,6 @@ fn timeseries(
             .label("rate change")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.mix(0.5)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(&e)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(&e)?;
     root.present().map_err(&e)
 }
