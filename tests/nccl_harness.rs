@@ -311,7 +311,7 @@ fn peer_kill(victim: usize) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(-1);
-    // docs/abi.md: a request that can no longer complete because the peer died is
+    // docs/records/abi.md: a request that can no longer complete because the peer died is
     // ncclRemoteError, never ncclSystemError
     assert_eq!(
         rc, REMOTE_ERROR,

@@ -68,7 +68,7 @@ fn strict_close() -> String {
     std::env::var("DQPLB_HARNESS_STRICT_CLOSE").unwrap_or_default()
 }
 
-/// Accepts success (request or NULL) or ncclRemoteError (docs/abi.md: a closed or dead peer)
+/// Accepts success (request or NULL) or ncclRemoteError (docs/records/abi.md: a closed or dead peer)
 /// from a call racing the peer's close.
 fn peer_may_be_gone(r: Result<Option<Ptr>, CallError>) -> Result<(), String> {
     match r {

@@ -71,7 +71,7 @@ fn defaults() -> SimConfig {
             policy: SimPolicy::Engine(PolicyKind::Dqplb),
             qps: 8,
             // 8 QPs x 2 x 128 KiB = 2 MiB, below NCCL's 8 x 512 KiB in flight: the window binds,
-            // so DQPLB has full QPs to skip (docs/simulation.md, "Sizing").
+            // so DQPLB has full QPs to skip (docs/records/simulation.md, "Sizing").
             outstanding: 2,
             segment_bytes: 128 * 1024,
             rehash: SIM_REHASH,

@@ -9,7 +9,7 @@ use dqplb_sim::{
 };
 
 /// 64 hosts (8 leaves of 8, 8 spines) x 2 rails, 64 MiB ring all-reduce, fragmented, first 16
-/// steps, 8 QPs of `outstanding` x 128 KiB: the measured case of docs/simulation.md's
+/// steps, 8 QPs of `outstanding` x 128 KiB: the measured case of docs/records/simulation.md's
 /// "Least expected delay" section.
 fn ring(policy: &str, outstanding: u32, mode: Mode) -> SimResult {
     ring_of(policy, outstanding, mode, 64 << 20, 16)

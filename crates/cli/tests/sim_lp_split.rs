@@ -86,7 +86,7 @@ fn the_fluid_permutation_finishes_at_the_bound() {
 
 #[test]
 fn the_oracle_beats_every_engine_policy_on_the_ring() {
-    // Measured (docs/simulation.md, "The oracle split"), % of ideal: B static split 55.98,
+    // Measured (docs/records/simulation.md, "The oracle split"), % of ideal: B static split 55.98,
     // dqplb 61.83, dqplb-led 72.06 against lp-split 93.18; F 56.37 / 59.42 / 69.29 against 93.40.
     for mode in [Mode::Burst, Mode::Fluid] {
         let l = sim("lp-split", mode, TrafficKind::Ring, 1);

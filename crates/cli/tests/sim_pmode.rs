@@ -123,7 +123,7 @@ fn dcqcn_n_to_1_converges_to_a_fair_share() {
     // 40 .. 70 ms: Jain's index (sum x)^2 / (N sum x^2) at least 0.9, every QP within 30% of
     // C / N (DCQCN keeps some runs off: at N = 2 seed 1 the two QPs stay at about 250 / 150
     // Gb/s; the faster gets more CNPs, but fast recovery brings each back towards its own
-    // target, see docs/simulation.md);
+    // target, see docs/records/simulation.md);
     // (3) it converges: the worst QP's deviation, averaged over the seeds, is smaller over
     // 40 .. 70 ms than over 5 .. 15 ms; (4) the link stays full: the sum above 95% of C.
     let early = (5_000_000_000u64, 15_000_000_000u64);

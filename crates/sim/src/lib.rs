@@ -17,7 +17,7 @@
 // `switchq` (ECN queues), `pfc`, `timeseries` (its rows, CSV), `timeseries_bf` (B and F mode's
 // samples). Imports only `engine`, `dcqcn` (the
 // reaction-point model), std, serde (serde_json for `to_json`) and crc (the ECMP hash); docs in
-// docs/simulation.md.
+// docs/records/simulation.md.
 
 pub(crate) mod bmode;
 pub mod bound;

@@ -13,7 +13,7 @@ pub struct PfcSpec {
 }
 
 impl Default for PfcSpec {
-    /// Off; when on, 1000 kB / 500 kB: chosen, not a vendor default (docs/simulation.md).
+    /// Off; when on, 1000 kB / 500 kB: chosen, not a vendor default (docs/records/simulation.md).
     fn default() -> Self {
         PfcSpec {
             enabled: false,

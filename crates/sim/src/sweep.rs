@@ -1,7 +1,7 @@
 //! `dqplb sim sweep`'s analysis of a full qps x outstanding x segment grid of runs: the smallest q
 //! near the fluid bound, the smallest loss-free depth, the largest segment without HoL cost.
 
-// The criteria, exactly (docs/simulation.md, "Sweep"); t(q, d, s) is a run's time over ideal:
+// The criteria, exactly (docs/records/simulation.md, "Sweep"); t(q, d, s) is a run's time over ideal:
 // * B* = the lowest `bound_upper` of the grid (the best split over the hashed QP paths at the
 //   grid's best q). q* = the smallest q with min over (d, s) of t(q, d, s) <= (1 + bound%) B*;
 //   when no q meets it, the q with the lowest time stands in and `q_met` is false.

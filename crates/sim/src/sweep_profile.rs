@@ -2,7 +2,7 @@
 //! at the sweep's chosen (q, depth, segment), the choice among them, and the chosen profile as a
 //! `[dcqcn]` block of the site TOML (the syntax `dqplb check` and crates/dcqcn/src/profile.rs read).
 
-// The rule, exactly (docs/simulation.md, "Sweep", "DCQCN profile axis"):
+// The rule, exactly (docs/records/simulation.md, "Sweep", "DCQCN profile axis"):
 // * Every (q, d, s) point of the grid runs once per profile. The q / depth / segment analysis of
 //   crates/sim/src/sweep.rs runs on the envelope: per (q, d, s) the clean profile run with the lowest
 //   time over ideal (the first listed on equal times); a point where no profile ran clean

@@ -22,7 +22,7 @@ pub struct EcnSpec {
 }
 
 impl EcnSpec {
-    /// Defaults for a 400 Gb/s RoCE fabric: see docs/simulation.md, "P mode" (the DCQCN paper's
+    /// Defaults for a 400 Gb/s RoCE fabric: see docs/records/simulation.md, "P mode" (the DCQCN paper's
     /// Kmin/Kmax at 40 Gb/s, 5 KB and 200 KB, scaled to the link rate, so the thresholds stand
     /// for the same queueing delay, 1 us and 40 us; Pmax 1% as in the paper).
     pub(crate) fn default_for_gbps(gbps: f64) -> EcnSpec {

@@ -1,7 +1,7 @@
 //! Balls-in-bins expectations the simulator is checked against: Binomial(n, 1/M) per uplink, the
 //! exact distribution of the fullest of M bins, and the static-split time over ideal it implies.
 
-// Derivation (docs/simulation.md): K = h*q QP flows leave each leaf over M uplinks, each hashed
+// Derivation (docs/records/simulation.md): K = h*q QP flows leave each leaf over M uplinks, each hashed
 // uniformly; a flow of B/q bytes on an uplink with c flows runs at min(C/q, U/c) (U = h*C/(M*o)),
 // and the flows of the fullest uplink keep that rate to the end, so T/T_ideal = max(1, c*M*o/(q*h))
 // with c the fullest uplink of the fabric: P(c <= k) = P(fullest of M bins <= k)^(leaves*rails).

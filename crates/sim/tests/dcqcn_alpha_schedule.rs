@@ -193,7 +193,7 @@ fn alphas_at_cnps(schedule: AlphaSchedule, initial: u32, n: u64) -> Vec<u64> {
     out
 }
 
-/// The documented claim (docs/simulation.md): with a CNP every ~4.2 us and the firmware's 1 us
+/// The documented claim (docs/records/simulation.md): with a CNP every ~4.2 us and the firmware's 1 us
 /// period, per-period alpha settles near 204/1024 from any start. Measured with this model: the
 /// cuts use a five-CNP cycle 200, 201, 201, 201, 201 (21 periods: 5 marked, 16 not), reached
 /// from 1023 by the 126th CNP and from 5 by the 246th. The paper's schedule stays at 5 from 5,

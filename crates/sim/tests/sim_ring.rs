@@ -1,5 +1,5 @@
 //! The ring all-reduce model with steps of about `--slots` messages and more: NCCL moves such a
-//! step round the ring in passes of half the slots (docs/simulation.md, "Engine and traffic"), so
+//! step round the ring in passes of half the slots (docs/records/simulation.md, "Engine and traffic"), so
 //! every step size completes, each message released exactly once on both sides.
 
 use dqplb_engine::PolicyKind;

@@ -1,4 +1,4 @@
-//! Validation of `dqplb sim` before any of its numbers are trusted (docs/simulation.md): F mode
+//! Validation of `dqplb sim` before any of its numbers are trusted (docs/records/simulation.md): F mode
 //! against balls-in-bins, the policy ordering, exactly-once delivery, and same seed same bytes.
 
 use dqplb_engine::PolicyKind;
@@ -115,7 +115,7 @@ fn policy_order_single_static_dqplb_bound_ideal_and_fluid_spray_is_ideal() {
             cfg.traffic.step_bytes = 512 * 1024;
             cfg.shape.segment_bytes = 128 * 1024;
             // Two segments per QP: the window, not NCCL's slots, bounds what is in flight, so
-            // DQPLB's completion-driven refill has something to steer (docs/simulation.md).
+            // DQPLB's completion-driven refill has something to steer (docs/records/simulation.md).
             cfg.shape.outstanding = 2;
             let r = run(&cfg).unwrap();
             clean(&r);
