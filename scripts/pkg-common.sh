@@ -6,8 +6,8 @@ PKG_BIN=dist/dqplb
 
 # pkg_read_version NAME: sets PKG_VERSION (0.1.0) and PKG_HASH (c302e4d) from `dist/dqplb
 # --version`; fails when the artifacts are missing, when the library embeds another version
-# string, or when they were built from a commit other than HEAD. Sets SOURCE_DATE_EPOCH (the
-# commit's time) for reproducible archives.
+# string; warns when they were built from a commit other than HEAD (scripts/release.sh fails
+# then). Sets SOURCE_DATE_EPOCH (the built commit's time, else HEAD's) for reproducible archives.
 pkg_read_version() {
   local me=$1 f line head
   for f in "$PKG_LIB" "$PKG_BIN"; do
@@ -26,10 +26,9 @@ pkg_read_version() {
   fi
   head=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   if [ "$PKG_HASH" != "$head" ]; then
-    echo "$me: dist/ holds a build of $PKG_HASH, the checkout is at $head: rebuild with bash scripts/build.sh --portable" >&2
-    exit 1
+    echo "$me: warning: dist/ holds a build of $PKG_HASH, the checkout is at $head (bash scripts/build.sh --portable rebuilds it)" >&2
   fi
-  SOURCE_DATE_EPOCH=$(git log -1 --format=%ct HEAD)
+  SOURCE_DATE_EPOCH=$(git log -1 --format=%ct "$PKG_HASH" 2>/dev/null || git log -1 --format=%ct HEAD)
   export SOURCE_DATE_EPOCH
 }
 

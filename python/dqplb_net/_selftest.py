@@ -34,16 +34,20 @@ CHILD_UNSET = ("NCCL_DQPLB_TRANSPORT",)
 _INIT_LINE = re.compile(r"DQPLB (\S+ \([^)]*\)) using config (.*?) \(policy")
 
 
-def pattern(nbytes, salt):
-    """`nbytes` of little-endian 32-bit words i + salt * 0x01000193 (mod 2**32), i the word index."""
+def counter_bytes(nbytes, first):
+    """`nbytes` of little-endian 32-bit words first, first + 1, ... (mod 2**32)."""
     words = (nbytes + 3) // 4
-    base = (salt * 0x01000193) & 0xFFFFFFFF
-    wrap = min(words, (1 << 32) - base)  # words before the counter wraps to 0
-    a = array.array("I", range(base, base + wrap))
+    wrap = min(words, (1 << 32) - first)  # words before the counter wraps to 0
+    a = array.array("I", range(first, first + wrap))
     a.extend(range(0, words - wrap))
     if sys.byteorder != "little":
         a.byteswap()
     return a.tobytes()[:nbytes]
+
+
+def pattern(nbytes, salt):
+    """Message `salt`'s bytes: the word counter from salt * 0x01000193 (mod 2**32)."""
+    return counter_bytes(nbytes, (salt * 0x01000193) & 0xFFFFFFFF)
 
 
 def first_mismatch(expected, got):
