@@ -27,15 +27,20 @@ case "${1:-}" in
   -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "deb.sh: unknown option '$1'" >&2; exit 2 ;;
 esac
-for c in dpkg-deb dpkg-architecture objdump readelf strip gzip; do
-  command -v $c >/dev/null || { echo "deb.sh: needs $c (apt-get install dpkg-dev binutils)" >&2; exit 1; }
+for c in dpkg-deb objdump readelf strip gzip md5sum; do
+  command -v $c >/dev/null || { echo "deb.sh: needs $c (apt-get install dpkg binutils gzip coreutils)" >&2; exit 1; }
 done
 
 source scripts/pkg-common.sh
 pkg_read_version deb.sh
 
-ARCH=amd64
-MULTIARCH=$(dpkg-architecture -a"$ARCH" -qDEB_HOST_MULTIARCH 2>/dev/null)
+# the portable build is x86_64 only; dpkg-architecture (dpkg-dev), when there, must agree
+ARCH=amd64 MULTIARCH=x86_64-linux-gnu
+if command -v dpkg-architecture >/dev/null &&
+  [ "$(dpkg-architecture -a"$ARCH" -qDEB_HOST_MULTIARCH 2>/dev/null)" != "$MULTIARCH" ]; then
+  echo "deb.sh: dpkg-architecture says the multiarch triplet of $ARCH is not $MULTIARCH" >&2
+  exit 1
+fi
 # Debian orders '~' before anything: a Cargo pre-release 0.2.0-rc.1 becomes 0.2.0~rc.1
 DEB_VERSION=${PKG_VERSION//-/\~}
 MAINTAINER="${DEBFULLNAME:-dqplb-net developers} <${DEBEMAIL:-dqplb-net@invalid}>"

@@ -9,15 +9,25 @@
 #                         Soft-RoCE VM suite nor the shaped-path guard)
 #   trixie   (Debian 13): bash scripts/build.sh, then cargo test --locked --lib
 #
-# usage: sudo bash scripts/fresh-root.sh [bookworm|trixie|all] [--rebuild-base] [--keep]
-#   default all. --rebuild-base ignores the cached base tarball; --keep leaves the unpacked roots
-#   in $DQPLB_ROOT_WORK for inspection (mounts are always removed).
+# and, on Debian 12 roots WITHOUT the toolchain or the repository (the packages as a user gets
+# them; built on the host first: bash scripts/build.sh --portable && bash scripts/wheel.sh &&
+# bash scripts/deb.sh, which scripts/test.sh does):
+#
+#   wheel: python3-venv from apt, a venv, pip install --no-index dist/dqplb_net-*.whl,
+#          python -m dqplb_net selftest and the `dqplb` console script
+#   deb:   apt install ./dist/dqplb-net_*.deb, python3 -m dqplb_net selftest through the installed
+#          library, the installed files, apt purge
+#
+# usage: sudo bash scripts/fresh-root.sh [bookworm|trixie|wheel|deb|all] [--rebuild-base] [--keep]
+#   default all (the four). --rebuild-base ignores the cached base tarball; --keep leaves the
+#   unpacked roots in $DQPLB_ROOT_WORK for inspection (mounts are always removed).
 # environment: DQPLB_ROOT_CACHE (default /var/cache/dqplb-roots) holds <suite>.tar, the
 #   debootstrapped base, reused while younger than DQPLB_ROOT_MAX_AGE_DAYS (default 14) and made
 #   from the same mirror; DQPLB_ROOT_WORK (default /var/tmp) is where roots are unpacked;
 #   DQPLB_ROOT_MIRROR overrides the mirror; DQPLB_ROOT_NICE (default 0) runs each root niced;
 #   DQPLB_ROOT_REV (default HEAD) is the commit whose tree is copied in;
-#   CARGO_BUILD_JOBS is passed into the root when set.
+#   CARGO_BUILD_JOBS is passed into the root when set; DQPLB_ROOT_DIST (default dist/ of this
+#   checkout) holds the wheel and the .deb, which must be builds of DQPLB_ROOT_REV.
 # exit: 0 all phases passed; 1 a phase failed (named in the summary); 2 bad usage; 3 the Debian
 #   mirror is unreachable or debootstrap could not fetch from it (the reason is printed);
 #   77 not root (skipped).
@@ -32,19 +42,20 @@ WORK=${DQPLB_ROOT_WORK:-/var/tmp}
 MAX_AGE_DAYS=${DQPLB_ROOT_MAX_AGE_DAYS:-14}
 NICE=${DQPLB_ROOT_NICE:-0}
 REV=${DQPLB_ROOT_REV:-HEAD}
+DIST=${DQPLB_ROOT_DIST:-$REPO/dist}
 
 suites=() rebuild=0 keep=0
 for a in "$@"; do
   case "$a" in
-    bookworm | trixie) suites+=("$a") ;;
-    all) suites+=(bookworm trixie) ;;
+    bookworm | trixie | wheel | deb) suites+=("$a") ;;
+    all) suites+=(bookworm trixie wheel deb) ;;
     --rebuild-base) rebuild=1 ;;
     --keep) keep=1 ;;
-    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-root: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
-[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie)
+[ ${#suites[@]} -gt 0 ] || suites=(bookworm trixie wheel deb)
 
 if [ "$(id -u)" != 0 ]; then
   echo "fresh-root: needs root (debootstrap, chroot, bind mounts); skipped" >&2
@@ -123,27 +134,30 @@ while IFS='=' read -r k _; do
   esac
 done < <(env)
 
-# ---- the host's Rust toolchain (mounted read-only) ------------------------------------------
-cargo_real=$(rustup which cargo 2>/dev/null || command -v cargo || true)
-if [ -z "$cargo_real" ]; then
-  echo "fresh-root: no Rust toolchain on the host to mount into the roots (rustup which cargo)" >&2
-  exit 1
+# ---- the host's Rust toolchain (mounted read-only; the source suites only) -------------------
+tc_mount_src=- tc_mount_dst=- tc_path=/nonexistent tc_env=()
+if printf '%s\n' "${suites[@]}" | grep -qxE 'bookworm|trixie'; then
+  cargo_real=$(rustup which cargo 2>/dev/null || command -v cargo || true)
+  if [ -z "$cargo_real" ]; then
+    echo "fresh-root: no Rust toolchain on the host to mount into the roots (rustup which cargo)" >&2
+    exit 1
+  fi
+  cargo_real=$(readlink -f "$cargo_real")
+  tc_dir=$(dirname "$(dirname "$cargo_real")")     # <toolchain>/bin/cargo -> <toolchain>
+  case "$tc_dir" in
+    */toolchains/*)
+      host_rustup=$(dirname "$(dirname "$tc_dir")")  # <RUSTUP_HOME>/toolchains/<name>
+      tc_name=$(basename "$tc_dir")
+      tc_mount_src=$host_rustup tc_mount_dst=/opt/rustup
+      tc_path=/opt/rustup/toolchains/$tc_name/bin
+      tc_env=(RUSTUP_HOME=/opt/rustup RUSTUP_TOOLCHAIN="$tc_name")
+      ;;
+    *)
+      tc_mount_src=$tc_dir tc_mount_dst=/opt/rust tc_path=/opt/rust/bin tc_env=()
+      ;;
+  esac
+  say "Rust toolchain: $tc_dir ($("$cargo_real" --version 2>/dev/null)), mounted read-only at $tc_mount_dst"
 fi
-cargo_real=$(readlink -f "$cargo_real")
-tc_dir=$(dirname "$(dirname "$cargo_real")")     # <toolchain>/bin/cargo -> <toolchain>
-case "$tc_dir" in
-  */toolchains/*)
-    host_rustup=$(dirname "$(dirname "$tc_dir")")  # <RUSTUP_HOME>/toolchains/<name>
-    tc_name=$(basename "$tc_dir")
-    tc_mount_src=$host_rustup tc_mount_dst=/opt/rustup
-    tc_path=/opt/rustup/toolchains/$tc_name/bin
-    tc_env=(RUSTUP_HOME=/opt/rustup RUSTUP_TOOLCHAIN="$tc_name")
-    ;;
-  *)
-    tc_mount_src=$tc_dir tc_mount_dst=/opt/rust tc_path=/opt/rust/bin tc_env=()
-    ;;
-esac
-say "Rust toolchain: $tc_dir ($("$cargo_real" --version 2>/dev/null)), mounted read-only at $tc_mount_dst"
 
 # ---- cleanup ----------------------------------------------------------------------------------
 roots=()
@@ -221,19 +235,54 @@ base_tar() { # suite -> sets BASE to the tarball path; exits 3 when the mirror i
 }
 
 # ---- one root -------------------------------------------------------------------------------
+# the one package file for a package suite (wheel|deb), built from $REV; else a message, return 1
+package_file() {
+  local suite=$1 files want built
+  want=$(git -C "$REPO" rev-parse --short "$REV^{commit}")
+  case "$suite" in
+    wheel) files=("$DIST"/dqplb_net-*-py3-none-manylinux_2_28_x86_64.whl) ;;
+    deb) files=("$DIST"/dqplb-net_*_amd64.deb) ;;
+  esac
+  if [ ${#files[@]} != 1 ] || [ ! -f "${files[0]}" ]; then
+    echo "fresh-root: $suite: expected one package file in $DIST (${files[*]}); build it on the host first: bash scripts/build.sh --portable && bash scripts/wheel.sh && bash scripts/deb.sh" >&2
+    return 1
+  fi
+  case "$suite" in
+    wheel) built=$(python3 -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read("dqplb_net/_build_info.py").decode())' \
+      "${files[0]}" 2>/dev/null | sed -n 's/^GIT_HASH = "\(.*\)"$/\1/p') ;;
+    deb) built=$(dpkg-deb -f "${files[0]}" Description 2>/dev/null | sed -n 's/.*Built from git commit \([0-9a-f]*\)\..*/\1/p') ;;
+  esac
+  if [ "$built" != "$want" ]; then
+    echo "fresh-root: $suite: ${files[0]} is a build of '${built:-?}', the tree is $REV = $want: rebuild it (bash scripts/build.sh --portable && bash scripts/wheel.sh && bash scripts/deb.sh)" >&2
+    return 1
+  fi
+  PKG_FILE=${files[0]}
+}
+
 run_root() { # suite
-  local suite=$1 t0 tarball root rc
-  base_tar "$suite"
+  local suite=$1 t0 tarball root rc base_suite=$1 packaged=0
+  case "$suite" in wheel | deb) base_suite=bookworm packaged=1 ;; esac
+  if [ $packaged = 1 ] && ! package_file "$suite"; then
+    failures+=("$suite: package file")
+    return 1
+  fi
+  base_tar "$base_suite"
   tarball=$BASE
 
   t0=$SECONDS
   root=$(mktemp -d "$WORK/dqplb-root-$suite.XXXXXX")
   roots+=("$root")
   tar --numeric-owner --xattrs -C "$root" -xf "$tarball" || { failures+=("$suite: unpack"); return 1; }
-  # the repository as committed (a clean checkout, not this working directory and its target/)
-  mkdir -p "$root/root/dqplb-net" "$root/root/.cargo" "$root$tc_mount_dst"
-  git -C "$REPO" archive --format=tar "$REV" | tar -C "$root/root/dqplb-net" -xf - ||
-    { failures+=("$suite: git archive"); return 1; }
+  if [ $packaged = 1 ]; then
+    # only the package file: no repository, no toolchain, no cargo
+    mkdir -p "$root/root/pkg"
+    cp "$PKG_FILE" "$root/root/pkg/" || { failures+=("$suite: copy $PKG_FILE"); return 1; }
+  else
+    # the repository as committed (a clean checkout, not this working directory and its target/)
+    mkdir -p "$root/root/dqplb-net" "$root/root/.cargo" "$root$tc_mount_dst"
+    git -C "$REPO" archive --format=tar "$REV" | tar -C "$root/root/dqplb-net" -xf - ||
+      { failures+=("$suite: git archive"); return 1; }
+  fi
   # host network settings (see above): resolver, CA store, apt proxy settings, cargo config
   rm -f "$root/etc/resolv.conf"
   cp -L /etc/resolv.conf "$root/etc/resolv.conf"
@@ -242,20 +291,28 @@ run_root() { # suite
   cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt" 2>/dev/null
   [ -z "$apt_net_conf" ] || printf '// copied from the host by scripts/fresh-root.sh (network only)\n%s\n' \
     "$apt_net_conf" >"$root/etc/apt/apt.conf.d/00host-network"
-  [ -z "$host_cargo_conf" ] || { cp "$host_cargo_conf" "$root/root/.cargo/"; say "$suite: copied the host's $host_cargo_conf (network settings) into CARGO_HOME"; }
+  [ -z "$host_cargo_conf" ] || [ $packaged = 1 ] || { cp "$host_cargo_conf" "$root/root/.cargo/"; say "$suite: copied the host's $host_cargo_conf (network settings) into CARGO_HOME"; }
   # the phases are this script's (so that DQPLB_ROOT_REV may name any commit)
   cp "$HELPERS/inside.sh" "$root/root/fresh-root-inside.sh"
   timing "$suite" "unpack + copy repo and host settings" $((SECONDS - t0)) ok
 
   say "$suite: root $root; running the phases of scripts/fresh-root/inside.sh $suite"
-  env_in=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM=dumb LANG=C.UTF-8
-    PATH="$tc_path:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never
-    "${tc_env[@]}" "${pass_env[@]}")
+  local mount_src=$tc_mount_src mount_dst=$tc_mount_dst
+  if [ $packaged = 1 ]; then
+    say "$suite: $(basename "$PKG_FILE") copied in; no Rust toolchain mounted"
+    mount_src=- mount_dst=-
+    env_in=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM=dumb LANG=C.UTF-8
+      PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "${pass_env[@]}")
+  else
+    env_in=(HOME=/root USER=root LOGNAME=root SHELL=/bin/bash TERM=dumb LANG=C.UTF-8
+      PATH="$tc_path:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+      CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never
+      "${tc_env[@]}" "${pass_env[@]}")
+  fi
   local tfile="$root/root/timings"
   t0=$SECONDS
   nice -n "$NICE" unshare --mount --propagation private --pid --fork \
-    bash "$HELPERS/enter.sh" "$root" "$tc_mount_src" "$tc_mount_dst" -- "${env_in[@]}" -- \
+    bash "$HELPERS/enter.sh" "$root" "$mount_src" "$mount_dst" -- "${env_in[@]}" -- \
     bash /root/fresh-root-inside.sh "$suite" /root/timings
   rc=$?
   if [ -f "$tfile" ]; then

@@ -60,7 +60,7 @@ strip --strip-debug -o "$tmp/lib" "$PKG_LIB"
 strip --strip-debug -o "$tmp/bin" "$PKG_BIN"
 python3 -m zipfile -e "$whl" "$tmp/whl"
 dpkg-deb -x "$deb" "$tmp/deb"
-multiarch=$(dpkg-architecture -aamd64 -qDEB_HOST_MULTIARCH)
+multiarch=x86_64-linux-gnu
 same() { # what, file, reference
   cmp -s "$2" "$3" || { echo "release.sh: $1 ($2) differs from $3" >&2; exit 1; }
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: format and lint gates, unit/property/integration tests, the release library
 # as shipped (artifact checks; the NCCL harness, the NCCL emulator and the dlopen tests against it),
-# the portable build, install, GPU-script offline tests, the Soft-RoCE verbs VM, the shaped-path
-# guard, and the README's set-up in fresh Debian 12/13 roots. A step that cannot run exits 77
-# (skipped, named at the end); DQPLB_REQUIRE_ALL=1 (CI) turns every skip into a failure.
+# the portable build, the wheel and the .deb (and the Python package's tests), install, GPU-script
+# offline tests, the Soft-RoCE verbs VM, the shaped-path guard, the README's set-up in fresh
+# Debian 12/13 roots, and the wheel and the .deb installed and self-tested in fresh Debian 12
+# roots without Rust. A step that cannot run exits 77 (skipped, named at the end);
+# DQPLB_REQUIRE_ALL=1 (CI) turns every skip into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh --test || exit 1
@@ -35,11 +37,14 @@ step "release library: NCCL emulator, harness, dlopen tests" env DQPLB_PLUGIN_SO
   cargo test --release --locked --no-fail-fast --test nccl_emulator --test nccl_harness \
   --test release_artifact --test verbs_hidden
 step "portable build (glibc <= 2.28)" bash scripts/build.sh --portable
+step "wheel and .deb from the portable build" \
+  bash -c 'bash scripts/wheel.sh --auditwheel && bash scripts/deb.sh'
+step "python package tests (the installed wheel)" bash scripts/test-python.sh
 step "install into a prefix" bash scripts/test-install.sh
 step "gpu-e2e offline tests" bash scripts/test-gpu-e2e-offline.sh
 step "verbs suite in Soft-RoCE VM" bash scripts/verbs-tests.sh
 step "shaped-path guard (scenario 2)" bash scripts/paths-guard.sh
-step "README set-up in fresh Debian 12 and 13 roots" fresh_root
+step "README set-up in fresh Debian 12 and 13 roots; wheel and .deb in fresh Debian 12 roots" fresh_root
 echo
 [ ${#failures[@]} -eq 0 ] || echo "failed steps: $(printf '[%s] ' "${failures[@]}")"
 [ ${#skips[@]} -eq 0 ] || echo "skipped steps: $(printf '[%s] ' "${skips[@]}")"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # enter.sh ROOT TOOLCHAIN_SRC TOOLCHAIN_DST -- VAR=VALUE... -- COMMAND...
+# (TOOLCHAIN_SRC and _DST both "-": no toolchain is mounted)
 # Run by scripts/fresh-root.sh inside `unshare --mount --propagation private --pid --fork`: the
 # mounts made here (/proc, /dev, /sys, the read-only toolchain) belong to this private mount
 # namespace and disappear with it; the PID namespace ends every process the root leaves behind.
@@ -20,6 +21,8 @@ mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
 mount --rbind /sys "$root/sys"
 mount --make-rslave "$root/sys"
-mount --bind "$tc_src" "$root$tc_dst"
-mount -o remount,bind,ro "$root$tc_dst"
+if [ "$tc_src" != - ]; then
+  mount --bind "$tc_src" "$root$tc_dst"
+  mount -o remount,bind,ro "$root$tc_dst"
+fi
 exec chroot "$root" /usr/bin/env -i "${envs[@]}" "$@"
