@@ -260,7 +260,7 @@ package_file() {
 }
 
 run_root() { # suite
-  local suite=$1 t0 tarball root rc base_suite=$1 packaged=0
+  local suite=$1 t0 tarball root rc base_suite=$1 packaged=0 what
   case "$suite" in wheel | deb) base_suite=bookworm packaged=1 ;; esac
   if [ $packaged = 1 ] && ! package_file "$suite"; then
     failures+=("$suite: package file")
@@ -294,7 +294,8 @@ run_root() { # suite
   [ -z "$host_cargo_conf" ] || [ $packaged = 1 ] || { cp "$host_cargo_conf" "$root/root/.cargo/"; say "$suite: copied the host's $host_cargo_conf (network settings) into CARGO_HOME"; }
   # the phases are this script's (so that DQPLB_ROOT_REV may name any commit)
   cp "$HELPERS/inside.sh" "$root/root/fresh-root-inside.sh"
-  timing "$suite" "unpack + copy repo and host settings" $((SECONDS - t0)) ok
+  if [ $packaged = 1 ]; then what=package; else what=repo; fi
+  timing "$suite" "unpack + copy $what and host settings" $((SECONDS - t0)) ok
 
   say "$suite: root $root; running the phases of scripts/fresh-root/inside.sh $suite"
   local mount_src=$tc_mount_src mount_dst=$tc_mount_dst
