@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
   "") ;;
-  -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "deb.sh: unknown option '$1'" >&2; exit 2 ;;
 esac
 for c in dpkg-deb objdump readelf strip gzip md5sum; do

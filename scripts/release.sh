@@ -22,7 +22,7 @@ for a in "$@"; do
   case "$a" in
     --no-build) build=0 ;;
     --allow-dirty) dirty_ok=1 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "release.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done

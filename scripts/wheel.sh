@@ -26,7 +26,7 @@ audit=0
 case "${1:-}" in
   "") ;;
   --auditwheel) audit=1 ;;
-  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "wheel.sh: unknown option '$1' (use --auditwheel or nothing)" >&2; exit 2 ;;
 esac
 
