@@ -268,8 +268,11 @@ def run(args, library, expect_version):
                 key, _, rest = line.partition(" ")
                 lines[role][key] = rest
                 if role == "recv" and key == "HANDLE":
-                    procs["send"].stdin.write(line + "\n")
-                    procs["send"].stdin.flush()
+                    try:
+                        procs["send"].stdin.write(line + "\n")
+                        procs["send"].stdin.flush()
+                    except OSError:
+                        pass  # the sender has already ended: its exit status says why
                 continue
             open_streams -= 1
             rc = procs[role].wait(timeout=max(0.1, deadline - time.monotonic()))

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import dqplb_net
@@ -189,6 +190,17 @@ class SelfTest(unittest.TestCase):
         self.assertIn("init returned ncclInvalidArgument (4)", r.stderr)
         self.assertIn("selftest: FAILED:", r.stdout)
         self.assertNotIn("selftest: ok", r.stdout)
+
+    def test_a_failing_process_ends_the_selftest_at_once(self):
+        # the plugin's debug hook makes connect() panic in the sender (caught at its C boundary)
+        env = dict(os.environ, NCCL_DQPLB_DEBUG_PANIC="connect", RUST_BACKTRACE="0")
+        t0 = time.monotonic()
+        r = run(PY, "-m", "dqplb_net", "selftest", "--timeout", "60", env=env)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("selftest[send]: connect returned ncclInternalError (3)", r.stderr)
+        self.assertIn("selftest: FAILED: the send process failed (exit 1)", r.stdout)
+        # the receiver, waiting in accept(), is ended, not left to the 60 s limit
+        self.assertLess(time.monotonic() - t0, 30)
 
     def test_missing_library_fails_the_selftest(self):
         r = run(PY, "-m", "dqplb_net", "selftest", "--library", "/nonexistent/libnccl-net-dqplb.so")
