@@ -541,19 +541,17 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
     let bufs = unsafe { [(rbase, 64usize, 1), (rbase.add(GROUP_CAP), 64, 2)] };
     // SAFETY: as above.
     until_request("irecv", || unsafe { net.irecv_group(rc, &bufs, rmh) }).map_err(err)?;
+    // A tag absent from the group is no error: net_ib's isend answers a NULL request until a
+    // receive with that tag is next (ncclIbIsend, 2.20.3-2.30.7); NCCL's proxy retries.
     let start = Instant::now();
-    let rc_mismatch = loop {
+    while start.elapsed() < Duration::from_millis(100) {
         // SAFETY: as above.
         match unsafe { net.isend(sc, sbase, 8, 3, smh) } {
-            Ok(None) if start.elapsed() < STALL_LIMIT => std::thread::yield_now(),
-            Ok(r) => return Err(format!("isend with a tag absent from the group gave {r:?}")),
-            Err(e) => break e.rc,
+            Ok(None) => std::thread::yield_now(),
+            other => return Err(format!("isend with a tag absent from the group gave {other:?}")),
         }
-    };
-    if rc_mismatch != INVALID_USAGE {
-        return Err(format!("tag mismatch gave ncclResult_t {rc_mismatch}"));
     }
-    say("GROUPED tag mismatch is ncclInvalidUsage");
+    say("GROUPED a tag absent from the group waits (NULL request)");
     net.dereg_mr(sc, smh).map_err(err)?;
     net.dereg_mr(rc, rmh).map_err(err)?;
     net.close_send(sc).map_err(err)?;
@@ -722,8 +720,8 @@ fn stream_sender(logger: &CLogger) -> Result<(), String> {
 const LONG: usize = 4096;
 const SHORT: usize = 1024;
 
-/// Posts a 1 KiB receive for a 4 KiB send (the ABI makes that an error): test() must fail,
-/// never report success, and nothing may be written past the 1 KiB buffer.
+/// Posts a 1 KiB receive for a 4 KiB send: as net_ib, the send is cut to the receive's size
+/// (ncclIbIsend, 2.20.3-2.30.7), test() reports 1 KiB, nothing is written past the buffer.
 fn short_receiver(logger: &CLogger) -> Result<(), String> {
     let (_plugin, net) = open(logger)?;
     let (handle, lc) = net.listen(0).map_err(err)?;
@@ -747,14 +745,17 @@ fn short_receiver(logger: &CLogger) -> Result<(), String> {
     };
     let outcome = loop {
         match net.test(req) {
-            Ok(Some(n)) => return Err(format!("test reported success ({n} bytes) for a {LONG}-byte send into a {SHORT}-byte buffer")),
+            Ok(Some(n)) => break format!("done {n}"),
             Ok(None) if start.elapsed() < Duration::from_secs(20) => std::thread::yield_now(),
             Ok(None) => return Err("the oversized receive neither failed nor completed in 20 s".into()),
-            Err(e) => break e.rc,
+            Err(e) => break format!("rc={}", e.rc),
         }
     };
     check_canary(&arena)?;
-    say(&format!("OVERSIZE test rc={outcome}"));
+    if let Some(p) = arena[..SHORT].iter().position(|&b| b != 0x77) {
+        return Err(format!("received byte {p} is not the sender's"));
+    }
+    say(&format!("OVERSIZE test {outcome}"));
     let _ = net.close_recv(rc);
     let _ = net.close_listen(lc);
     Ok(())

@@ -110,28 +110,6 @@ impl<T: Copy> Slots<T> {
     }
 }
 
-/// NCCL's matching rule for a send against the receive the peer posted next: the receive buffer
-/// must hold the send and carry the same tag. Shared by every transport's isend.
-pub fn check_send_matches(
-    peer: &dyn std::fmt::Display,
-    len: usize,
-    tag: i32,
-    capacity: u64,
-    posted_tag: i32,
-) -> NetResult<()> {
-    if len as u64 > capacity {
-        return Err(NetError::invalid_usage(format!(
-            "isend of {len} bytes to {peer} exceeds the receive buffer of {capacity} bytes the peer posted (tag {posted_tag}): NCCL requires receive >= send"
-        )));
-    }
-    if posted_tag != tag {
-        return Err(NetError::invalid_usage(format!(
-            "isend tag {tag} to {peer} does not match the tag {posted_tag} of the receive the peer posted next"
-        )));
-    }
-    Ok(())
-}
-
 /// One buffer of a grouped receive as the sender sees it: tag, capacity and where it lives on
 /// the receiver (`R`: a buffer id for TCP, address and rkey for verbs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -167,12 +145,14 @@ impl<R: Copy> Group<R> {
 /// Where an isend goes, by [`GroupMatcher::find`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
-    /// Buffer `i` of the first incomplete group.
-    Buffer(usize),
+    /// Buffer `.0` of the first incomplete group, carrying `.1` bytes: the send's size, cut to
+    /// the buffer's when larger (net_ib's `if (size > slots[r].size) size = slots[r].size;`).
+    Buffer(usize, usize),
     /// No group is announced yet.
     NoGroup,
-    /// The first incomplete group carries this tag, but every buffer with it is matched already
-    /// (the send belongs to a later group): try again once this group is complete.
+    /// The first incomplete group has no unmatched buffer with this tag (every buffer with it is
+    /// matched, or none carries it): the send belongs to a later group. NCCL's answer is a NULL
+    /// request; its proxy offers the send again later.
     Busy,
 }
 
@@ -229,43 +209,22 @@ impl<R: Copy + Default> GroupMatcher<R> {
         Ok(())
     }
 
-    /// Where a send of `len` bytes with `tag` goes. A tag absent from the first incomplete group,
-    /// or a send larger than the buffer it matches, is NCCL misuse (ncclInvalidUsage).
-    pub(crate) fn find(
-        &self,
-        peer: &dyn std::fmt::Display,
-        len: usize,
-        tag: i32,
-    ) -> NetResult<Match> {
+    /// Where a send of `len` bytes with `tag` goes, as net_ib's isend decides (ncclIbIsend,
+    /// src/transport/net_ib.cc 2.20.3-2.28.9, src/transport/net_ib/p2p.cc 2.29.2-2.30.7): the
+    /// first unmatched buffer with the tag in the head receive group takes it, cut to the
+    /// buffer's size when larger; with none, the request is NULL and NCCL's proxy retries
+    /// (sendProxyProgress, src/transport/net.cc), so the send matches a later group. O(n) in
+    /// the group's buffers, no allocation.
+    pub(crate) fn find(&self, len: usize, tag: i32) -> Match {
         let Some(g) = self.queue.front() else {
-            return Ok(Match::NoGroup);
+            return Match::NoGroup;
         };
-        let targets = g.targets();
-        let free = (0..g.n).find(|&i| g.sends[i] == UNMATCHED && targets[i].tag == tag);
-        match free {
+        match (0..g.n).find(|&i| g.sends[i] == UNMATCHED && g.targets[i].tag == tag) {
             Some(i) => {
-                let t = targets[i];
-                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
-                Ok(Match::Buffer(i))
+                let cap = usize::try_from(g.targets[i].capacity).unwrap_or(usize::MAX);
+                Match::Buffer(i, len.min(cap))
             }
-            None if targets.iter().any(|t| t.tag == tag) => Ok(Match::Busy),
-            None if g.n == 1 => {
-                // The one-buffer wording of the shared rule ("does not match the tag ...").
-                let t = targets[0];
-                check_send_matches(peer, len, tag, t.capacity, t.tag)?;
-                Err(NetError::invalid_usage(format!(
-                    "isend tag {tag} to {peer} does not match the tag {} of the receive the peer posted next",
-                    t.tag
-                )))
-            }
-            None => {
-                let tags: arrayvec::ArrayVec<i32, MAX_RECVS> =
-                    targets.iter().map(|t| t.tag).collect();
-                Err(NetError::invalid_usage(format!(
-                    "isend tag {tag} to {peer} matches none of the tags {tags:?} of the {}-buffer receive the peer posted next",
-                    g.n
-                )))
-            }
+            None => Match::Busy,
         }
     }
 
@@ -338,52 +297,31 @@ mod tests {
         assert!(s.alloc(4).is_some() && s.alloc(5).is_some());
     }
 
-    #[test]
-    fn send_matching_rule() {
-        let peer = "10.0.0.1:5";
-        assert!(check_send_matches(&peer, 10, 3, 10, 3).is_ok());
-        let big = check_send_matches(&peer, 11, 3, 10, 3).unwrap_err();
-        assert!(
-            big.msg.contains("11 bytes") && big.msg.contains("10 bytes"),
-            "{big}"
-        );
-        let tag = check_send_matches(&peer, 1, 3, 10, 4).unwrap_err();
-        assert!(
-            tag.msg.contains("tag 3") && tag.msg.contains("tag 4"),
-            "{tag}"
-        );
-        assert_eq!(tag.code, crate::ErrorCode::InvalidUsage);
+    fn t(tag: i32, capacity: u64, remote: u32) -> Target<u32> {
+        Target {
+            tag,
+            capacity,
+            remote,
+        }
     }
 
     #[test]
     fn groups_match_by_tag_in_order_and_complete_in_buffer_order() {
         let peer = "10.0.0.1:5";
-        let t = |tag, capacity, remote| Target {
-            tag,
-            capacity,
-            remote,
-        };
         let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
-        assert_eq!(m.find(&peer, 1, 1).unwrap(), Match::NoGroup);
+        assert_eq!(m.find(1, 1), Match::NoGroup);
         m.push(&peer, &[t(1, 10, 100), t(2, 20, 101)]).unwrap();
         m.push(&peer, &[t(1, 5, 200)]).unwrap();
         let over = m.push(&peer, &[t(1, 5, 300)]).unwrap_err();
         assert!(over.msg.contains("more than 2"), "{over}");
         // Sends come in any tag order within the first group.
-        assert_eq!(m.find(&peer, 20, 2).unwrap(), Match::Buffer(1));
+        assert_eq!(m.find(20, 2), Match::Buffer(1, 20));
         assert_eq!(m.target(1).unwrap().remote, 101);
         assert!(m.assign(1, 7).is_none());
-        // Tag 2 is taken in the first group: the send belongs to a later one.
-        assert_eq!(m.find(&peer, 1, 2).unwrap(), Match::Busy);
-        let absent = m.find(&peer, 1, 3).unwrap_err();
-        assert_eq!(absent.code, crate::ErrorCode::InvalidUsage);
-        assert!(
-            absent.msg.contains("tag 3") && absent.msg.contains("[1, 2]"),
-            "{absent}"
-        );
-        let big = m.find(&peer, 11, 1).unwrap_err();
-        assert_eq!(big.code, crate::ErrorCode::InvalidUsage);
-        assert_eq!(m.find(&peer, 10, 1).unwrap(), Match::Buffer(0));
+        // Tag 2 is taken in the first group, tag 3 is in none: both wait for a later group.
+        assert_eq!(m.find(1, 2), Match::Busy);
+        assert_eq!(m.find(1, 3), Match::Busy);
+        assert_eq!(m.find(10, 1), Match::Buffer(0, 10));
         let g = m.assign(0, 9).expect("group complete");
         assert_eq!(
             g.sends(),
@@ -392,17 +330,57 @@ mod tests {
         );
         assert_eq!(g.targets()[1].remote, 101);
         assert_eq!(m.len(), 1);
-        // The next group is matched only now; its smaller buffer is checked.
-        assert!(m.find(&peer, 6, 1).is_err());
-        assert_eq!(m.find(&peer, 0, 1).unwrap(), Match::Buffer(0));
-        // A one-buffer receive keeps the single-receive wording.
-        let one = m.find(&peer, 0, 8).unwrap_err();
-        assert!(
-            one.msg.contains("tag 8") && one.msg.contains("does not match the tag 1"),
-            "{one}"
-        );
+        // The next group is matched only now; a one-buffer receive with another tag waits too.
+        assert_eq!(m.find(0, 1), Match::Buffer(0, 0));
+        assert_eq!(m.find(0, 8), Match::Busy);
         assert!(m.push(&peer, &[]).is_err());
         assert!(m.push(&peer, &[t(0, 0, 0); MAX_RECVS + 1]).is_err());
+    }
+
+    /// A send larger than the buffer it matches is cut to the buffer's size, as net_ib's isend
+    /// does in every NCCL from 2.20.3 to 2.30.7 (`if (size > slots[r].size) size = ...`).
+    #[test]
+    fn oversized_send_is_cut_to_the_posted_buffer() {
+        let peer = "10.0.0.1:5";
+        let mut m: GroupMatcher<u32> = GroupMatcher::new(1);
+        m.push(&peer, &[t(4, 1024, 0)]).unwrap();
+        assert_eq!(m.find(4096, 4), Match::Buffer(0, 1024));
+        assert_eq!(m.find(1024, 4), Match::Buffer(0, 1024));
+        assert_eq!(m.find(3, 4), Match::Buffer(0, 3));
+    }
+
+    /// aws-ofi-nccl's "Grouped Recv Multi-Tag": recv(n=1, tag 8), then recv(n=8, tags 0-7); the
+    /// sends come as tags 0..=8. A send with tag 0 against the head group {8} is not an error: it
+    /// waits (NULL request) and matches the 8-buffer group once tag 8 has completed the first.
+    #[test]
+    fn multi_tag_sends_wait_for_their_group() {
+        let peer = "10.0.0.1:5";
+        let mut m: GroupMatcher<u32> = GroupMatcher::new(2);
+        m.push(&peer, &[t(8, 64, 800)]).unwrap();
+        let eight: Vec<Target<u32>> = (0..8).map(|k| t(k, 64, 900 + k as u32)).collect();
+        m.push(&peer, &eight).unwrap();
+        let mut pending: Vec<i32> = (0..=8).collect();
+        let mut done = Vec::new();
+        let mut slot = 0;
+        // The proxy offers every pending send in order, again and again, as NCCL's does.
+        while !pending.is_empty() {
+            let before = pending.len();
+            pending.retain(|&tag| match m.find(64, tag) {
+                Match::Buffer(i, 64) => {
+                    if let Some(g) = m.assign(i, slot) {
+                        done.push(g.targets().iter().map(|t| t.remote).collect::<Vec<_>>());
+                    }
+                    slot += 1;
+                    false
+                }
+                Match::Busy => true,
+                other => panic!("tag {tag}: {other:?}"),
+            });
+            assert!(pending.len() < before, "no progress: {pending:?}");
+        }
+        assert_eq!(done.len(), 2);
+        assert_eq!(done[0], vec![800]);
+        assert_eq!(done[1], (900..908).collect::<Vec<_>>());
     }
 
     #[test]

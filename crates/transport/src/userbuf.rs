@@ -50,6 +50,15 @@ impl UserBuf {
         self.ptr as usize
     }
 
+    /// The first `n` bytes (all of them when `n` is larger): a send cut to the receive buffer
+    /// the peer posted, as net_ib's isend does.
+    pub fn prefix(self, n: usize) -> UserBuf {
+        UserBuf {
+            ptr: self.ptr,
+            len: self.len.min(n),
+        }
+    }
+
     /// Bytes `[off, off+n)`; None when outside the buffer.
     pub fn slice(&self, off: usize, n: usize) -> Option<&[u8]> {
         let end = off.checked_add(n)?;

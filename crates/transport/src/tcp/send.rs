@@ -178,7 +178,8 @@ impl TcpSendComm {
     }
 
     /// Matches `buf` to a buffer of the first grouped receive the peer announced and not yet
-    /// matched completely (by tag); None means "try again". The group goes to the engine, in
+    /// matched completely (by tag; a send larger than the buffer is cut to it, as net_ib's);
+    /// None means "try again", also when that group has no free buffer with this tag. The group goes to the engine, in
     /// buffer order, once every buffer has its send. A send whose receive was announced is
     /// accepted even after the peer closed: test() then reports the close (ncclRemoteError).
     pub fn isend(&mut self, buf: UserBuf, tag: i32) -> NetResult<Option<u32>> {
@@ -192,8 +193,8 @@ impl TcpSendComm {
             Err(e) => return Err(e),
         };
         let peer = self.ctrl_name.peer;
-        let i = match self.tx.matcher.find(&peer, buf.len(), tag)? {
-            Match::Buffer(i) => i,
+        let (i, buf) = match self.tx.matcher.find(buf.len(), tag) {
+            Match::Buffer(i, len) => (i, buf.prefix(len)),
             Match::NoGroup | Match::Busy => {
                 if let Some(e) = gone {
                     return Err(e);

@@ -337,8 +337,9 @@ impl VerbsSendComm {
             }
             Err(e) => return Err(e),
         };
-        let i = match self.tx.matcher.find(&self.peer, buf.len(), tag)? {
-            Match::Buffer(i) => i,
+        let (i, buf) = match self.tx.matcher.find(buf.len(), tag) {
+            // A send larger than the buffer is cut to it, as net_ib's isend does.
+            Match::Buffer(i, len) => (i, buf.prefix(len)),
             Match::NoGroup | Match::Busy => {
                 if let Some(e) = gone {
                     return Err(e);
