@@ -48,8 +48,14 @@ pub(crate) struct ConnOptions {
 }
 
 /// v11+ setNetAttr: records NCCL's hints in the context and its traffic pattern, which the send
-/// comms of the context read at each isend.
+/// comms of the context read at each isend. NCCL calls it before every connect/accept retry
+/// (sendProxyConnect/recvProxyConnect, src/transport/net.cc 2.28.3-2.30.7) and per transfer when
+/// the hints change (setXferNetAttrs): hints equal to the last ones are one compare under the
+/// context's lock, allocation-free and silent.
 pub fn set_net_attr(ctx: &CommContext, na: NetAttr) {
+    if !ctx.replace_net_attr(na) {
+        return;
+    }
     let min_peers = match state::get() {
         Ok(g) => g.config.patterns.alltoall_min_peers,
         Err(_) => dqplb_config::PatternsSection::default().alltoall_min_peers,
@@ -59,8 +65,10 @@ pub fn set_net_attr(ctx: &CommContext, na: NetAttr) {
         tracing::info!(target: "dqplb::net", "communicator {:#x}: traffic pattern {} (setNetAttr op {:#x}, send peers {}, recv peers {})",
             ctx.comm_id, p.as_str(), na.op, na.send.max_concurrent_peers, na.recv.max_concurrent_peers);
     }
-    tracing::trace!(target: "dqplb::net", "communicator {:#x}: setNetAttr {na:?}", ctx.comm_id);
-    ctx.set_net_attr(na);
+    tracing::trace!(target: "dqplb::net", "communicator {:#x}: setNetAttr op {:#x} algo {:#x} proto {:#x}, send peers {}-{} flows {}-{}, recv peers {}-{} flows {}-{}",
+        ctx.comm_id, na.op, na.algo, na.proto,
+        na.send.min_concurrent_peers, na.send.max_concurrent_peers, na.send.min_flows_per_peer, na.send.max_flows_per_peer,
+        na.recv.min_concurrent_peers, na.recv.max_concurrent_peers, na.recv.min_flows_per_peer, na.recv.max_flows_per_peer);
 }
 
 /// NCCL's trafficClass int: -1 (NCCL_NET_TRAFFIC_CLASS_UNDEF) or any other value outside 0..=255

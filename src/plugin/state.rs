@@ -105,10 +105,20 @@ impl CommContext {
     }
 
     pub fn set_net_attr(&self, a: NetAttr) {
-        match self.net_attr.lock() {
-            Ok(mut g) => *g = Some(a),
-            Err(p) => *p.into_inner() = Some(a),
+        self.replace_net_attr(a);
+    }
+
+    /// Stores `a`; false (and nothing changes) when it equals the hints stored already.
+    pub fn replace_net_attr(&self, a: NetAttr) -> bool {
+        let mut g = match self.net_attr.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if *g == Some(a) {
+            return false;
         }
+        *g = Some(a);
+        true
     }
 
     pub fn net_attr(&self) -> Option<NetAttr> {

@@ -7,7 +7,7 @@ use super::pattern::{self, Msg, CANARY};
 use dqplb_test_support::dl::{self, Plugin};
 use dqplb_test_support::logger::CLogger;
 use dqplb_test_support::nccl::{
-    HANDLE_BYTES, INVALID_ARGUMENT, INVALID_USAGE, LOG_INFO, LOG_WARN, MAX_REQUESTS, REMOTE_ERROR,
+    HANDLE_BYTES, INVALID_ARGUMENT, LOG_INFO, LOG_WARN, MAX_REQUESTS, REMOTE_ERROR,
 };
 use dqplb_test_support::spawn::say;
 use std::io::BufRead;
