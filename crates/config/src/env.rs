@@ -74,34 +74,51 @@ fn dcqcn_value(current: &Value, raw: &str) -> Result<Value, String> {
         Value::Integer(_) => text
             .parse()
             .map(Value::Integer)
-            .map_err(|_| format!("'{raw}' is not an integer")),
+            .map_err(|_| format!("'{}' is not an integer", crate::clip(raw))),
         Value::Float(_) => text
             .parse()
             .map(Value::Float)
-            .map_err(|_| format!("'{raw}' is not a number")),
+            .map_err(|_| format!("'{}' is not a number", crate::clip(raw))),
         Value::Boolean(_) => match text.to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => Ok(Value::Boolean(true)),
             "false" | "0" | "no" | "off" => Ok(Value::Boolean(false)),
-            _ => Err(format!("'{raw}' is not a boolean")),
+            _ => Err(format!("'{}' is not a boolean", crate::clip(raw))),
         },
         _ => Ok(Value::String(text.to_string())),
     }
 }
 
+/// The accepted variable nearest to `var` (Levenshtein distance; ties: the first in
+/// documentation order), for the WARN about an unknown one.
+pub(crate) fn nearest_variable(var: &str, config: &SiteConfig) -> String {
+    let mut names = accepted_variables(config);
+    names.extend(RESERVED_VARS.iter().map(|s| s.to_string()));
+    names
+        .into_iter()
+        .min_by_key(|n| strsim::levenshtein(var, n))
+        .unwrap_or_default()
+}
+
+/// What applying the environment did: the new config, the (variable, value) pairs applied, and
+/// one warning per NCCL_DQPLB_* variable that is not ours (ignored, as NCCL ignores unknown
+/// NCCL_* variables), naming the nearest accepted name.
+pub(crate) type Applied = (SiteConfig, Vec<(String, String)>, Vec<String>);
+
 /// Applies every NCCL_DQPLB_* variable in `vars` to `config` (read from `origin`/`text`), then
-/// re-validates; returns the new config and the (variable, value) pairs that were applied.
+/// re-validates. An empty value is unset, as NCCL reads its own variables (ncclGetEnv + strlen);
+/// an unknown name is a warning, never an error.
 pub(crate) fn apply_env(
     config: &SiteConfig,
     vars: &[(String, String)],
     origin: &str,
     text: &str,
-) -> Result<(SiteConfig, Vec<(String, String)>), ConfigError> {
+) -> Result<Applied, ConfigError> {
     let mut ours: Vec<&(String, String)> = vars
         .iter()
-        .filter(|(k, _)| k.starts_with(ENV_PREFIX) && !is_reserved(k))
+        .filter(|(k, v)| k.starts_with(ENV_PREFIX) && !is_reserved(k) && !v.is_empty())
         .collect();
     if ours.is_empty() {
-        return Ok((config.clone(), Vec::new()));
+        return Ok((config.clone(), Vec::new(), Vec::new()));
     }
     // Aliases first so that a specific variable set alongside an alias wins.
     ours.sort_by_key(|(k, _)| (alias_targets(k).is_none(), k.clone()));
@@ -115,6 +132,7 @@ pub(crate) fn apply_env(
     let dcqcn = dcqcn_keys(config);
     let mut set_by: Vec<(String, String)> = Vec::new();
     let mut applied: Vec<(String, String)> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     for (var, raw) in ours {
         let bad = |kind, key: &str, detail: String, accepted: Option<String>| {
             ConfigError::new(kind, ENV_ORIGIN, detail)
@@ -129,18 +147,13 @@ pub(crate) fn apply_env(
         } else if let Some(key) = dcqcn.iter().find(|k| env_name(k) == *var) {
             vec![key.clone()]
         } else {
-            let accepted = accepted_variables(config).join(", ");
-            return Err(ConfigError::new(
-                ConfigErrorKind::UnknownVariable,
-                ENV_ORIGIN,
-                format!("unknown variable {var}"),
-            )
-            .variable(var)
-            .accepted(Some(format!(
-                "{accepted}; reserved: {}, {}*",
-                RESERVED_VARS.join(", "),
-                RESERVED_PREFIXES.join("*, ")
-            ))));
+            warnings.push(format!(
+                "{}={}: unknown variable, ignored; did you mean {}?",
+                crate::clip(var),
+                crate::clip(raw),
+                nearest_variable(var, config)
+            ));
+            continue;
         };
         for key in &targets {
             let value = match find_key(key) {
@@ -188,5 +201,5 @@ pub(crate) fn apply_env(
         .variable(&names.join(", "))
     })?;
     validate(&updated, &Provenance::file(origin, text).with_env(set_by))?;
-    Ok((updated, applied))
+    Ok((updated, applied, warnings))
 }

@@ -107,10 +107,10 @@ impl fmt::Display for ConfigError {
             _ => {}
         }
         if let Some(var) = &self.variable {
-            write!(f, ": {var}")?;
+            write!(f, ": {}", crate::clip(var))?;
         }
         if let Some(key) = &self.key {
-            write!(f, ": key '{key}'")?;
+            write!(f, ": key '{}'", crate::clip(key))?;
         }
         write!(f, ": {}", self.detail)?;
         if let Some(accepted) = &self.accepted {

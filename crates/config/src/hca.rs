@@ -7,8 +7,11 @@ use serde::Serialize;
 
 use super::schema::HcaThirdField;
 
-/// NCCL's limit on IB devices (MAX_IB_DEVS).
-pub(crate) const MAX_HCA_ENTRIES: usize = 32;
+/// NCCL's limit on NCCL_IB_HCA entries: net_ib reads the list with
+/// `parseStringList(userIbEnv, userIfs, MAX_IB_DEVS)` and MAX_IB_DEVS is 32 (src/transport/net_ib.cc
+/// 2.20.3-2.28.9, src/transport/net_ib/common.h 2.29.2-2.30.7); parseStringList stops after that
+/// many non-empty entries, duplicates included (src/misc/utils.cc).
+pub const MAX_HCA_ENTRIES: usize = 32;
 /// Largest accepted port number.
 pub(crate) const MAX_PORT: u32 = 255;
 /// Largest accepted fabric id in `fabric-id` mode.
@@ -97,7 +100,12 @@ pub struct HcaError {
 impl fmt::Display for HcaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.entry {
-            Some(entry) => write!(f, "NCCL_IB_HCA entry '{entry}': {}", self.message),
+            Some(entry) => write!(
+                f,
+                "NCCL_IB_HCA entry '{}': {}",
+                crate::clip(entry),
+                self.message
+            ),
             None => write!(f, "NCCL_IB_HCA: {}", self.message),
         }
     }
@@ -163,9 +171,19 @@ fn number(
     Err(())
 }
 
-/// A device name as NCCL keeps it (at most 63 bytes; anything else is kept literally), with a
-/// diagnostic for names that can match no device. None when the name is empty (entry skipped).
-fn parse_name(diags: &mut Vec<HcaError>, entry: &str, name: &str) -> Option<String> {
+/// Characters of the device and interface names NCCL matches (mlx5_0, rxe0, bnxt_re0, eth0,
+/// bond0.100, ...). A name with any other character can match no device: it is refused.
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// A device name as NCCL keeps it (at most 63 bytes), with a diagnostic when it is cut. Ok(None)
+/// when the name is empty (entry skipped); Err for a character no device name has.
+fn parse_name(
+    diags: &mut Vec<HcaError>,
+    entry: &str,
+    name: &str,
+) -> Result<Option<String>, HcaError> {
     use HcaErrorKind::BadName;
     if name.is_empty() {
         diags.push(err(
@@ -173,19 +191,25 @@ fn parse_name(diags: &mut Vec<HcaError>, entry: &str, name: &str) -> Option<Stri
             Some(entry),
             "device name is empty; entry ignored (as NCCL does)".into(),
         ));
-        return None;
+        return Ok(None);
     }
     if let Some(c) = name.chars().find(|c| *c == '^' || *c == '=') {
-        diags.push(err(
+        return Err(err(
             BadName,
             Some(entry),
-            format!("'{c}' is only accepted once, at the start of the whole list; this name matches no device"),
+            format!("'{c}' is only accepted once, at the start of the whole list; no device name contains it"),
         ));
-    } else if let Some(c) = name.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        diags.push(err(
+    }
+    if let Some(c) = name.chars().find(|c| !name_char(*c)) {
+        let hint = if c == ';' || c.is_whitespace() {
+            "; separate devices with ','"
+        } else {
+            ""
+        };
+        return Err(err(
             BadName,
             Some(entry),
-            format!("device name contains {c:?}; this name matches no device"),
+            format!("device name contains {c:?}, which no RDMA device or interface name has (letters, digits, '_', '-', '.'){hint}"),
         ));
     }
     if name.len() > MAX_NAME_LEN {
@@ -201,9 +225,9 @@ fn parse_name(diags: &mut Vec<HcaError>, entry: &str, name: &str) -> Option<Stri
         while !name.is_char_boundary(cut) {
             cut -= 1;
         }
-        return Some(name[..cut].to_string());
+        return Ok(Some(name[..cut].to_string()));
     }
-    Some(name.to_string())
+    Ok(Some(name.to_string()))
 }
 
 /// Port that NCCL's `atoi` makes of a field that is not a clean port number: such an entry
@@ -216,7 +240,7 @@ fn parse_entry(
     mode: HcaThirdField,
     max_rails: u32,
     exclude: bool,
-) -> Option<HcaEntry> {
+) -> Result<Option<HcaEntry>, HcaError> {
     // NCCL (src/misc/utils.cc parseStringList, 2.30) reads at most four ':' fields; empty ones
     // mean "absent" (-1), so `mlx5_0::0:0` is "any port, rail 0, plane 0".
     let fields: Vec<&str> = entry.split(':').collect();
@@ -230,7 +254,9 @@ fn parse_entry(
             ),
         ));
     }
-    let name = parse_name(diags, entry, fields[0])?;
+    let Some(name) = parse_name(diags, entry, fields[0])? else {
+        return Ok(None);
+    };
     let port = match fields.get(1) {
         Some(p) => match number(
             diags,
@@ -262,11 +288,11 @@ fn parse_entry(
                 "a fabric id has no meaning in an exclude ('^') list; ignored".into(),
             ));
         }
-        return Some(HcaEntry {
+        return Ok(Some(HcaEntry {
             name,
             port,
             fabric: None,
-        });
+        }));
     }
     let plane = number(
         diags,
@@ -320,7 +346,7 @@ fn parse_entry(
             "a plane without a rail/fabric id is ignored".into(),
         ));
     }
-    Some(HcaEntry { name, port, fabric })
+    Ok(Some(HcaEntry { name, port, fabric }))
 }
 
 impl HcaList {
@@ -338,9 +364,11 @@ impl HcaList {
 
     /// Parses an NCCL_IB_HCA value the way NCCL does (src/misc/utils.cc parseStringList, 2.20
     /// through 2.30): empty entries and fields are skipped, numbers are read with `atoi`, the
-    /// first of duplicate entries wins, entries past 32 are dropped, and an empty list selects
-    /// every device. Returns the list and one diagnostic per thing NCCL would ignore or
-    /// reinterpret, for the caller to log as WARN. Only a bad `max_rails` (site config) fails.
+    /// first of duplicate entries wins, entries past the 32nd non-empty one are dropped unread,
+    /// and an empty list selects every device. Linear in the value's length. Returns the list
+    /// and one short diagnostic per thing NCCL would ignore or reinterpret (entries echoed cut
+    /// to 64 characters), for the caller to log as one WARN. Fails for a bad `max_rails` (site
+    /// config) and for a device name with a character no device name has ("mlx5_0;mlx5_1").
     pub fn parse_lenient(
         s: &str,
         mode: HcaThirdField,
@@ -364,29 +392,31 @@ impl HcaList {
             rest = &rest[1..];
         }
         let mut entries: Vec<HcaEntry> = Vec::new();
-        for (index, text) in rest.split(',').enumerate() {
+        // Non-empty entries read so far, duplicates included (what NCCL's 32 counts).
+        let mut read = 0;
+        let mut tokens = rest.split(',').enumerate();
+        for (index, text) in tokens.by_ref() {
             if text.is_empty() {
                 if !rest.is_empty() {
                     diags.push(err(
                         HcaErrorKind::EmptyEntry,
                         None,
-                        format!(
-                            "entry {} of '{s}' is empty (stray comma?); skipped",
-                            index + 1
-                        ),
+                        format!("entry {} is empty (stray comma?); skipped", index + 1),
                     ));
                 }
                 continue;
             }
-            if entries.len() == MAX_HCA_ENTRIES {
+            if read == MAX_HCA_ENTRIES {
+                let more = 1 + tokens.filter(|(_, t)| !t.is_empty()).count();
                 diags.push(err(
                     HcaErrorKind::TooManyEntries,
                     None,
-                    format!("more than {MAX_HCA_ENTRIES} devices listed; the rest are ignored (as NCCL does)"),
+                    format!("more than {MAX_HCA_ENTRIES} entries listed; the {more} after the first {MAX_HCA_ENTRIES} are ignored (as NCCL does: MAX_IB_DEVS)"),
                 ));
                 break;
             }
-            let Some(entry) = parse_entry(&mut diags, text, mode, max_rails, exclude) else {
+            read += 1;
+            let Some(entry) = parse_entry(&mut diags, text, mode, max_rails, exclude)? else {
                 continue;
             };
             if let Some(first) = entries
@@ -409,7 +439,10 @@ impl HcaList {
             diags.push(err(
                 HcaErrorKind::Empty,
                 None,
-                format!("no devices listed in '{s}'; every device is used (as NCCL does)"),
+                format!(
+                    "no devices listed in '{}'; every device is used (as NCCL does)",
+                    crate::clip(s)
+                ),
             ));
         }
         Ok((

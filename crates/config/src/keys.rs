@@ -288,22 +288,22 @@ impl KeyKind {
             KeyKind::Int { .. } => text
                 .parse::<i64>()
                 .map(Value::Integer)
-                .map_err(|_| format!("'{raw}' is not an integer"))?,
+                .map_err(|_| format!("'{}' is not an integer", crate::clip(raw)))?,
             KeyKind::Float { .. } => text
                 .parse::<f64>()
                 .map(Value::Float)
-                .map_err(|_| format!("'{raw}' is not a number"))?,
+                .map_err(|_| format!("'{}' is not a number", crate::clip(raw)))?,
             KeyKind::Bool => match text.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => Value::Boolean(true),
                 "false" | "0" | "no" | "off" => Value::Boolean(false),
-                _ => return Err(format!("'{raw}' is not a boolean")),
+                _ => return Err(format!("'{}' is not a boolean", crate::clip(raw))),
             },
             KeyKind::Text { .. } => Value::String(raw.to_string()),
             KeyKind::Choice(names) => {
                 let lower = text.to_ascii_lowercase();
                 match names.iter().find(|n| **n == lower) {
                     Some(n) => Value::String((*n).to_string()),
-                    None => return Err(format!("'{raw}' is not accepted")),
+                    None => return Err(format!("'{}' is not accepted", crate::clip(raw))),
                 }
             }
         };

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod clip;
 pub mod dcqcn;
 pub mod env;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod schema;
 mod spans;
 mod validate;
 
+pub use clip::clip;
 pub use error::{ConfigError, ConfigErrorDetails, ConfigErrorKind, EMBEDDED_ORIGIN, ENV_ORIGIN};
 pub use hca::{FabricId, HcaEntry, HcaError, HcaErrorKind, HcaList, Selected};
 pub use load::{

@@ -138,12 +138,61 @@ fn conf_variable_wins_and_unreadable_file_is_an_error() {
     let shown = e.to_string();
     assert_mentions(&shown, &[&missing.display().to_string(), "NCCL_DQPLB_CONF"]);
 
+    // Empty is unset, as NCCL reads its variables: the system file applies.
     let env = |name: &str| (name == "NCCL_DQPLB_CONF").then(String::new);
-    let e = load_with(&env, &[], &etc).expect_err("empty value is an error");
-    assert_eq!(
-        e.to_string(),
-        "environment: NCCL_DQPLB_CONF: is set but empty; it must name a config file"
-    );
+    let loaded = load_with(&env, &[], &etc).expect("empty value is unset");
+    assert_eq!(loaded.source, etc.display().to_string());
+}
+
+/// The config file is read only when it is a regular file of at most 1 MiB: a FIFO (which would
+/// block), /dev/zero (endless), a directory or a larger file is refused at once, naming it.
+#[test]
+fn only_bounded_regular_files_are_read() {
+    let dir = std::env::temp_dir().join(format!("dqplb-cfg-kinds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo.toml");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let big = dir.join("big.toml");
+    std::fs::write(&big, format!("# {}\n", "x".repeat(1 << 20))).unwrap();
+    let no_etc = dir.join("no-etc.toml");
+    for (path, why) in [
+        (fifo.clone(), "is a FIFO, not a regular file".to_string()),
+        (
+            "/dev/zero".into(),
+            "is a character device, not a regular file".to_string(),
+        ),
+        (
+            dir.clone(),
+            "is a directory, not a regular file".to_string(),
+        ),
+        (
+            big.clone(),
+            "is 1048579 bytes, larger than the 1048576 bytes a config file may have".to_string(),
+        ),
+    ] {
+        let p = path.display().to_string();
+        let env = move |name: &str| (name == "NCCL_DQPLB_CONF").then(|| p.clone());
+        let start = std::time::Instant::now();
+        let e = load_with(&env, &[], &no_etc).expect_err("refused");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(e.kind, ConfigErrorKind::Unreadable);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: cannot read the config file named by NCCL_DQPLB_CONF: {why}",
+                path.display()
+            )
+        );
+        // The same rule for the system file.
+        let e = load_with(&|_: &str| None, &[], &path).expect_err("refused as /etc file");
+        assert!(e.to_string().ends_with(&why), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

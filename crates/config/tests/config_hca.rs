@@ -94,7 +94,7 @@ fn error_messages_name_entry_and_field() {
     assert!(msg("^=", Fid).starts_with("NCCL_IB_HCA: no devices listed in '^='"));
     assert_eq!(
         msg("mlx5_0,,mlx5_1", Fid),
-        "NCCL_IB_HCA: entry 2 of 'mlx5_0,,mlx5_1' is empty (stray comma?); skipped"
+        "NCCL_IB_HCA: entry 2 is empty (stray comma?); skipped"
     );
     assert!(msg(":1", Fid).contains("device name is empty"));
     assert!(msg("mlx5_0,^mlx5_1", Fid).contains("'^' is only accepted once"));
@@ -228,4 +228,61 @@ fn exclusion() {
     assert!(!l.selects_device("mlx5_2"));
     assert!(l.select("mlx5_20", 1).is_none(), "prefix exclusion");
     assert!(l.select("mlx5_1", 1).is_some());
+}
+
+/// Characters no device name has are refused even by the lenient reading, with a message that
+/// says why ("mlx5_0;mlx5_1" used to pass as one device name that matched nothing).
+#[test]
+fn names_with_foreign_characters_are_refused() {
+    let e = HcaList::parse_lenient("mlx5_0;mlx5_1", Fid, 8).unwrap_err();
+    assert_eq!(e.kind, HcaErrorKind::BadName);
+    assert_eq!(
+        e.to_string(),
+        "NCCL_IB_HCA entry 'mlx5_0;mlx5_1': device name contains ';', which no RDMA device or \
+         interface name has (letters, digits, '_', '-', '.'); separate devices with ','"
+    );
+    for bad in ["mlx5 0", "mlx5_0,^mlx5_1", "=a=b", "mlx5/0", "mlx5\u{e9}"] {
+        let e = HcaList::parse_lenient(bad, Fid, 8).unwrap_err();
+        assert_eq!(e.kind, HcaErrorKind::BadName, "{bad}");
+    }
+    for good in ["mlx5_0", "bnxt_re0", "irdma-0", "bond0.100", "=rxe0:1"] {
+        assert!(HcaList::parse(good, Fid, 8).is_ok(), "{good}");
+    }
+}
+
+/// NCCL reads at most MAX_IB_DEVS (32) non-empty entries, duplicates included; the rest is
+/// skipped unread with one diagnostic, and no diagnostic echoes the whole value.
+#[test]
+fn thousands_of_duplicates_stop_at_nccls_limit() {
+    let n = 11_900;
+    let v = vec!["mlx5_0:1"; n].join(",");
+    let (l, d) = HcaList::parse_lenient(&v, Fid, 8).unwrap();
+    assert_eq!(l.entries.len(), 1);
+    let dup = d
+        .iter()
+        .filter(|e| e.kind == HcaErrorKind::Duplicate)
+        .count();
+    let over: Vec<&HcaError> = d
+        .iter()
+        .filter(|e| e.kind == HcaErrorKind::TooManyEntries)
+        .collect();
+    assert_eq!((dup, over.len(), d.len()), (31, 1, 32));
+    assert_eq!(
+        over[0].to_string(),
+        format!(
+            "NCCL_IB_HCA: more than 32 entries listed; the {} after the first 32 are ignored (as NCCL does: MAX_IB_DEVS)",
+            n - 32
+        )
+    );
+    assert!(d.iter().all(|e| e.to_string().len() < 200), "{d:?}");
+    // An entry too long to echo is cut to 64 characters and its length.
+    let long = format!("{}:x", "m".repeat(100));
+    let e = HcaList::parse(&long, Fid, 8).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!(
+            "NCCL_IB_HCA entry '{}... (102 bytes)': ",
+            "m".repeat(64)
+        )),
+        "{e}"
+    );
 }
