@@ -1,5 +1,6 @@
 //! Plugin init against NCCL-style environments: forms of NCCL_IB_HCA that NCCL accepts never fail
-//! init (TCP or auto mode), and each entry NCCL would ignore is named in exactly one WARN line.
+//! a TCP init, what NCCL would ignore is named in exactly one WARN line, and in auto mode names
+//! of RDMA devices this host lacks fail init instead of running over TCP unnoticed.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +11,11 @@ use nccl_net_dqplb::plugin::{self, log};
 fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
     let lines: Arc<Mutex<Vec<(log::NcclLevel, String)>>> = Arc::default();
     let sink_lines = Arc::clone(&lines);
-    let sink: log::Sink = Arc::new(move |level, _flags, msg: &str| {
-        sink_lines.lock().unwrap().push((level, msg.to_string()));
+    let sink: log::Sink = Arc::new(move |l: &log::Line<'_>| {
+        sink_lines
+            .lock()
+            .unwrap()
+            .push((l.level, l.msg.to_string()));
     });
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     std::env::set_var("NCCL_DEBUG", "INFO");
@@ -22,26 +26,41 @@ fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
     std::env::set_var("NCCL_IB_HCA", hca);
     // NCCL_IB_TIMEOUT=0 (verbs: no ACK timeout) is a value NCCL passes through: accepted.
     std::env::set_var("NCCL_IB_TIMEOUT", "0");
-    for transport in ["tcp", "auto"] {
-        lines.lock().unwrap().clear();
-        std::env::set_var("NCCL_DQPLB_TRANSPORT", transport);
-        plugin::init(Some(Arc::clone(&sink)))
-            .unwrap_or_else(|e| panic!("init with NCCL_IB_HCA={hca} ({transport}): {e}"));
-        assert_eq!(plugin::device_count().unwrap(), 1, "{transport}: lo");
-        let got = lines.lock().unwrap().clone();
-        let hca_warns: Vec<&String> = got
-            .iter()
-            .filter(|(l, m)| *l == log::NcclLevel::Warn && m.contains("NCCL_IB_HCA="))
-            .map(|(_, m)| m)
-            .collect();
-        // Three oddities, each warned once: the empty entry, the trailing comma, the duplicate.
-        // The 2.30 form and the four-field entry are clean.
-        let empty = hca_warns.iter().filter(|m| m.contains("is empty")).count();
-        let dup = hca_warns.iter().filter(|m| m.contains("duplicate")).count();
-        assert_eq!(
-            (empty, dup, hca_warns.len()),
-            (2, 1, 3),
-            "{transport}: {hca_warns:#?}"
+    // Over TCP (fabric.transport = tcp) the RDMA names are only read: init succeeds.
+    lines.lock().unwrap().clear();
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
+    plugin::init(Some(Arc::clone(&sink)))
+        .unwrap_or_else(|e| panic!("init with NCCL_IB_HCA={hca} (tcp): {e}"));
+    assert_eq!(plugin::device_count().unwrap(), 1, "tcp: lo");
+    let got = lines.lock().unwrap().clone();
+    let hca_warns: Vec<&String> = got
+        .iter()
+        .filter(|(l, m)| *l == log::NcclLevel::Warn && m.contains("NCCL_IB_HCA="))
+        .map(|(_, m)| m)
+        .collect();
+    // Three oddities, in ONE WARN: the empty entry, the trailing comma, the duplicate. The 2.30
+    // form and the four-field entry are clean.
+    assert_eq!(
+        hca_warns,
+        [&format!(
+            "NET/DQPLB : NCCL_IB_HCA='{hca}': 3 problems: entry 3 is empty (stray comma?); skipped; \
+             entry 'mlx5_1:1:3': duplicate of entry 2 (same device and port); the first one wins; \
+             entry 5 is empty (stray comma?); skipped"
+        )],
+        "{got:#?}"
+    );
+    // auto on a host without RDMA: NCCL_IB_HCA names RDMA devices that do not exist, so init
+    // fails naming each (no silent fall-back to TCP).
+    if std::path::Path::new("/sys/class/infiniband").exists() {
+        eprintln!("SKIPPED the auto case: this host has RDMA devices");
+    } else {
+        std::env::set_var("NCCL_DQPLB_TRANSPORT", "auto");
+        let e = plugin::init(Some(Arc::clone(&sink))).unwrap_err();
+        assert_eq!(e.code, dqplb_transport::ErrorCode::SystemError);
+        assert!(
+            e.msg.starts_with("no usable RDMA device (2 reasons): mlx5_0: named by NCCL_IB_HCA, no such RDMA device; mlx5_1: named by NCCL_IB_HCA, no such RDMA device; init fails"),
+            "{}",
+            e.msg
         );
     }
     gdr_switches_on_tcp(&lines, &sink);

@@ -183,26 +183,27 @@ pub(super) fn maybe_panic(entry: &str) {
     }
 }
 
+/// NCCL's logger as the plugin's sink: each line with "%s", its text, and the Rust file and line
+/// of the call site (NCCL prints them with WARN and TRACE lines, as for its own `WARN(...)`).
 fn sink_from(logger: ncclDebugLogger_t) -> Option<log::Sink> {
     let f = logger?;
-    Some(Arc::new(
-        move |level: log::NcclLevel, flags: u64, msg: &str| {
-            let Ok(text) = CString::new(msg.replace('\0', " ")) else {
-                return;
-            };
-            // SAFETY: NCCL's logger takes a printf format; we pass "%s" and one NUL-terminated string.
-            unsafe {
-                f(
-                    level as _,
-                    flags as c_ulong,
-                    c"dqplb".as_ptr(),
-                    0 as c_int,
-                    c"%s".as_ptr(),
-                    text.as_ptr(),
-                );
-            }
-        },
-    ))
+    Some(Arc::new(move |l: &log::Line<'_>| {
+        let Ok(text) = CString::new(l.msg.replace('\0', " ")) else {
+            return;
+        };
+        let file = CString::new(l.file).unwrap_or_else(|_| c"dqplb".to_owned());
+        // SAFETY: NCCL's logger takes a printf format; we pass "%s" and one NUL-terminated string.
+        unsafe {
+            f(
+                l.level as _,
+                l.flags as c_ulong,
+                file.as_ptr(),
+                c_int::try_from(l.line).unwrap_or(0),
+                c"%s".as_ptr(),
+                text.as_ptr(),
+            );
+        }
+    }))
 }
 
 /// The profiler callback NCCL v10 passes to init (v11+ per context: the latest one). Comms created

@@ -62,6 +62,8 @@ pub struct SendComm {
     route_of: [u8; PATTERNS],
     /// Stats file / periodic log publisher (None: neither configured).
     tele: Option<CommTelemetry>,
+    /// How the statistics line at close names the comm ("send comm dev 0 (tcp) to 10.0.0.2:4000").
+    label: String,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -171,7 +173,7 @@ fn register(
     let reg = unsafe { mrcache::register(domain, req.addr, req.len, src) }.map_err(|e| {
         NetError::system(format!("{} on {}: {e}", kind_name(req.kind), domain.name()))
     })?;
-    tracing::debug!(target: "dqplb::net", "{}: registered {:#x}+{} ({}) as {:?}", domain.name(), req.addr, req.len, kind_name(req.kind), reg);
+    tracing::debug!(target: "dqplb::net", "{}: registered {:#x}+{} ({})", domain.name(), req.addr, req.len, kind_name(req.kind));
     mh.reg = Some(reg);
     Ok(mh)
 }
@@ -291,6 +293,7 @@ impl SendComm {
             pattern: None,
             route_of: [0; PATTERNS],
             tele: None,
+            label: "send comm".to_string(),
         }
     }
 
@@ -308,6 +311,7 @@ impl SendComm {
             pattern: None,
             route_of: [0; PATTERNS],
             tele: None,
+            label: "send comm".to_string(),
         }
     }
 
@@ -371,6 +375,11 @@ impl SendComm {
     }
 
     /// Publishes this comm's per-QP counters to the stats file / periodic log (`[stats]`).
+    /// Names the comm in its statistics line at close.
+    pub(crate) fn set_label(&mut self, label: String) {
+        self.label = label;
+    }
+
     pub(crate) fn set_telemetry(&mut self, t: Option<CommTelemetry>) {
         self.tele = t;
     }
@@ -449,10 +458,65 @@ impl Drop for SendComm {
         if !self.log_stats {
             return;
         }
-        for (qp, s) in self.qp_stats().iter().enumerate() {
-            tracing::info!(target: "dqplb::stats", "send comm closed: QP {qp}: {s:?}");
+        let stats = self.qp_stats();
+        tracing::info!(target: "dqplb::stats", "{} closed: {}", self.label, close_summary(stats));
+        if super::log::trace_on() {
+            for (qp, s) in stats.iter().enumerate() {
+                tracing::trace!(target: "dqplb::stats", "{} QP {qp}: {}", self.label, qp_detail(s));
+            }
         }
     }
+}
+
+/// The one-line statistics of a send comm at close: totals over its QPs and how the segments
+/// spread over them.
+pub(crate) fn close_summary(stats: &[dqplb_engine::QpStats]) -> String {
+    let total = |f: fn(&dqplb_engine::QpStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let per_qp: Vec<u64> = stats.iter().map(|s| s.segments).collect();
+    // Each QP's count up to 16 QPs ("12/0/3/9"), the range beyond.
+    let spread = if per_qp.len() <= 16 {
+        per_qp
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    } else {
+        format!(
+            "{}..{}",
+            per_qp.iter().min().unwrap_or(&0),
+            per_qp.iter().max().unwrap_or(&0)
+        )
+    };
+    format!(
+        "{} QPs, {} segments, {} bytes, segments per QP {spread}, peak outstanding {}, resent {}, rehashes {}, path failures {}",
+        stats.len(),
+        total(|s| s.segments),
+        total(|s| s.bytes),
+        stats.iter().map(|s| s.peak_outstanding).max().unwrap_or(0),
+        total(|s| s.resent),
+        total(|s| s.rehashes),
+        total(|s| s.failures),
+    )
+}
+
+/// One QP's statistics for the TRACE lines at close: counters, latency average and the
+/// non-empty buckets of its log2 latency histogram as `2^k:count`.
+pub(crate) fn qp_detail(s: &dqplb_engine::QpStats) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "segments {}, bytes {}, completed {}, outstanding {} (peak {}), latency ewma {:.0}, resent {}, rehashes {}, path failures {}, latency log2 buckets",
+        s.segments, s.bytes, s.completed, s.outstanding, s.peak_outstanding, s.latency_ewma,
+        s.resent, s.rehashes, s.failures
+    );
+    let mut any = false;
+    for (k, n) in s.latency_log2.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let _ = write!(out, " 2^{k}:{n}");
+        any = true;
+    }
+    if !any {
+        out.push_str(" none");
+    }
+    out
 }
 
 impl RecvComm {

@@ -22,8 +22,22 @@ pub enum NcclLevel {
 pub(crate) const SUBSYS_INIT: u64 = 1;
 pub(crate) const SUBSYS_NET: u64 = 16;
 
+/// The prefix of every line, in the manner of NCCL's own transports ("NET/IB : ...").
+pub const PREFIX: &str = "NET/DQPLB : ";
+
+/// One line for NCCL's logger: level, subsystem flags, the Rust source file and line of the call
+/// site (NCCL prints them with each WARN), and the text after NCCL's own prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct Line<'a> {
+    pub level: NcclLevel,
+    pub flags: u64,
+    pub file: &'static str,
+    pub line: u32,
+    pub msg: &'a str,
+}
+
 /// Where formatted log lines go: the ffi layer wraps NCCL's C logger in one of these.
-pub type Sink = Arc<dyn Fn(NcclLevel, u64, &str) + Send + Sync>;
+pub type Sink = Arc<dyn Fn(&Line<'_>) + Send + Sync>;
 
 static SINK: RwLock<Option<Sink>> = RwLock::new(None);
 /// Most verbose tracing level forwarded to NCCL: 0 off, 1 warn, 2 info, 3 trace.
@@ -46,6 +60,12 @@ pub(crate) fn set_level(level: LevelFilter) {
         _ => 3,
     };
     LEVEL.store(rank, Ordering::Relaxed);
+}
+
+/// Whether TRACE lines reach NCCL's logger (NCCL_DEBUG=TRACE or `log.level = "trace"`): lets a
+/// caller skip building detail lines nobody will see.
+pub(crate) fn trace_on() -> bool {
+    LEVEL.load(Ordering::Relaxed) >= 3
 }
 
 /// Installs (or replaces, after a re-init) NCCL's logger.
@@ -103,7 +123,7 @@ impl Visit for MessageVisitor<'_> {
 
 /// Formats one event as the line NCCL prints after its own prefix.
 pub(crate) fn format_event(event: &Event<'_>) -> String {
-    let mut line = String::from("DQPLB ");
+    let mut line = String::from(PREFIX);
     event.record(&mut MessageVisitor(&mut line));
     line
 }
@@ -119,11 +139,13 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
         let Ok(guard) = SINK.read() else { return };
         if let Some(sink) = guard.as_ref() {
             let meta = event.metadata();
-            sink(
-                nccl_level(meta.level()),
-                subsys(meta.target()),
-                &format_event(event),
-            );
+            sink(&Line {
+                level: nccl_level(meta.level()),
+                flags: subsys(meta.target()),
+                file: meta.file().unwrap_or("dqplb"),
+                line: meta.line().unwrap_or(0),
+                msg: &format_event(event),
+            });
         }
     }
 }
@@ -174,7 +196,11 @@ mod tests {
     fn events_reach_the_sink_with_level_and_text() {
         let seen: Arc<std::sync::Mutex<Vec<(NcclLevel, u64, String)>>> = Arc::default();
         let s2 = seen.clone();
-        let sink: Sink = Arc::new(move |l, f, m| s2.lock().unwrap().push((l, f, m.to_string())));
+        let sink: Sink = Arc::new(move |l: &Line<'_>| {
+            s2.lock()
+                .unwrap()
+                .push((l.level, l.flags, format!("{}:{} {}", l.file, l.line, l.msg)))
+        });
         set_sink(Some(sink));
         set_level(LevelFilter::INFO);
         let sub = tracing_subscriber::registry().with(NcclLayer);
@@ -192,8 +218,16 @@ mod tests {
         assert_eq!(ours.len(), 2, "{got:?}");
         assert_eq!(ours[0].0, NcclLevel::Warn);
         assert_eq!(ours[0].1, SUBSYS_INIT | SUBSYS_NET);
-        assert_eq!(ours[0].2, "DQPLB bad thing peer=3");
+        // The call site's file and line, for NCCL's "file:line NCCL WARN".
+        let warn_line = line!() - 14;
+        assert_eq!(
+            ours[0].2,
+            format!("src/plugin/log.rs:{warn_line} NET/DQPLB : bad thing peer=3")
+        );
         assert_eq!(ours[1].0, NcclLevel::Info);
-        assert_eq!(ours[1].2, "DQPLB hello");
+        assert_eq!(
+            ours[1].2,
+            format!("src/plugin/log.rs:{} NET/DQPLB : hello", warn_line + 1)
+        );
     }
 }

@@ -90,7 +90,8 @@ pub(crate) fn traffic_class_from_nccl(tc: i32) -> Option<u8> {
 type Connects = HashMap<u64, (ListenHandle, Connector, Option<u64>)>;
 static CONNECTS: Mutex<Option<Connects>> = Mutex::new(None);
 
-/// Loads the site config, installs logging and discovers devices.
+/// Loads the site config, installs logging and discovers devices; logs one INFO line with the
+/// version, config source, transport (and why) and devices.
 pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
     let level = log::level_from_nccl_debug(std::env::var("NCCL_DEBUG").ok().as_deref());
     log::install_nccl_bridge(sink, level);
@@ -103,22 +104,28 @@ pub fn init(sink: Option<log::Sink>) -> NetResult<()> {
             dqplb_config::LogLevel::Trace => log::LevelFilter::TRACE,
         });
     }
-    log_hca_diagnostics(&loaded.config)?;
+    for w in &loaded.warnings {
+        tracing::warn!(target: "dqplb::config", "{w}");
+    }
+    let hca = hca_from_env(&loaded.config)?;
     dcqcn_preflight(&loaded.config)?;
     let ifname = std::env::var("NCCL_SOCKET_IFNAME").ok();
     let devices = devices::tcp_devices(ifname.as_deref(), loaded.config.tcp.fabric_id)?;
     // checked before any device opens (the RDMA detection reads them again)
     let force_gdr = gdr_switches()?;
     #[cfg(feature = "verbs")]
-    let devices = rdma::choose_devices(&loaded.config, devices)?;
+    let (devices, transport) = rdma::choose_devices(&loaded.config, hca.as_ref(), devices)?;
+    #[cfg(not(feature = "verbs"))]
+    let transport = "TCP (built without the verbs transport)".to_string();
     let devices = force_gdr_on_tcp(devices, force_gdr);
     let names: Vec<String> = devices
         .iter()
-        .map(|d| d.props.name.to_string_lossy().into_owned())
+        .enumerate()
+        .map(|(i, d)| format!("[{i}]{}", d.props.name.to_string_lossy()))
         .collect();
-    tracing::info!(target: "dqplb::init", "DQPLB {} using config {} (policy {}), devices: {}",
-        crate::VERSION, loaded.source, loaded.config.engine.policy.as_str(), names.join(", "));
-    let rail_plane = rail_planes(&loaded.config, &devices);
+    tracing::info!(target: "dqplb::init", "dqplb-net {}; config {}; policy {}; transport {}; devices {}",
+        crate::VERSION, loaded.source, loaded.config.engine.policy.as_str(), transport, names.join(" "));
+    let rail_plane = rail_planes(hca.as_ref(), &devices);
     state::set(loaded, devices, rail_plane);
     Ok(())
 }
@@ -132,9 +139,13 @@ fn force_gdr_on_tcp(mut devices: Vec<devices::Device>, force: bool) -> Vec<devic
             if force {
                 d.props.ptr_support |= devices::PTR_CUDA;
             }
-            tracing::info!(target: "dqplb::init", "{}: GPUDirect NCCL_PTR_CUDA {}; NCCL_PTR_DMABUF off (TCP device); iflush returns NULL",
-                d.props.name.to_string_lossy(),
-                if force { "on, FORCED by DQPLB_TEST_FORCE_GDR=1 (test only: host memory stands in)" } else { "off (TCP device)" });
+            if force {
+                tracing::info!(target: "dqplb::init", "{}: GPUDirect NCCL_PTR_CUDA on, FORCED by DQPLB_TEST_FORCE_GDR=1 (test only: host memory stands in); NCCL_PTR_DMABUF off (TCP device); iflush returns NULL",
+                    d.props.name.to_string_lossy());
+            } else {
+                tracing::trace!(target: "dqplb::init", "{}: GPUDirect NCCL_PTR_CUDA off (TCP device); NCCL_PTR_DMABUF off; iflush returns NULL",
+                    d.props.name.to_string_lossy());
+            }
         }
     }
     devices
@@ -152,19 +163,10 @@ fn gdr_switches() -> NetResult<bool> {
 /// NCCL v12 railId/planeId per device from NCCL_IB_HCA (`dev[:port[:rail[:plane]]]`, or the
 /// fabricId third field, rail = id % max-rails): -1 when the device has no such entry. TCP
 /// devices match by interface name with port 0 (so `=lo::3:1` gives lo rail 3, plane 1).
-fn rail_planes(cfg: &SiteConfig, devices: &[devices::Device]) -> Vec<(i16, i16)> {
-    let list = std::env::var("NCCL_IB_HCA")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .and_then(|v| {
-            dqplb_config::HcaList::parse_lenient(
-                v.trim(),
-                cfg.fabric.hca_third_field,
-                cfg.fabric.max_rails,
-            )
-            .ok()
-        })
-        .map(|(l, _)| l);
+fn rail_planes(
+    list: Option<&dqplb_config::HcaList>,
+    devices: &[devices::Device],
+) -> Vec<(i16, i16)> {
     let id = |v: u32| i16::try_from(v).unwrap_or(-1);
     devices
         .iter()
@@ -172,7 +174,6 @@ fn rail_planes(cfg: &SiteConfig, devices: &[devices::Device]) -> Vec<(i16, i16)>
             let name = d.props.name.to_string_lossy();
             let port = u32::try_from(d.props.port).unwrap_or(0);
             match list
-                .as_ref()
                 .and_then(|l| l.select(&name, port))
                 .and_then(|s| s.fabric)
             {
@@ -204,25 +205,42 @@ pub(crate) fn drop_connects_of(owner: u64) -> usize {
     before - map.len()
 }
 
-/// Parses NCCL_IB_HCA as NCCL does and logs one WARN per entry NCCL would ignore or reinterpret
-/// (the transports parse it again, silently). Only a site config with max-rails 0 fails.
-fn log_hca_diagnostics(cfg: &SiteConfig) -> NetResult<()> {
+/// Problems of NCCL_IB_HCA listed in its WARN before "and N more".
+const HCA_PROBLEMS_SHOWN: usize = 8;
+
+/// Parses NCCL_IB_HCA once, as NCCL does (linear in its length, at most MAX_IB_DEVS entries), and
+/// logs what NCCL would ignore or reinterpret as ONE WARN, the value and each entry cut to a
+/// readable length. A name with a character no device has, or a site config with max-rails 0,
+/// fails init. None when unset or blank.
+fn hca_from_env(cfg: &SiteConfig) -> NetResult<Option<dqplb_config::HcaList>> {
     let Some(v) = std::env::var("NCCL_IB_HCA")
         .ok()
         .filter(|v| !v.trim().is_empty())
     else {
-        return Ok(());
+        return Ok(None);
     };
-    let (_, diags) = dqplb_config::HcaList::parse_lenient(
+    let (list, diags) = dqplb_config::HcaList::parse_lenient(
         v.trim(),
         cfg.fabric.hca_third_field,
         cfg.fabric.max_rails,
     )
     .map_err(|e| NetError::invalid_argument(e.to_string()))?;
-    for d in diags {
-        tracing::warn!(target: "dqplb::init", "NCCL_IB_HCA='{v}': {d}");
+    if !diags.is_empty() {
+        let mut shown: Vec<String> = diags
+            .iter()
+            .take(HCA_PROBLEMS_SHOWN)
+            .map(|d| match &d.entry {
+                Some(e) => format!("entry '{}': {}", dqplb_config::clip(e), d.message),
+                None => d.message.clone(),
+            })
+            .collect();
+        if diags.len() > HCA_PROBLEMS_SHOWN {
+            shown.push(format!("and {} more", diags.len() - HCA_PROBLEMS_SHOWN));
+        }
+        tracing::warn!(target: "dqplb::init", "NCCL_IB_HCA='{}': {} {}: {}",
+            dqplb_config::clip(&v), diags.len(), if diags.len() == 1 { "problem" } else { "problems" }, shown.join("; "));
     }
-    Ok(())
+    Ok(Some(list))
 }
 
 /// DCQCN pre-flight over the RDMA devices NCCL_IB_HCA selects: logs per device, fails init
@@ -233,7 +251,8 @@ fn dcqcn_preflight(cfg: &SiteConfig) -> NetResult<()> {
     let all = match list_devices(&roots) {
         Ok(all) => all,
         Err(e) => {
-            tracing::info!(target: "dqplb::dcqcn", "dcqcn: no RDMA devices to check ({e})");
+            // The init line says which transport runs and why.
+            tracing::trace!(target: "dqplb::dcqcn", "dcqcn: no RDMA devices to check ({e})");
             return Ok(());
         }
     };
@@ -474,6 +493,7 @@ pub(crate) fn connect_with(
                 #[cfg(feature = "verbs")]
                 devices::DeviceKind::Verbs { .. } => "verbs",
             };
+            comm.set_label(format!("send comm dev {dev} ({transport}) to {}", h.addr));
             let qps = comm.qp_stats().len();
             comm.set_telemetry(telemetry::CommTelemetry::new(
                 &g.config.stats,

@@ -8,7 +8,7 @@ use dqplb_config::{HcaList, SiteConfig, TransportKind};
 use dqplb_transport::verbs::{
     discover_report, ib_disabled_from_env, DeviceLimits, Discovery, QpTuning, Sysfs, VerbsDomain,
 };
-use dqplb_transport::{ErrorCode, NetError, NetResult};
+use dqplb_transport::{NetError, NetResult};
 
 /// maxComms of an RDMA device from its limits. Every comm NCCL opens on the device (either side
 /// of a connection) holds one control QP plus the data QPs of its class plan, and two CQs (send
@@ -20,10 +20,47 @@ pub fn max_comms(limits: DeviceLimits, largest_data_qps: u32) -> i32 {
     by_qp.min(by_cq).clamp(1, i32::MAX as u32) as i32
 }
 
-/// Why auto mode offers no RDMA device (logged once at INFO), or the usable RDMA ports.
+/// What the RDMA scan found: usable ports; no RDMA at all (why: TCP is then the visible
+/// choice); or RDMA devices (present, or named by NCCL_IB_HCA) of which none is usable, with each
+/// device and why.
 enum Scan {
     Devices(Vec<Device>),
-    Nothing(String),
+    NoRdma(String),
+    Unusable(Vec<String>),
+}
+
+/// RDMA device names the kernel lists (/sys/class/infiniband), sorted; empty without any.
+fn kernel_rdma_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The NCCL_IB_HCA entries that name devices to use and match no TCP interface of this host
+/// (`=lo::3:1` only sets lo's rail): these name RDMA devices.
+fn hca_rdma_entries<'a>(hca: Option<&'a HcaList>, tcp_names: &[String]) -> Vec<&'a str> {
+    let Some(list) = hca.filter(|l| !l.exclude) else {
+        return Vec::new();
+    };
+    list.entries
+        .iter()
+        .filter(|e| {
+            !tcp_names.iter().any(|t| {
+                if list.exact {
+                    *t == e.name
+                } else {
+                    t.starts_with(e.name.as_str())
+                }
+            })
+        })
+        .map(|e| e.name.as_str())
+        .collect()
 }
 
 /// The control QP's traffic class from the site key `fabric.control-traffic-class` (`site`, -1 =
@@ -38,13 +75,17 @@ fn site_control_tc(fifo_env: Option<&str>, site: i32) -> Option<u8> {
     u8::try_from(site).ok()
 }
 
-/// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`. A device or port that
-/// fails is skipped with one WARN naming it; `Nothing` says why there is no RDMA at all.
-fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
+/// RDMA ports as plugin devices; their bootstrap sockets use `boot_ip`. With some usable, each
+/// device or port left out gets one WARN; with none, `Unusable` names every device (those the
+/// kernel lists and those NCCL_IB_HCA names) and why, unless there is no RDMA at all.
+fn scan(
+    cfg: &SiteConfig,
+    hca: Option<&HcaList>,
+    tcp_names: &[String],
+    boot_ip: IpAddr,
+) -> NetResult<Scan> {
     if ib_disabled_from_env().map_err(|e| NetError::invalid_argument(e.to_string()))? {
-        return Ok(Scan::Nothing(
-            "NCCL_IB_DISABLE=1: no RDMA devices, TCP only".to_string(),
-        ));
+        return Ok(Scan::NoRdma("NCCL_IB_DISABLE=1".to_string()));
     }
     let mut tuning = QpTuning::from_env().map_err(|e| NetError::invalid_argument(e.to_string()))?;
     if let Some(tc) = site_control_tc(
@@ -53,52 +94,72 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
     ) {
         tuning.fifo_traffic_class = tc;
     }
-    let hca = match std::env::var("NCCL_IB_HCA")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        // Lenient, as NCCL reads it; plugin::init already logged what NCCL would ignore.
-        Some(v) => Some(
-            HcaList::parse_lenient(v.trim(), cfg.fabric.hca_third_field, cfg.fabric.max_rails)
-                .map_err(|e| NetError::invalid_argument(format!("NCCL_IB_HCA: {e}")))?
-                .0,
-        ),
-        None => None,
-    };
+    let named = hca_rdma_entries(hca, tcp_names);
+    let kernel = kernel_rdma_names();
+    if kernel.is_empty() && named.is_empty() {
+        // libibverbs finds its devices through the same sysfs class: nothing to open.
+        return Ok(Scan::NoRdma("no RDMA device found".to_string()));
+    }
+    // Each device left out, and why ("mlx5_0 port 1: no usable GID and no LID").
+    let mut why: Vec<String> = Vec::new();
     // before any device is opened: ibv_fork_init must precede every registration
     dqplb_transport::verbs::fork::prepare();
     let (found, skipped) = match discover_report(&Sysfs::default(), &tuning) {
         Ok(Discovery::Found { devices, skipped }) => (devices, skipped),
-        Ok(Discovery::NoLibrary(why)) => {
-            return Ok(Scan::Nothing(format!(
-                "libibverbs.so.1 not loadable ({why}): no RDMA devices, TCP only"
-            )))
+        Ok(Discovery::NoLibrary(e)) => {
+            let e = format!("libibverbs.so.1 is not loadable ({e})");
+            if kernel.is_empty() && named.is_empty() {
+                return Ok(Scan::NoRdma(e));
+            }
+            why.extend(kernel.iter().map(|d| format!("{d}: {e}")));
+            why.extend(
+                named
+                    .iter()
+                    .filter(|n| !kernel.iter().any(|k| k == *n))
+                    .map(|n| format!("{n} (NCCL_IB_HCA): {e}")),
+            );
+            return Ok(Scan::Unusable(why));
+        }
+        Err(e) if kernel.is_empty() && named.is_empty() => {
+            return Ok(Scan::NoRdma(format!("RDMA device discovery: {e}")))
         }
         Err(e) => return Err(NetError::system(format!("RDMA device discovery: {e}"))),
     };
     for s in &skipped {
-        tracing::warn!(target: "dqplb::init", "{s}");
+        why.push(s.to_string());
     }
     let largest_qps = cfg.plans().iter().map(|p| p.qps).max().unwrap_or(1);
     let mut out = Vec::new();
     for dev in &found {
         let comms = max_comms(dev.limits, largest_qps);
         for port in &dev.ports {
-            let fabric = match &hca {
+            let fabric = match hca {
                 Some(list) => match list.select(&dev.name, u32::from(port.port)) {
                     Some(sel) => sel.fabric.map(|f| f.id),
-                    None => continue,
+                    None => {
+                        why.push(format!(
+                            "RDMA device {} port {}: not selected by NCCL_IB_HCA",
+                            dev.name, port.port
+                        ));
+                        continue;
+                    }
                 },
                 None => None,
             };
             if port.gid.is_none() && port.lid == 0 {
-                tracing::warn!(target: "dqplb::init", "RDMA device {} port {} skipped: no usable GID and no LID", dev.name, port.port);
+                why.push(format!(
+                    "RDMA device {} port {} skipped: no usable GID and no LID",
+                    dev.name, port.port
+                ));
                 continue;
             }
             let domain = match VerbsDomain::open(dev, port.port, tuning) {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::warn!(target: "dqplb::init", "RDMA device {} port {} skipped: {e}", dev.name, port.port);
+                    why.push(format!(
+                        "RDMA device {} port {} skipped: {e}",
+                        dev.name, port.port
+                    ));
                     continue;
                 }
             };
@@ -132,19 +193,48 @@ fn scan(cfg: &SiteConfig, boot_ip: IpAddr) -> NetResult<Scan> {
             });
         }
     }
-    if out.is_empty() {
-        return Ok(Scan::Nothing("no RDMA devices: using TCP".to_string()));
+    if !out.is_empty() {
+        for w in &why {
+            tracing::warn!(target: "dqplb::init", "{w}");
+        }
+        return Ok(Scan::Devices(out));
     }
-    Ok(Scan::Devices(out))
+    // Devices the kernel lists that discovery left out without a word: no active port.
+    for k in &kernel {
+        if !found.iter().any(|d| d.name == *k) && !skipped.iter().any(|s| s.device == *k) {
+            why.push(format!("RDMA device {k}: no active port"));
+        }
+    }
+    // NCCL_IB_HCA entries that match no device at all.
+    for n in &named {
+        let exists = |d: &str| match hca {
+            Some(l) if l.exact => d == *n,
+            _ => d.starts_with(n),
+        };
+        if !kernel.iter().any(|k| exists(k)) && !found.iter().any(|d| exists(&d.name)) {
+            why.push(format!("{n}: named by NCCL_IB_HCA, no such RDMA device"));
+        }
+    }
+    if why.is_empty() {
+        return Ok(Scan::NoRdma("no RDMA device found".to_string()));
+    }
+    Ok(Scan::Unusable(why))
 }
 
-/// The device list init publishes: RDMA ports when the mode allows and any is usable, else `tcp`.
-/// Only `fabric.transport = verbs` turns "no usable RDMA port" (or a failed discovery) into an
-/// init error; auto mode logs why and keeps the TCP devices.
-pub(crate) fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Vec<Device>> {
+/// The device list init publishes and how the transport was chosen (for the init line).
+/// `fabric.transport = tcp`, or no RDMA at all: the TCP devices. RDMA present (or named by
+/// NCCL_IB_HCA) but none usable: init fails with the reason for each device, in every mode, so
+/// that NCCL_NET=DQPLB fails the job and otherwise NCCL visibly falls back to its own
+/// transports; nothing is downgraded to TCP silently. `fabric.transport = verbs` without RDMA
+/// fails too, saying so.
+pub(crate) fn choose_devices(
+    cfg: &SiteConfig,
+    hca: Option<&HcaList>,
+    tcp: Vec<Device>,
+) -> NetResult<(Vec<Device>, String)> {
     let mode = cfg.fabric.transport;
     if mode == TransportKind::Tcp {
-        return Ok(tcp);
+        return Ok((tcp, "TCP (fabric.transport = tcp)".to_string()));
     }
     let boot = tcp.iter().find_map(|d| match d.kind {
         DeviceKind::Tcp { ip } => Some(ip),
@@ -156,22 +246,24 @@ pub(crate) fn choose_devices(cfg: &SiteConfig, tcp: Vec<Device>) -> NetResult<Ve
                 "fabric.transport = verbs: no TCP interface for the QP bootstrap (NCCL_SOCKET_IFNAME)",
             ));
         }
-        return Ok(tcp);
+        return Ok((tcp, "TCP (no interface for an RDMA bootstrap)".to_string()));
     };
-    match scan(cfg, boot) {
-        Ok(Scan::Devices(verbs)) => Ok(verbs),
-        Ok(Scan::Nothing(why)) if mode == TransportKind::Verbs => Err(NetError::system(format!(
-            "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but no usable RDMA port (or NCCL_IB_HCA selects none): {why}"
+    let tcp_names: Vec<String> = tcp
+        .iter()
+        .map(|d| d.props.name.to_string_lossy().into_owned())
+        .collect();
+    match scan(cfg, hca, &tcp_names, boot)? {
+        Scan::Devices(verbs) => Ok((verbs, "verbs (RDMA)".to_string())),
+        Scan::NoRdma(why) if mode == TransportKind::Verbs => Err(NetError::system(format!(
+            "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but this host has no RDMA: {why}; init fails rather than run over TCP (set transport = tcp or auto for TCP)"
         ))),
-        Ok(Scan::Nothing(why)) => {
-            tracing::info!(target: "dqplb::init", "{why}");
-            Ok(tcp)
-        }
-        Err(e) if mode == TransportKind::Auto && e.code != ErrorCode::InvalidArgument => {
-            tracing::warn!(target: "dqplb::init", "{}; using TCP", e.msg);
-            Ok(tcp)
-        }
-        Err(e) => Err(e),
+        Scan::NoRdma(why) => Ok((tcp, format!("TCP ({why})"))),
+        Scan::Unusable(why) => Err(NetError::system(format!(
+            "no usable RDMA device ({} {}): {}; init fails rather than fall back to TCP (set NCCL_DQPLB_TRANSPORT=tcp to use TCP)",
+            why.len(),
+            if why.len() == 1 { "reason" } else { "reasons" },
+            why.join("; ")
+        ))),
     }
 }
 
@@ -192,8 +284,9 @@ mod tests {
             eprintln!("SKIPPED: this host has RDMA devices");
             return;
         }
-        let chosen = choose_devices(&cfg, tcp.clone()).unwrap();
+        let (chosen, how) = choose_devices(&cfg, None, tcp.clone()).unwrap();
         assert_eq!(chosen, tcp);
+        assert_eq!(how, "TCP (no RDMA device found)");
     }
 
     #[test]
