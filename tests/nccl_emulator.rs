@@ -252,6 +252,36 @@ fn policy_single_qp_all_protocols() {
 /// (`DQPLB_EMU_PLUGIN_VERSION=8`: dlsym finds only ncclNetPlugin_v8): 2.20 (direct v8, no
 /// dlclose), 2.24 (shim, dlclose), 2.30 (receive sizes no longer capped by nbytes: p2p posts a
 /// full 128 KiB chunk even for 0-byte messages).
+/// NCCL's shared-comm pattern: ranks of one process share a proxy and its comms, so ops with
+/// different tags (each rank's tpRank) travel over one comm, each op its own ncclProxyArgs,
+/// offered in the proxy's list order (progressOps, src/proxy.cc; sendProxyProgress and
+/// recvProxyProgress, src/transport/net.cc 2.20-2.30). The sender's list runs in the other order
+/// (DQPLB_EMU_A2A_SPLIT=1): its first isends carry tags the receiver's head group lacks, which
+/// net_ib answers with a NULL request (ncclIbIsend) and the proxy offers again; every byte must
+/// arrive where its tag says.
+#[test]
+fn ops_with_different_tags_over_one_comm_in_proxy_order() {
+    for nccl in ["2.20", "2.28", "2.30"] {
+        let name = format!("a2a-split-{nccl}");
+        let oks = run(
+            &name,
+            2,
+            &[
+                ("NCCL_DQPLB_POLICY", "dqplb"),
+                ("DQPLB_EMU_WORK", "a2a"),
+                ("DQPLB_EMU_CHANNELS", "2"),
+                ("DQPLB_EMU_BYTES", "3145728"),
+                ("DQPLB_EMU_NCCL", nccl),
+                ("DQPLB_EMU_COMMS", "2"),
+                ("DQPLB_EMU_A2A_SPLIT", "1"),
+            ],
+        );
+        for ok in &oks {
+            assert!(field(ok, "isend_null").unwrap() > 0, "{name}: {ok}");
+        }
+    }
+}
+
 #[test]
 fn nccl_versions_2_20_2_24_2_30() {
     for v in ["2.20", "2.24", "2.30"] {
@@ -503,7 +533,7 @@ fn run_ring_small(bytes: usize) -> Vec<String> {
 }
 
 /// Segments per data QP of every send comm a run's ranks closed, from the plugin's close-time
-/// `send comm closed: QP q: QpStats { segments: N, ...` lines in the emulator's log files.
+/// INFO line (`... segments per QP 12/0/3/9, ...`) in the emulator's log files.
 fn segments_per_qp(log: &std::path::Path) -> Vec<u64> {
     let dir = log.parent().unwrap();
     let stem = log.file_name().unwrap().to_string_lossy().to_string();
@@ -514,20 +544,21 @@ fn segments_per_qp(log: &std::path::Path) -> Vec<u64> {
             continue;
         }
         for l in std::fs::read_to_string(e.path()).unwrap().lines() {
-            let Some(rest) = l.split("send comm closed: QP ").nth(1) else {
+            // The comm's INFO line at close: "... closed: 4 QPs, ..., segments per QP 12/0/3/9, ..."
+            if !l.starts_with("3 NET/DQPLB : send comm ") {
+                continue;
+            }
+            let Some(rest) = l.split(" segments per QP ").nth(1) else {
                 continue;
             };
-            let q: usize = rest.split(':').next().unwrap().parse().unwrap();
-            let n: u64 = rest
-                .split("segments: ")
-                .nth(1)
-                .and_then(|x| x.split(',').next())
-                .and_then(|x| x.parse().ok())
-                .unwrap_or_else(|| panic!("no segments in {l}"));
-            if per.len() <= q {
-                per.resize(q + 1, 0);
+            let counts = rest.split(',').next().unwrap_or("");
+            for (q, n) in counts.split('/').enumerate() {
+                let n: u64 = n.parse().unwrap_or_else(|_| panic!("no segments in {l}"));
+                if per.len() <= q {
+                    per.resize(q + 1, 0);
+                }
+                per[q] += n;
             }
-            per[q] += n;
         }
     }
     per

@@ -95,10 +95,7 @@ fn repeated_identical_hints_are_silent_allocation_free_and_change_nothing() {
             let rc = unsafe { set(ctx, &mut attr) };
             assert_eq!(rc, ncclResult_t::ncclSuccess);
         }
-        let (logged, allocated) = (
-            lines(&log) - logged,
-            allocs() - allocated,
-        );
+        let (logged, allocated) = (lines(&log) - logged, allocs() - allocated);
         assert_eq!(
             (logged, allocated),
             (0, 0),
@@ -122,4 +119,3 @@ fn repeated_identical_hints_are_silent_allocation_free_and_change_nothing() {
         assert_eq!(unsafe { finalize(ctx) }, ncclResult_t::ncclSuccess);
     }
 }
-

@@ -366,7 +366,33 @@ fn a2a_ops(
                 ));
             }
         }
-        for (dir, subs) in [(true, send), (false, recv)] {
+        // DQPLB_EMU_A2A_SPLIT=1: each g is the op of another rank of one process sharing this
+        // proxy and its comms (tags differ per g: tpRank), so each g is its own ncclProxyArgs
+        // (ProxyAppend merges per tpLocalRank only), over one shared pool. The progress loop
+        // offers ops in its list order, and the two sides' lists need not agree: the sender's is
+        // taken in reverse, so its first isend carries a tag the receiver's head group lacks;
+        // net_ib answers a NULL request and the proxy retries (sendProxyProgress, net.cc).
+        let split = std::env::var("DQPLB_EMU_A2A_SPLIT").as_deref() == Ok("1") && gc > 1;
+        let per_dir: Vec<(bool, Vec<Sub>)> = if split {
+            let mut out = Vec::new();
+            for (dir, subs) in [(true, send), (false, recv)] {
+                let total = subs.len() as u64;
+                let per_g = subs.len() / gc;
+                let mut groups: Vec<Vec<Sub>> = (0..gc).map(|_| Vec::new()).collect();
+                for (i, mut sub) in subs.into_iter().enumerate() {
+                    sub.pool = Some((i as u64, total));
+                    groups[i / per_g].push(sub);
+                }
+                if dir {
+                    groups.reverse();
+                }
+                out.extend(groups.into_iter().map(|g| (dir, g)));
+            }
+            out
+        } else {
+            vec![(true, send), (false, recv)]
+        };
+        for (dir, subs) in per_dir {
             let mut a = Args::new(dir, Proto::Simple, 1, 1, true, subs);
             // collAPI of the p2p tasks (enqueue.cc 2.28-2.30): ncclAlltoAll, or grouped
             // ncclSend/ncclRecv (DQPLB_EMU_A2A_API=sendrecv); nPeers = the batch's peers.

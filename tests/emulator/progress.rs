@@ -56,6 +56,9 @@ pub(crate) struct Sub {
     pub(super) filled: usize,
     /// sub->pHandles: the per-step profiler handles whose addresses isend gets as phandle.
     pub(super) phandles: [u64; STEPS],
+    /// (index, count) of this sub in the shared pool when its args is one of several that share
+    /// the pool (ranks of one process sharing a proxy); None: its place in its own args.
+    pub(crate) pool: Option<(u64, u64)>,
 }
 
 impl Sub {
@@ -90,8 +93,15 @@ impl Sub {
             head: 0,
             filled: 0,
             phandles: [0; STEPS],
+            pool: None,
         }
     }
+}
+
+/// (index of sub `s` in the shared pool, subs sharing the pool): `maxDepth = NCCL_SHARED_STEPS /
+/// nsubs` and the slot offsets of sharedBuffersGet count every sub of the pool.
+pub(super) fn pool_place(a: &Args, s: usize) -> (u64, u64) {
+    a.subs[s].pool.unwrap_or((s as u64, a.subs.len() as u64))
 }
 
 /// ncclProxyArgs, reduced.
@@ -276,7 +286,7 @@ impl<'a, 'n> Engine<'a, 'n> {
             a.ready = true;
         }
         let mut active = false;
-        let nsubs = a.subs.len() as u64;
+        let nsubs = pool_place(a, 0).1;
         let max_depth = NCCL_STEPS.min(SHARED_STEPS / nsubs);
         let step_size = a.proto.step_size();
         let isend = net.isend.ok_or("isend is NULL")?;
@@ -291,7 +301,8 @@ impl<'a, 'n> Engine<'a, 'n> {
                 let slot = ((sub.base + sub.posted) % NCCL_STEPS) as usize;
                 if a.shared {
                     let shared_slot = sub.posted % max_depth;
-                    sub.fifo_off[slot] = shared_offset(sub.ch, shared_slot * nsubs + s as u64);
+                    let index = sub.pool.map_or(s as u64, |p| p.0);
+                    sub.fifo_off[slot] = shared_offset(sub.ch, shared_slot * nsubs + index);
                 }
                 sub.posted += a.slice_steps;
                 active = true;

@@ -17,7 +17,7 @@ impl Engine<'_, '_> {
         if !a.ready {
             self.recv_ready(a);
         }
-        let nsubs = a.subs.len() as u64;
+        let nsubs = super::progress::pool_place(a, 0).1;
         let max_depth = NCCL_STEPS.min(SHARED_STEPS / nsubs);
         let step_size = a.proto.step_size();
         let mut active = false;
@@ -44,10 +44,8 @@ impl Engine<'_, '_> {
                     let slot = ((sub.base + sub.posted) % NCCL_STEPS) as usize;
                     let b = conn.buf[p].expect("buffer");
                     let off = if a.shared {
-                        let o = shared_offset(
-                            sub.ch,
-                            (sub.posted % max_depth) * nsubs + (s + i) as u64,
-                        );
+                        let index = sub.pool.map_or((s + i) as u64, |p| p.0);
+                        let o = shared_offset(sub.ch, (sub.posted % max_depth) * nsubs + index);
                         sub.fifo_off[slot] = o;
                         o
                     } else {

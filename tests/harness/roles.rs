@@ -548,7 +548,11 @@ fn self_grouped(logger: &CLogger) -> Result<(), String> {
         // SAFETY: as above.
         match unsafe { net.isend(sc, sbase, 8, 3, smh) } {
             Ok(None) => std::thread::yield_now(),
-            other => return Err(format!("isend with a tag absent from the group gave {other:?}")),
+            other => {
+                return Err(format!(
+                    "isend with a tag absent from the group gave {other:?}"
+                ))
+            }
         }
     }
     say("GROUPED a tag absent from the group waits (NULL request)");
@@ -747,7 +751,9 @@ fn short_receiver(logger: &CLogger) -> Result<(), String> {
         match net.test(req) {
             Ok(Some(n)) => break format!("done {n}"),
             Ok(None) if start.elapsed() < Duration::from_secs(20) => std::thread::yield_now(),
-            Ok(None) => return Err("the oversized receive neither failed nor completed in 20 s".into()),
+            Ok(None) => {
+                return Err("the oversized receive neither failed nor completed in 20 s".into())
+            }
             Err(e) => break format!("rc={}", e.rc),
         }
     };

@@ -88,7 +88,10 @@ fn oversized_sends_are_cut_and_other_tags_wait() {
     let sreq = isend(&mut s, &mut r, &mut src, 8192, 5);
     assert_eq!(wait_both(&mut s, sreq, &mut r, rreq), (4096, 4096));
     assert!(dst.mem[..4096] == src.mem[..4096], "the cut send differs");
-    assert!(dst.mem[4096..].iter().all(|&b| b == 0xcc), "wrote past the receive");
+    assert!(
+        dst.mem[4096..].iter().all(|&b| b == 0xcc),
+        "wrote past the receive"
+    );
     // unregistered memory is refused up front
     let mut loose = vec![0u8; 16];
     let e = s
@@ -105,7 +108,9 @@ fn oversized_sends_are_cut_and_other_tags_wait() {
 fn multi_tag_groups_match_sends_offered_in_proxy_order() {
     let (domain, mut s, mut r) = pair("multi_tag_groups", params(4));
     let len = |t: usize| 3000 + 1000 * t;
-    let mut srcs: Vec<Buf> = (0..=8).map(|t| buf(&domain, pattern(40 + t as u32, len(t)))).collect();
+    let mut srcs: Vec<Buf> = (0..=8)
+        .map(|t| buf(&domain, pattern(40 + t as u32, len(t))))
+        .collect();
     let mut dsts: Vec<Buf> = (0..=8).map(|t| buf(&domain, vec![0xcc; len(t)])).collect();
     let (eight, one) = dsts.split_at_mut(8);
     let q1 = r

@@ -213,7 +213,10 @@ fn send_larger_than_posted_receive_is_cut_to_it() {
     }
     assert_eq!((sent, got), (Some(posted), Some(posted)));
     assert_bytes(&small, &big[..posted], "the cut send");
-    assert!(small[posted..].iter().all(|&b| b == 0xEE), "wrote past the receive");
+    assert!(
+        small[posted..].iter().all(|&b| b == 0xEE),
+        "wrote past the receive"
+    );
 }
 
 #[test]
@@ -562,7 +565,8 @@ fn multi_tag_groups_match_sends_offered_in_proxy_order() {
         .map(|(t, b)| (UserBuf::from_slice(b), t as i32))
         .collect();
     let q8 = r.irecv_group(&bufs).unwrap().unwrap();
-    let mut sends: Vec<(i32, Vec<u8>)> = (0..=8).map(|t| (t, pattern(len(t), t as usize))).collect();
+    let mut sends: Vec<(i32, Vec<u8>)> =
+        (0..=8).map(|t| (t, pattern(len(t), t as usize))).collect();
     let (sent, got) = offer_round_robin(&mut s, &mut r, &mut sends, &[q1, q8]);
     assert_eq!(sent, (0..=8).map(len).collect::<Vec<_>>());
     assert_eq!(got[0], vec![len(8)]);
