@@ -45,7 +45,7 @@ fn allocs() -> u64 {
 
 /// Log lines of every level the logger has seen.
 fn lines(l: &CLogger) -> i64 {
-    (0..8).map(|lvl| l.count(lvl) as i64).sum()
+    (0..8).map(|lvl| l.count(lvl)).sum()
 }
 
 /// The calls one rank made during one 0.2 s accept poll under NCCL 2.32.3.

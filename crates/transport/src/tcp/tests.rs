@@ -523,7 +523,7 @@ fn offer_round_robin(
     let mut sent = vec![usize::MAX; sends.len()];
     let mut got: Vec<Option<Vec<usize>>> = vec![None; groups.len()];
     let mut spins = 0u64;
-    while sent.iter().any(|&n| n == usize::MAX) || got.iter().any(|g| g.is_none()) {
+    while sent.contains(&usize::MAX) || got.iter().any(|g| g.is_none()) {
         spins += 1;
         assert!(spins < 5_000_000, "stalled: {sreq:?} {sent:?} {got:?}");
         for (k, (tag, data)) in sends.iter_mut().enumerate() {
