@@ -53,11 +53,15 @@ fn init_says_which_transport_and_never_falls_back_silently() {
     assert_eq!(infos.len(), 1, "{lines:#?}");
     let (_, file, _, msg) = infos[0];
     assert_eq!(file, "src/plugin/mod.rs");
+    // (where libibverbs is missing too, the reason adds "; libibverbs.so.1 not loadable (...)")
     let want = format!(
-        "NET/DQPLB : dqplb-net {}; config <embedded default>; policy dqplb; transport TCP (no RDMA device found); devices [0]lo",
+        "NET/DQPLB : dqplb-net {}; config <embedded default>; policy dqplb; transport TCP (no RDMA device found",
         nccl_net_dqplb::VERSION
     );
-    assert_eq!(msg, &want);
+    assert!(
+        msg.starts_with(&want) && msg.ends_with("); devices [0]lo"),
+        "{msg}"
+    );
     eprintln!("INFO {msg}");
 
     // fabric.transport = tcp: TCP, saying why; RDMA names in NCCL_IB_HCA are only read.
@@ -76,10 +80,15 @@ fn init_says_which_transport_and_never_falls_back_silently() {
     std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
     std::env::remove_var("NCCL_IB_HCA");
     let e = plugin::init(Some(sink(&seen))).unwrap_err();
-    assert_eq!(
-        e.msg,
-        "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but this host has no RDMA: no RDMA device \
-         found; init fails rather than run over TCP (set transport = tcp or auto for TCP)"
+    assert!(
+        e.msg.starts_with(
+            "fabric.transport = verbs (NCCL_DQPLB_TRANSPORT) but this host has no RDMA: no RDMA \
+             device found"
+        ) && e.msg.ends_with(
+            "; init fails rather than run over TCP (set transport = tcp or auto for TCP)"
+        ),
+        "{}",
+        e.msg
     );
 
     // auto, NCCL_IB_HCA naming a device this host lacks: init fails through the C entry point
