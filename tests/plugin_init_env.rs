@@ -63,6 +63,7 @@ fn init_accepts_what_nccl_accepts_and_warns_once_per_oddity() {
             e.msg
         );
     }
+    many_duplicates_are_one_short_warn(&lines, &sink);
     gdr_switches_on_tcp(&lines, &sink);
 }
 
@@ -97,4 +98,33 @@ fn gdr_switches_on_tcp(lines: &Arc<Mutex<Vec<(log::NcclLevel, String)>>>, sink: 
     }
     std::env::remove_var("DQPLB_TEST_FORCE_GDR");
     std::env::remove_var("NCCL_IB_GDR_FLUSH_DISABLE");
+}
+
+/// 11,900 duplicate NCCL_IB_HCA entries: NCCL reads 32 of them (MAX_IB_DEVS); init logs ONE WARN
+/// of bounded length (the value cut to 64 characters, repeats counted) instead of one per entry
+/// quoting the whole value.
+fn many_duplicates_are_one_short_warn(
+    lines: &Arc<Mutex<Vec<(log::NcclLevel, String)>>>,
+    sink: &log::Sink,
+) {
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
+    std::env::set_var("NCCL_IB_HCA", vec!["mlx5_0:1"; 11_900].join(","));
+    lines.lock().unwrap().clear();
+    plugin::init(Some(Arc::clone(sink))).unwrap();
+    let got = lines.lock().unwrap().clone();
+    let warns: Vec<&String> = got
+        .iter()
+        .filter(|(l, _)| *l == log::NcclLevel::Warn)
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(
+        warns,
+        [&format!(
+            "NET/DQPLB : NCCL_IB_HCA='{}... (107099 bytes)': 32 problems: entry 'mlx5_0:1': \
+             duplicate of entry 1 (same device and port); the first one wins (31 times); more than \
+             32 entries listed; the 11868 after the first 32 are ignored (as NCCL does: MAX_IB_DEVS)",
+            &vec!["mlx5_0:1"; 8].join(",")[..64]
+        )]
+    );
+    std::env::remove_var("NCCL_IB_HCA");
 }

@@ -226,16 +226,34 @@ fn hca_from_env(cfg: &SiteConfig) -> NetResult<Option<dqplb_config::HcaList>> {
     )
     .map_err(|e| NetError::invalid_argument(e.to_string()))?;
     if !diags.is_empty() {
-        let mut shown: Vec<String> = diags
-            .iter()
-            .take(HCA_PROBLEMS_SHOWN)
-            .map(|d| match &d.entry {
+        // Repeats in a row (the same duplicate entry N times) are one item "(N times)".
+        let mut items: Vec<(String, usize)> = Vec::new();
+        for d in &diags {
+            let text = match &d.entry {
                 Some(e) => format!("entry '{}': {}", dqplb_config::clip(e), d.message),
                 None => d.message.clone(),
+            };
+            let full = items.len() > HCA_PROBLEMS_SHOWN;
+            match items.last_mut() {
+                Some((last, n)) if *last == text => *n += 1,
+                _ if full => {}
+                _ => items.push((text, 1)),
+            }
+        }
+        let mut shown: Vec<String> = items
+            .iter()
+            .take(HCA_PROBLEMS_SHOWN)
+            .map(|(t, n)| {
+                if *n > 1 {
+                    format!("{t} ({n} times)")
+                } else {
+                    t.clone()
+                }
             })
             .collect();
-        if diags.len() > HCA_PROBLEMS_SHOWN {
-            shown.push(format!("and {} more", diags.len() - HCA_PROBLEMS_SHOWN));
+        let listed: usize = items.iter().take(HCA_PROBLEMS_SHOWN).map(|(_, n)| n).sum();
+        if diags.len() > listed {
+            shown.push(format!("and {} more", diags.len() - listed));
         }
         tracing::warn!(target: "dqplb::init", "NCCL_IB_HCA='{}': {} {}: {}",
             dqplb_config::clip(&v), diags.len(), if diags.len() == 1 { "problem" } else { "problems" }, shown.join("; "));
