@@ -123,7 +123,7 @@ fn many_duplicates_are_one_short_warn(
             "NET/DQPLB : NCCL_IB_HCA='{}... (107099 bytes)': 32 problems: entry 'mlx5_0:1': \
              duplicate of entry 1 (same device and port); the first one wins (31 times); more than \
              32 entries listed; the 11868 after the first 32 are ignored (as NCCL does: MAX_IB_DEVS)",
-            &vec!["mlx5_0:1"; 8].join(",")[..64]
+            &["mlx5_0:1"; 8].join(",")[..64]
         )]
     );
     std::env::remove_var("NCCL_IB_HCA");
