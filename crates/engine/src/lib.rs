@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 
 pub mod imm;
+pub mod pinning;
 pub mod policy;
 
 mod error;
