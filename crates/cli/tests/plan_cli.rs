@@ -58,10 +58,12 @@ fn table_shows_devices_and_three_classes() {
         .unwrap_or_default();
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cols, ["mlx5_1", "1", "1", "0", "1", "-"], "{stdout}");
+    // Cross-dc: 16 QPs x 3 x 64 KiB, the default's largest window, far inside the budget.
     assert!(
-        stdout.contains("1073741824 B of 1073741824 B budget"),
+        stdout.contains("3145728 B of 1073741824 B budget (fits)"),
         "{stdout}"
     );
+    assert!(!stdout.contains("note: window"), "{stdout}");
 }
 
 #[test]
@@ -172,27 +174,16 @@ fn json_output_has_exact_figures() {
     assert_eq!(
         figures,
         vec![
-            ("same-rail".to_string(), 200_000, 4, 4, 524_288, 8_388_608),
-            // 12 QPs x 8 x 512 KiB.
-            (
-                "cross-rail".to_string(),
-                600_000,
-                12,
-                8,
-                524_288,
-                50_331_648
-            ),
-            (
-                "cross-dc".to_string(),
-                100_000_000,
-                16,
-                128,
-                524_288,
-                1_073_741_824
-            ),
+            // 4 QPs x 2 x 64 KiB: ceil(200000 / 65536) = 4, clamped to 1..=2.
+            ("same-rail".to_string(), 200_000, 4, 2, 65_536, 524_288),
+            // 12 QPs x 2 x 64 KiB.
+            ("cross-rail".to_string(), 600_000, 12, 2, 65_536, 1_572_864),
+            // 16 QPs x 3 x 64 KiB: ceil(1e8 / 65536) = 1526, clamped to 1..=3.
+            ("cross-dc".to_string(), 100_000_000, 16, 3, 65_536, 3_145_728),
         ]
     );
-    assert_eq!(classes[2]["ideal_outstanding"], 191);
+    assert_eq!(classes[2]["bdp_segments"], 1526);
+    assert_eq!(classes[2]["ideal_outstanding"], 3);
     assert_eq!(classes[2]["within_budget"], true);
     assert_eq!(classes[0]["budget_note"], Value::Null);
     assert_eq!(classes[1]["rtt_us"], 12.0);
@@ -222,43 +213,54 @@ fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
             })
             .collect()
     };
-    // NCCL's default 4 MiB: every default class's window (8 MiB, 32 MiB, 1 GiB) holds it.
+    // NCCL's default 4 MiB: every default class's window (512 KiB, 1 MiB, 3 MiB) is below it,
+    // so a slow QP's window fills and dqplb steers: no note (the defaults are sized for this).
     let v = json(&[]);
-    let mib = 1u64 << 20;
+    let (kib, mib) = (1u64 << 10, 1u64 << 20);
     assert_eq!(
         steer(&v),
         vec![
-            ("same-rail".into(), 8 * mib, 4 * mib, false),
-            ("cross-rail".into(), 32 * mib, 4 * mib, false),
-            ("cross-dc".into(), 1024 * mib, 4 * mib, false),
+            ("same-rail".into(), 512 * kib, 4 * mib, true),
+            ("cross-rail".into(), mib, 4 * mib, true),
+            ("cross-dc".into(), 3 * mib, 4 * mib, true),
         ]
     );
-    // Same-rail: 4 QPs x 512 KiB per depth, so depth 1 (2 MiB) stays under 4 MiB.
-    let note = v["steering"][0]["note"].as_str().unwrap_or("");
+    assert!(v["steering"].as_array().is_some_and(|a| a.iter().all(|s| s["note"].is_null())));
+    // NCCL_BUFFSIZE = 1 MiB (128 KiB steps): cross-rail's 1 MiB and cross-dc's 3 MiB hold it.
+    let v = json(&[("NCCL_BUFFSIZE", "1048576")]);
+    let s = steer(&v);
+    assert_eq!(
+        s.iter().map(|x| x.3).collect::<Vec<_>>(),
+        [true, false, false]
+    );
+    // Cross-rail: 8 QPs x 64 KiB = 512 KiB per depth, so depth 1 stays under 1 MiB.
+    let note = v["steering"][1]["note"].as_str().unwrap_or("");
     assert!(
         note.contains("set policy dqplb-led, or outstanding <= 1"),
         "{note}"
     );
-    // NCCL_BUFFSIZE = 64 MiB: only cross-dc's 1 GiB still holds it (8 MiB per depth -> 7).
-    let v = json(&[("NCCL_BUFFSIZE", "67108864")]);
-    let s = steer(&v);
-    assert_eq!(
-        s.iter().map(|x| x.3).collect::<Vec<_>>(),
-        [true, true, false]
-    );
+    // Cross-dc: 16 QPs x 64 KiB = 1 MiB already at depth 1.
     let note = v["steering"][2]["note"].as_str().unwrap_or("");
-    assert!(note.contains("outstanding <= 7"), "{note}");
+    assert!(note.contains("fewer QPs or smaller segments"), "{note}");
     assert!(v["steering"][0]["note"].is_null());
     // dqplb-led steers at any window: no note.
     let v = json(&[("NCCL_DQPLB_ENGINE_POLICY", "dqplb-led")]);
     assert!(steer(&v).iter().all(|x| x.3), "{v}");
     // A bad NCCL_BUFFSIZE is named, and NCCL's default used.
-    let out = dqplb(&["plan", "--config", &conf], &[("NCCL_BUFFSIZE", "4M")]);
+    let out = dqplb(
+        &["plan", "--config", &conf],
+        &[
+            ("NCCL_BUFFSIZE", "4M"),
+            ("NCCL_DQPLB_CLASS_SAME_RAIL_MIN_OUTSTANDING", "16"),
+            ("NCCL_DQPLB_CLASS_SAME_RAIL_MAX_OUTSTANDING", "16"),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0));
     let t = text(&out.stdout);
     assert!(
         t.contains("note: NCCL_BUFFSIZE '4M' is not a positive byte count; NCCL's default 4194304 B assumed"),
         "{t}"
     );
-    assert!(t.contains("outstanding <= 1"), "{t}");
+    // Same-rail at depth 16 (4 MiB) against the assumed 4 MiB: 256 KiB per depth -> 15.
+    assert!(t.contains("outstanding <= 15"), "{t}");
 }

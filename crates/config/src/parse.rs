@@ -79,7 +79,7 @@ mod tests {
     fn empty_text_gives_all_defaults() {
         let c = parse_str("", "t.toml").expect("empty is valid");
         assert_eq!(c, SiteConfig::default());
-        assert_eq!(c.engine.segment_bytes, 524288);
+        assert_eq!(c.engine.segment_bytes, 65536);
         assert_eq!(c.class.cross_dc.qps, 16);
     }
 
@@ -87,7 +87,7 @@ mod tests {
     fn partial_class_keeps_its_own_defaults() {
         let c = parse_str("[class.cross-dc]\nqps = 32\n", "t.toml").expect("valid");
         assert_eq!(c.class.cross_dc.qps, 32);
-        assert_eq!(c.class.cross_dc.min_outstanding, 64);
+        assert_eq!(c.class.cross_dc.max_outstanding, 3);
         assert_eq!(c.class.cross_dc.rtt_us, 2000.0);
         assert_eq!(c.class.same_rail.qps, 4);
     }
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(e.key.as_deref(), Some("class.same-rail.min-outstanding"));
         assert_eq!(e.line, Some(2));
         assert!(
-            e.detail.contains("16 is greater than max-outstanding 8"),
+            e.detail.contains("16 is greater than max-outstanding 2"),
             "{e}"
         );
     }

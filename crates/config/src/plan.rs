@@ -173,36 +173,52 @@ mod tests {
         assert_eq!(classify(&fid(1, 3), &fid(0, 5)), ConnClass::CrossDc);
     }
 
+    /// The default's windows are sized below NCCL's 4 MiB in flight per connection (the note
+    /// `dqplb plan` prints otherwise), so these figures pin the shipped sizing.
     #[test]
-    fn default_same_rail_plan_is_clamped_up_to_min() {
-        // 400 Gb/s * 4 us = 200000 B; ceil(200000 / 524288) = 1 -> min 4; 4 * 4 * 524288.
+    fn default_same_rail_plan_is_clamped_down_to_max() {
+        // 400 Gb/s * 4 us = 200000 B; ceil(200000 / 65536) = 4 -> max 2; 4 * 2 * 65536.
         let p = SiteConfig::default().plan(ConnClass::SameRail);
         assert_eq!(p.bdp_bytes, 200_000);
         assert_eq!(
             (p.bdp_segments, p.min_outstanding, p.max_outstanding),
-            (1, 4, 8)
+            (4, 1, 2)
         );
-        assert_eq!((p.qps, p.ideal_outstanding, p.outstanding), (4, 4, 4));
-        assert_eq!(p.inflight_bytes, 8_388_608);
+        assert_eq!((p.qps, p.ideal_outstanding, p.outstanding), (4, 2, 2));
+        assert_eq!(p.inflight_bytes, 524_288);
         assert!(p.within_budget);
         assert_eq!(p.budget_note, None);
     }
 
     #[test]
     fn default_cross_rail_plan() {
-        // 400 * 12 * 125 = 600000 B; ceil(600000 / 524288) = 2 -> min 8; 8 * 8 * 524288.
+        // 400 * 12 * 125 = 600000 B; ceil(600000 / 65536) = 10 -> max 2; 8 * 2 * 65536.
         let p = SiteConfig::default().plan(ConnClass::CrossRail);
         assert_eq!(p.bdp_bytes, 600_000);
-        assert_eq!((p.qps, p.outstanding), (8, 8));
-        assert_eq!(p.inflight_bytes, 33_554_432);
+        assert_eq!((p.qps, p.bdp_segments, p.outstanding), (8, 10, 2));
+        assert_eq!(p.inflight_bytes, 1_048_576);
     }
 
     #[test]
-    fn default_cross_dc_plan_is_cut_to_budget() {
-        // 400 * 2000 * 125 = 1e8 B; ceil(1e8 / 524288) = 191 (in 64..=256);
-        // 16 * 191 * 524288 = 1602224128 > 1 GiB -> 1073741824 / (16 * 524288) = 128.
+    fn default_cross_dc_plan_stays_below_nccls_buffer() {
+        // 400 * 2000 * 125 = 1e8 B; ceil(1e8 / 65536) = 1526 -> max 3; 16 * 3 * 65536 = 3 MiB.
         let p = SiteConfig::default().plan(ConnClass::CrossDc);
         assert_eq!(p.bdp_bytes, 100_000_000);
+        assert_eq!((p.bdp_segments, p.ideal_outstanding), (1526, 3));
+        assert_eq!(p.outstanding, 3);
+        assert_eq!(p.inflight_bytes, 3_145_728);
+        assert_eq!(p.budget_note, None);
+    }
+
+    #[test]
+    fn budget_cut_lowers_outstanding() {
+        // The former cross-dc sizing: 16 QPs, 64..=256 outstanding of 512 KiB.
+        let mut c = SiteConfig::default();
+        c.engine.segment_bytes = 524_288;
+        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
+        // ceil(1e8 / 524288) = 191 (in 64..=256); 16 * 191 * 524288 = 1602224128 > 1 GiB
+        // -> 1073741824 / (16 * 524288) = 128.
+        let p = c.plan(ConnClass::CrossDc);
         assert_eq!((p.bdp_segments, p.ideal_outstanding), (191, 191));
         assert_eq!(p.outstanding, 128);
         assert_eq!(p.inflight_bytes, 1_073_741_824);
@@ -215,7 +231,9 @@ mod tests {
     #[test]
     fn over_budget_even_at_min_is_reported() {
         let mut c = SiteConfig::default();
+        c.engine.segment_bytes = 524_288;
         c.engine.inflight_budget_bytes = 256 << 20;
+        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
         // cross-dc: min 64 * 16 QPs * 512 KiB = 512 MiB > 256 MiB.
         let p = c.plan(ConnClass::CrossDc);
         assert_eq!(p.outstanding, 64);
@@ -227,6 +245,7 @@ mod tests {
     fn class_segment_override_and_max_clamp() {
         let mut c = SiteConfig::default();
         c.class.cross_rail.segment_bytes = Some(65536);
+        (c.class.cross_rail.min_outstanding, c.class.cross_rail.max_outstanding) = (8, 32);
         c.class.cross_rail.rtt_us = 20.0;
         // 400 * 20 * 125 = 1e6 B; ceil(1e6 / 65536) = 16 (within 8..=32); 8 * 16 * 65536.
         let p = c.plan(ConnClass::CrossRail);
@@ -245,6 +264,8 @@ mod tests {
     fn single_qp_policy_plans_one_qp() {
         let mut c = SiteConfig::default();
         c.engine.policy = PolicyName::SingleQp;
+        c.engine.segment_bytes = 524_288;
+        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
         // cross-dc: 1 QP x 191 x 524288 = 100139008 B, within 1 GiB, so no budget cut.
         let p = c.plan(ConnClass::CrossDc);
         assert_eq!(

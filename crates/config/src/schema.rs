@@ -9,6 +9,18 @@ use super::plan::ConnClass;
 /// One KiB, for readable defaults.
 const KIB: u64 = 1024;
 
+/// NCCL's Simple-protocol step per connection: NCCL_BUFFSIZE (default 4 MiB, src/init.cc
+/// `DEFAULT_BUFFSIZE`) over `NCCL_STEPS` (8, src/include/device.h); the net proxy keeps at most
+/// `NCCL_STEPS` steps in flight per connection (src/transport/net.cc `sendProxyProgress`,
+/// `sub->transmitted < sub->done + NCCL_STEPS`; NCCL 2.30.7, master 5067397).
+pub const NCCL_STEP_BYTES: u64 = 512 * KIB;
+/// Steps NCCL keeps in flight per connection (`NCCL_STEPS`).
+pub const NCCL_STEPS: u64 = 8;
+/// NCCL's p2p step over the network (`NCCL_P2P_NET_CHUNKSIZE`, default 128 KiB, src/init.cc).
+pub const NCCL_P2P_CHUNK_BYTES: u64 = 128 * KIB;
+/// The default segment: half NCCL's p2p chunk, an eighth of its Simple step.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * KIB;
+
 /// The whole site configuration (`/etc/nccl-dqplb.toml` or the embedded default).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
@@ -205,7 +217,9 @@ impl Default for EngineSection {
     fn default() -> Self {
         EngineSection {
             policy: PolicyName::Dqplb,
-            segment_bytes: 512 * KIB,
+            // Below NCCL's p2p chunk (128 KiB) and Simple step (512 KiB): one NCCL step is several
+            // segments, so a slow QP's window can fill and the policy moves the rest elsewhere.
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
             max_messages: 32,
             inflight_budget_bytes: 1024 * 1024 * KIB,
         }
@@ -240,10 +254,15 @@ pub struct ClassSpec {
 impl ClassSpec {
     /// The built-in defaults of a class (design table: rack-local, cross-rack, cross-DC).
     pub(crate) fn default_for(class: ConnClass) -> ClassSpec {
+        // Windows (qps x max-outstanding x 64 KiB) below what NCCL keeps in flight per
+        // connection (8 steps of 512 KiB = 4 MiB for collectives, 8 x 128 KiB = 1 MiB for p2p;
+        // see `NCCL_STEPS`), so a slow QP's window fills and the engine steers:
+        // same-rail 4 x 2 = 512 KiB (about 2.5 x its 200 KB BDP), cross-rail 8 x 2 = 1 MiB
+        // (1.7 x 600 KB), cross-dc 16 x 3 = 3 MiB (NCCL's own 4 MiB bounds a 2 ms path anyway).
         let (rtt_us, qps, min_outstanding, max_outstanding) = match class {
-            ConnClass::SameRail => (4.0, 4, 4, 8),
-            ConnClass::CrossRail => (12.0, 8, 8, 32),
-            ConnClass::CrossDc => (2000.0, 16, 64, 256),
+            ConnClass::SameRail => (4.0, 4, 1, 2),
+            ConnClass::CrossRail => (12.0, 8, 1, 2),
+            ConnClass::CrossDc => (2000.0, 16, 1, 3),
         };
         ClassSpec {
             rate_gbps: 400.0,

@@ -168,7 +168,18 @@ fn bad_values_name_variable_key_and_range() {
 
 #[test]
 fn cross_field_error_blames_the_variable() {
-    let e = load(&[("NCCL_DQPLB_CLASS_SAME_RAIL_MAX_OUTSTANDING", "2")]).expect_err("min > max");
+    // The file's min-outstanding 4 against the variable's max 2 (the default's min is 1, so the
+    // file sets one above it).
+    let path = std::env::temp_dir().join(format!("dqplb-cross-field-{}.toml", std::process::id()));
+    std::fs::write(&path, "[class.same-rail]\nmin-outstanding = 4\nmax-outstanding = 8\n")
+        .expect("temp config written");
+    let conf = path.display().to_string();
+    let e = load(&[
+        ("NCCL_DQPLB_CONF", conf.as_str()),
+        ("NCCL_DQPLB_CLASS_SAME_RAIL_MAX_OUTSTANDING", "2"),
+    ])
+    .expect_err("min > max");
+    let _ = std::fs::remove_file(&path);
     assert_eq!(e.kind, ConfigErrorKind::Inconsistent);
     assert_eq!(
         e.variable.as_deref(),

@@ -57,44 +57,76 @@ fn default_file_equals_built_in_defaults() {
         SiteConfig::default()
     );
     assert_eq!(from_file.engine.policy, PolicyName::Dqplb);
-    assert_eq!(from_file.engine.segment_bytes, 524_288);
+    assert_eq!(from_file.engine.segment_bytes, 65_536);
     assert_eq!(from_file.engine.max_messages, 32);
     assert_eq!(from_file.engine.inflight_budget_bytes, 1 << 30);
     assert_eq!(from_file.fabric.hca_third_field, HcaThirdField::FabricId);
     assert_eq!(from_file.fabric.max_rails, 8);
     assert_eq!(from_file.class.cross_dc.qps, 16);
-    assert_eq!(from_file.class.cross_dc.max_outstanding, 256);
+    assert_eq!(from_file.class.cross_dc.max_outstanding, 3);
     assert!(from_file.tcp.nodelay);
     assert!(from_file.stats.log_on_close);
     assert_eq!(from_file.log.level, None);
 }
 
+/// No shipped class may hold all of NCCL's data in flight: dqplb steers only when a slow QP's
+/// window fills (docs/records/simulation.md, Sizing; `dqplb plan` notes such a class).
+#[test]
+fn every_site_class_window_is_below_nccls_data_in_flight() {
+    let names = std::fs::read_dir(conf_dir())
+        .expect("plugin-conf/ exists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml") && !n.starts_with("dcqcn"));
+    let embedded = embedded_default().expect("embedded default parses");
+    let mut checked = 0;
+    for (name, c) in names
+        .map(|n| (n.clone(), load(&n)))
+        .chain([("embedded".to_string(), embedded)])
+    {
+        for p in c.plans() {
+            assert!(p.inflight_bytes < NCCL_INFLIGHT, "{name}: {p:?}");
+            // A segment below NCCL's 512 KiB step: each step is several segments.
+            assert!(p.segment_bytes < 512 * 1024, "{name}: {p:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "{checked}");
+}
+
+/// NCCL's data in flight per connection: 8 steps of NCCL_BUFFSIZE / 8 (4 MiB by default).
+const NCCL_INFLIGHT: u64 = 4 << 20;
+
 #[test]
 fn rail_optimized_site_figures() {
     let c = load("rail-optimized-8rail-roce.toml");
     assert_eq!(c.fabric.max_rails, 8);
-    assert_eq!(c.class.same_rail.segment_bytes, Some(131_072));
+    assert_eq!(c.engine.segment_bytes, 65_536);
+    assert_eq!(c.class.same_rail.segment_bytes, None);
     assert_eq!(c.tcp.socket_buffer_bytes, 4 << 20);
-    // same-rail: 400 Gb/s * 3 us = 150000 B = ceil(1.14) = 2 segments of 128 KiB -> min 4.
+    // same-rail: 400 Gb/s * 3 us = 150000 B = ceil(2.29) = 3 segments of 64 KiB -> max 2.
     let same = c.plan(ConnClass::SameRail);
     assert_eq!(
         (same.bdp_bytes, same.bdp_segments, same.outstanding),
-        (150_000, 2, 4)
+        (150_000, 3, 2)
     );
-    assert_eq!(same.inflight_bytes, 4 * 4 * 131_072);
-    // cross-rail: 400 * 8 * 125 = 400000 B -> 1 segment of 512 KiB -> min 8.
+    assert_eq!(same.inflight_bytes, 4 * 2 * 65_536);
+    // cross-rail: 400 * 8 * 125 = 400000 B -> 7 segments of 64 KiB -> max 2; 1 MiB.
     let cross = c.plan(ConnClass::CrossRail);
     assert_eq!(
-        (cross.bdp_bytes, cross.outstanding, cross.segment_bytes),
-        (400_000, 8, 524_288)
+        (cross.bdp_bytes, cross.outstanding, cross.inflight_bytes),
+        (400_000, 2, 1_048_576)
     );
-    // cross-dc: 400 * 1000 * 125 = 5e7 B -> ceil(95.4) = 96, 16 * 96 * 512 KiB fits in 1 GiB.
+    // cross-dc: 400 * 1000 * 125 = 5e7 B -> 763 segments -> max 3; 16 * 3 * 64 KiB = 3 MiB.
     let dc = c.plan(ConnClass::CrossDc);
     assert_eq!(
         (dc.outstanding, dc.inflight_bytes, dc.within_budget),
-        (96, 805_306_368, true)
+        (3, 3_145_728, true)
     );
     assert_eq!(dc.budget_note, None);
+    for p in c.plans() {
+        assert!(p.inflight_bytes < NCCL_INFLIGHT, "{p:?}");
+    }
 }
 
 #[test]
@@ -102,20 +134,23 @@ fn two_dc_site_figures() {
     let c = load("two-dc.toml");
     assert_eq!(c.engine.max_messages, 64);
     assert_eq!(c.log.level, Some(LogLevel::Info));
-    // cross-dc: 200 Gb/s * 4000 us = 1e8 B -> ceil(95.4) = 96 segments of 1 MiB;
-    // 32 * 96 * 1 MiB = 3 GiB > 2 GiB budget -> 2 GiB / (32 * 1 MiB) = 64 = min-outstanding.
+    // cross-dc: 200 Gb/s * 4000 us = 1e8 B -> ceil(1017.3) = 1018 segments of 96 KiB -> max 1;
+    // 32 QPs * 1 * 96 KiB = 3 MiB, below NCCL's 4 MiB in flight.
     let dc = c.plan(ConnClass::CrossDc);
     assert_eq!(dc.bdp_bytes, 100_000_000);
-    assert_eq!((dc.qps, dc.ideal_outstanding, dc.outstanding), (32, 96, 64));
-    assert_eq!(dc.segment_bytes, 1_048_576);
-    assert_eq!(dc.inflight_bytes, 2_147_483_648);
+    assert_eq!((dc.qps, dc.ideal_outstanding, dc.outstanding), (32, 1, 1));
+    assert_eq!(dc.segment_bytes, 98_304);
+    assert_eq!(dc.inflight_bytes, 3_145_728);
     assert!(dc.within_budget);
-    assert!(dc.budget_note.is_some());
+    assert_eq!(dc.budget_note, None);
     let rail = c.plan(ConnClass::CrossRail);
     assert_eq!(
         (rail.bdp_bytes, rail.outstanding, rail.inflight_bytes),
-        (500_000, 8, 33_554_432)
+        (500_000, 2, 1_048_576)
     );
+    for p in c.plans() {
+        assert!(p.inflight_bytes < NCCL_INFLIGHT, "{p:?}");
+    }
 }
 
 #[test]
