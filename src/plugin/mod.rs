@@ -296,6 +296,7 @@ fn tcp_options(cfg: &SiteConfig) -> TcpOptions {
         nodelay: cfg.tcp.nodelay,
         src_port_base: (cfg.tcp.src_port_base != 0).then_some(cfg.tcp.src_port_base),
         src_port_stride: 1,
+        pinned_ports: Vec::new(),
     }
 }
 

@@ -20,6 +20,8 @@ pub enum KeyKind {
     Choice(&'static [&'static str]),
     /// Any string of at most `max_len` bytes without NUL (a path template).
     Text { max_len: usize },
+    /// A non-empty array of distinct strings from a fixed set (environment: comma-separated).
+    List(&'static [&'static str]),
 }
 
 /// One key of the site config (sections owned elsewhere, like `[dcqcn]`, are not listed).
@@ -117,13 +119,39 @@ macro_rules! class_keys {
                 concat!("class.", $c, ".stall-timeout-ms"),
                 int(0, 3_600_000),
             ),
+            key(
+                concat!("class.", $c, ".path-pinning"),
+                KeyKind::Choice(PATH_PINNING_NAMES),
+            ),
+            optional(
+                concat!("class.", $c, ".ecmp-width"),
+                int(1, ECMP_WIDTH_MAX),
+            ),
         ]
     };
 }
 
-const SAME_RAIL: [KeySpec; 11] = class_keys!("same-rail");
-const CROSS_RAIL: [KeySpec; 11] = class_keys!("cross-rail");
-const CROSS_DC: [KeySpec; 11] = class_keys!("cross-dc");
+/// Accepted `class.*.path-pinning` values.
+pub(crate) const PATH_PINNING_NAMES: &[&str] = &["off", "relative", "absolute"];
+/// Largest `ecmp-width`: 14 free source-port bits tell at most 2^14 buckets apart.
+pub(crate) const ECMP_WIDTH_MAX: i64 = 1 << 14;
+
+const SAME_RAIL: [KeySpec; 13] = class_keys!("same-rail");
+const CROSS_RAIL: [KeySpec; 13] = class_keys!("cross-rail");
+const CROSS_DC: [KeySpec; 13] = class_keys!("cross-dc");
+
+const PATHS: [KeySpec; 7] = [
+    key(
+        "paths.hash",
+        KeyKind::Choice(&["crc32", "crc16-ccitt", "xor-fold"]),
+    ),
+    key("paths.select", KeyKind::Choice(&["low-bits", "mod"])),
+    key("paths.fields", KeyKind::List(super::pinning::FIELD_NAMES)),
+    key("paths.hash-dest-qpn", KeyKind::Bool),
+    key("paths.seed", int(0, u32::MAX as i64)),
+    optional("paths.polynomial", int(1, u32::MAX as i64)),
+    key("paths.base-port", int(49152, 65535)),
+];
 
 /// Accepted `patterns.*` policy values: `default` (= engine.policy) or a policy.
 pub(crate) const PATTERN_POLICY_NAMES: &[&str] = &[
@@ -173,6 +201,7 @@ pub fn all_keys() -> impl Iterator<Item = &'static KeySpec> {
         .chain(SAME_RAIL.iter())
         .chain(CROSS_RAIL.iter())
         .chain(CROSS_DC.iter())
+        .chain(PATHS.iter())
 }
 
 /// The spec of a dotted key path, if this registry knows it.
@@ -220,6 +249,10 @@ impl KeyKind {
                 format!("one of {}", quoted.join(", "))
             }
             KeyKind::Text { max_len } => format!("a string of at most {max_len} bytes"),
+            KeyKind::List(names) => {
+                let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+                format!("a list of distinct entries of {}", quoted.join(", "))
+            }
         }
     }
 
@@ -274,6 +307,28 @@ impl KeyKind {
                     Err(format!("value \"{s}\" is not accepted"))
                 }
             }
+            (KeyKind::List(names), Value::Array(items)) => {
+                if items.is_empty() {
+                    return Err("an empty list is not accepted".to_string());
+                }
+                let mut seen: Vec<&str> = Vec::new();
+                for item in items {
+                    let Value::String(s) = item else {
+                        return Err(format!(
+                            "an entry of type {} is not accepted",
+                            item.type_str()
+                        ));
+                    };
+                    if !names.contains(&s.as_str()) {
+                        return Err(format!("entry \"{s}\" is not accepted"));
+                    }
+                    if seen.contains(&s.as_str()) {
+                        return Err(format!("entry \"{s}\" is listed twice"));
+                    }
+                    seen.push(s);
+                }
+                Ok(())
+            }
             (_, other) => Err(format!(
                 "value of type {} is not accepted",
                 other.type_str()
@@ -306,6 +361,11 @@ impl KeyKind {
                     None => return Err(format!("'{}' is not accepted", crate::clip(raw))),
                 }
             }
+            KeyKind::List(_) => Value::Array(
+                text.split(',')
+                    .map(|e| Value::String(e.trim().to_ascii_lowercase()))
+                    .collect(),
+            ),
         };
         self.check(&value).map(|()| value)
     }
@@ -361,7 +421,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 55);
+        assert_eq!(paths.len(), 68);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();
@@ -429,6 +489,40 @@ mod tests {
         assert_eq!(
             rate.parse_env("inf"),
             Err("value inf is out of range".to_string())
+        );
+    }
+
+    #[test]
+    fn field_lists_parse_and_check() {
+        let k = find_key("paths.fields").map(|k| k.kind).expect("registered");
+        let v = k.parse_env("src-ip, DST-IP,src-port").expect("valid list");
+        assert_eq!(
+            v,
+            Value::Array(vec![
+                Value::String("src-ip".into()),
+                Value::String("dst-ip".into()),
+                Value::String("src-port".into()),
+            ])
+        );
+        assert_eq!(
+            k.parse_env("src-port,src-port"),
+            Err("entry \"src-port\" is listed twice".to_string())
+        );
+        assert_eq!(
+            k.parse_env("src-port,vlan"),
+            Err("entry \"vlan\" is not accepted".to_string())
+        );
+        assert_eq!(
+            k.check(&Value::Array(vec![])),
+            Err("an empty list is not accepted".to_string())
+        );
+        assert!(k.accepted().starts_with("a list of distinct entries of \"src-ip\""));
+        let w = find_key("class.cross-rail.ecmp-width").expect("registered");
+        assert!(w.optional);
+        assert_eq!(w.kind.parse_env("16384"), Ok(Value::Integer(16384)));
+        assert_eq!(
+            w.kind.parse_env("16385"),
+            Err("value 16385 is out of range".to_string())
         );
     }
 

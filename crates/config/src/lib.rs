@@ -11,6 +11,7 @@ pub mod hca;
 pub mod keys;
 pub mod load;
 pub mod parse;
+pub mod pinning;
 pub mod plan;
 pub mod schema;
 mod spans;
@@ -24,6 +25,7 @@ pub use load::{
     EMBEDDED_DEFAULT, ETC_PATH,
 };
 pub use parse::parse_str;
+pub use pinning::{BucketSelectName, HashField, HashFamilyName, PathPinning, PathsSection};
 pub use plan::{classify, ClassPlan, ConnClass};
 pub use schema::{
     ClassSections, ClassSpec, EngineSection, FabricSection, HcaThirdField, LogLevel, LogSection,

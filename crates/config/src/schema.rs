@@ -4,6 +4,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::dcqcn::DcqcnSection;
+use super::pinning::{PathPinning, PathsSection};
 use super::plan::ConnClass;
 
 /// One KiB, for readable defaults.
@@ -29,6 +30,7 @@ pub struct SiteConfig {
     pub engine: EngineSection,
     pub patterns: PatternsSection,
     pub class: ClassSections,
+    pub paths: PathsSection,
     pub tcp: TcpSection,
     pub stats: StatsSection,
     pub log: LogSection,
@@ -249,6 +251,11 @@ pub struct ClassSpec {
     pub rehash_max_per_minute: u32,
     /// A data QP with a segment unacknowledged this long is a failed (blackholed) path; 0: off.
     pub stall_timeout_ms: u64,
+    /// Source ports chosen per QP from `[paths]` (relative, absolute) or left to the NIC (off).
+    pub path_pinning: PathPinning,
+    /// ECMP members (paths) the class's traffic spreads over, S; unset: the class's `qps`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecmp_width: Option<u32>,
 }
 
 impl ClassSpec {
@@ -277,6 +284,10 @@ impl ClassSpec {
             // Off until the port-hash shaped-path bench has measured it.
             rehash_max_per_minute: 0,
             stall_timeout_ms: 2000,
+            // Off: pinning needs the site's switch hash (family, hashed fields' order, E-ECMP),
+            // which a built-in default cannot know (docs/configuration.md, [paths]).
+            path_pinning: PathPinning::Off,
+            ecmp_width: None,
         }
     }
 }
@@ -296,6 +307,8 @@ struct RawClassSpec {
     rehash_cooldown_ms: Option<u64>,
     rehash_max_per_minute: Option<u32>,
     stall_timeout_ms: Option<u64>,
+    path_pinning: Option<PathPinning>,
+    ecmp_width: Option<u32>,
 }
 
 impl RawClassSpec {
@@ -314,6 +327,8 @@ impl RawClassSpec {
                 .rehash_max_per_minute
                 .unwrap_or(base.rehash_max_per_minute),
             stall_timeout_ms: self.stall_timeout_ms.unwrap_or(base.stall_timeout_ms),
+            path_pinning: self.path_pinning.unwrap_or(base.path_pinning),
+            ecmp_width: self.ecmp_width.or(base.ecmp_width),
         }
     }
 }
@@ -457,12 +472,22 @@ pub struct LogSection {
     pub level: Option<LogLevel>,
 }
 
+impl ClassSpec {
+    /// S: the ECMP members the class spreads over (`ecmp-width`, else `qps`).
+    pub fn ecmp_width(&self) -> u32 {
+        self.ecmp_width.unwrap_or(self.qps)
+    }
+}
+
 impl SiteConfig {
-    /// The segment size a class uses: its own override, else the engine's.
-    pub(crate) fn segment_bytes_for(&self, class: ConnClass) -> u64 {
-        self.class
-            .get(class)
-            .segment_bytes
-            .unwrap_or(self.engine.segment_bytes)
+    /// The segment size a class uses: its own override, else, for a pinned class, NCCL's step
+    /// over its QPs (`pinning::pinned_segment_bytes`), else the engine's.
+    pub fn segment_bytes_for(&self, class: ConnClass) -> u64 {
+        let spec = self.class.get(class);
+        match (spec.segment_bytes, spec.path_pinning) {
+            (Some(s), _) => s,
+            (None, PathPinning::Off) => self.engine.segment_bytes,
+            (None, _) => super::pinning::pinned_segment_bytes(spec.qps),
+        }
     }
 }

@@ -3,7 +3,8 @@
 
 use super::error::{line_col, ConfigError, ConfigErrorKind, ENV_ORIGIN};
 use super::keys::{all_keys, get_path};
-use super::schema::SiteConfig;
+use super::pinning::{BucketSelectName, HashField, PathPinning};
+use super::schema::{ClassSpec, SiteConfig};
 use super::spans::{span_tree, SpanNode};
 
 /// Where the current value of each key came from: a file's text, or an environment variable.
@@ -115,6 +116,98 @@ pub(crate) fn validate(config: &SiteConfig, prov: &Provenance<'_>) -> Result<(),
                 .error(ConfigErrorKind::Inconsistent, &blame, detail)
                 .accepted(Some("min-outstanding <= max-outstanding".into())));
         }
+        pinning_rules(config, name, spec, prov)?;
+    }
+    paths_rules(config, prov)
+}
+
+/// A pinned class's group against `[paths]`: relative mode and low-bits selection need a
+/// power-of-two group, and the switches must hash the source port for a port to choose a path.
+fn pinning_rules(
+    config: &SiteConfig,
+    name: &str,
+    spec: &ClassSpec,
+    prov: &Provenance<'_>,
+) -> Result<(), ConfigError> {
+    let mode = spec.path_pinning;
+    if mode == PathPinning::Off {
+        return Ok(());
+    }
+    let mode_key = format!("class.{name}.path-pinning");
+    if !config.paths.fields.contains(&HashField::SrcPort) {
+        return Err(prov
+            .error(
+                ConfigErrorKind::Inconsistent,
+                "paths.fields",
+                format!(
+                    "class {name} pins source ports ({mode_key} = \"{}\"), but the listed \
+                     hash fields do not include \"src-port\": no port could choose a path",
+                    mode.as_str()
+                ),
+            )
+            .accepted(Some("fields that include \"src-port\"".into())));
+    }
+    let width = spec.ecmp_width();
+    let needs_pow2 = mode == PathPinning::Relative || config.paths.select == BucketSelectName::LowBits;
+    if needs_pow2 && !width.is_power_of_two() {
+        let key = if spec.ecmp_width.is_some() {
+            format!("class.{name}.ecmp-width")
+        } else {
+            format!("class.{name}.qps")
+        };
+        let why = if mode == PathPinning::Relative {
+            "relative pinning moves a port by a fixed bucket offset only in a power-of-two group \
+             (for another size describe the hash in full: path-pinning = \"absolute\" with \
+             [paths] select = \"mod\")"
+                .to_string()
+        } else {
+            "[paths] select = \"low-bits\" takes log2(group) bits of the hash (use select = \
+             \"mod\" for this group)"
+                .to_string()
+        };
+        return Err(prov
+            .error(
+                ConfigErrorKind::Inconsistent,
+                &key,
+                format!(
+                    "class {name} pins {} paths over an ECMP group of {width}, not a power of \
+                     two: {why}",
+                    mode.as_str()
+                ),
+            )
+            .accepted(Some("a power of two: 1, 2, 4, ..., 16384".into())));
     }
     Ok(())
+}
+
+/// `[paths] polynomial`, when given, must be the family's: the families are fixed CRCs.
+fn paths_rules(config: &SiteConfig, prov: &Provenance<'_>) -> Result<(), ConfigError> {
+    let paths = &config.paths;
+    let Some(poly) = paths.polynomial else {
+        return Ok(());
+    };
+    match paths.hash.polynomial() {
+        Some(want) if want == poly => Ok(()),
+        want => {
+            let accepted = match want {
+                Some(w) => format!("{w:#x} ({w}) for hash = \"{}\"", paths.hash.as_str()),
+                None => format!(
+                    "no polynomial for hash = \"{}\" (remove the key)",
+                    paths.hash.as_str()
+                ),
+            };
+            Err(prov
+                .error(
+                    ConfigErrorKind::Inconsistent,
+                    "paths.polynomial",
+                    format!(
+                        "polynomial {poly:#x} is not the generator of hash = \"{}\"; the \
+                         supported families are CRC-32 (0x4c11db7), CRC-16-CCITT (0x1021) and \
+                         the XOR fold",
+                        paths.hash.as_str()
+                    ),
+                )
+                .accepted(Some(accepted)))
+        }
+    }
 }

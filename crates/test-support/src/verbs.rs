@@ -4,7 +4,7 @@
 use dqplb_engine::PolicyKind;
 use dqplb_transport::tcp::ConnParams;
 use dqplb_transport::verbs::{
-    discover_system, Context, DeviceInfo, MemoryRegion, ProtectionDomain, QpSet, QpSetConfig,
+    discover_system, Context, DeviceInfo, MemoryRegion, ProtectionDomain, PortPinner, QpSet, QpSetConfig,
     QpTuning, VerbsConnector, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
     WorkCompletion,
 };
@@ -53,12 +53,24 @@ pub struct Loopback {
 }
 
 pub fn loopback(dev: &DeviceInfo, cfg: QpSetConfig) -> Loopback {
+    loopback_pinned(dev, cfg, None)
+}
+
+/// As `loopback`, with set a's data QPs pinned by `pinner` (path pinning on the sending side).
+pub fn loopback_pinned(
+    dev: &DeviceInfo,
+    cfg: QpSetConfig,
+    pinner: Option<Arc<dyn PortPinner>>,
+) -> Loopback {
     let ctx = Context::open(&dev.name).expect("open device");
     let pd = ProtectionDomain::new(&ctx).expect("alloc pd");
     let port = &dev.ports[0];
     let tuning = vm_tuning();
-    let a = QpSet::new(&pd, port, tuning, cfg).expect("qp set a");
-    let b = QpSet::new(&pd, port, tuning, cfg).expect("qp set b");
+    let mut a = QpSet::new(&pd, port, tuning, cfg).expect("qp set a");
+    let mut b = QpSet::new(&pd, port, tuning, cfg).expect("qp set b");
+    if let Some(p) = pinner {
+        a.set_port_pinner(p);
+    }
     let (ia, ib) = (a.local_info().clone(), b.local_info().clone());
     a.connect(&ib).expect("connect a->b");
     b.connect(&ia).expect("connect b->a");

@@ -123,6 +123,7 @@ fn connect(spec: &TrialSpec) -> Result<(TcpSendComm, TcpRecvComm), String> {
         nodelay: true,
         src_port_base: Some(spec.port_base),
         src_port_stride: spec.port_stride,
+        pinned_ports: Vec::new(),
     };
     let ip: IpAddr = IpAddr::from([127, 0, 0, 1]);
     let mut l = TcpListenComm::bind(ip, 0, opts.clone()).map_err(|e| format!("listen: {e}"))?;

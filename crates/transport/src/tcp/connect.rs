@@ -60,6 +60,51 @@ pub(crate) fn start_stream(
     Ok(sock)
 }
 
+/// Opens a non-blocking data stream to `peer` bound to `ip` and the first port of `ports` that is
+/// free: bind's EADDRINUSE, or connect's EADDRNOTAVAIL when that 4-tuple is taken, moves on to
+/// the next candidate (the pinner gives ports of the same bucket). Returns the port used.
+pub(crate) fn start_pinned_stream(
+    peer: SocketAddr,
+    ip: IpAddr,
+    ports: &[u16],
+    opts: &TcpOptions,
+) -> NetResult<(Socket, u16)> {
+    let ctx = |what: &str| format!("connect to {peer}: {what}");
+    let mut busy = Vec::new();
+    for &port in ports {
+        let local = SocketAddr::new(ip, port);
+        let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| NetError::io(&ctx("socket"), &e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| NetError::io(&ctx("non-blocking"), &e))?;
+        sock.set_reuse_address(true)
+            .map_err(|e| NetError::io(&ctx("SO_REUSEADDR"), &e))?;
+        match sock.bind(&SockAddr::from(local)) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
+                busy.push(port);
+                continue;
+            }
+            Err(e) => return Err(NetError::io(&ctx(&format!("bind {local}")), &e)),
+        }
+        opts.apply_socket(&sock)?;
+        match sock.connect(&SockAddr::from(peer)) {
+            Ok(()) => return Ok((sock, port)),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINPROGRESS)
+                    || e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                return Ok((sock, port))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => busy.push(port),
+            Err(e) => return Err(NetError::io(&ctx("connect"), &e)),
+        }
+    }
+    Err(NetError::system(format!(
+        "connect to {peer}: every pinned source port is in use ({busy:?})"
+    )))
+}
+
 /// Whether a non-blocking connect finished: Ok(true) connected, Ok(false) still in progress.
 pub(crate) fn connect_done(sock: &Socket, peer: SocketAddr) -> NetResult<bool> {
     let mut pfd = libc::pollfd {
@@ -110,14 +155,28 @@ impl TcpConnector {
         let mut conn_id = [0u8; 8];
         conn_id.copy_from_slice(&id[..8]);
         let mut streams = Vec::with_capacity(params.qps as usize + 1);
+        let any = if handle.addr.is_ipv4() {
+            IpAddr::from([0u8; 4])
+        } else {
+            IpAddr::from([0u16; 8])
+        };
         for i in 0..=params.qps {
+            // Data stream i binds a pinned port when path pinning gave it candidates.
+            if let Some(ports) = (i > 0)
+                .then(|| opts.pinned_ports.get(usize::from(i) - 1))
+                .flatten()
+                .filter(|p| !p.is_empty())
+            {
+                let (sock, _) =
+                    start_pinned_stream(handle.addr, local_ip.unwrap_or(any), ports, opts)?;
+                if let Some(tc) = traffic_class {
+                    super::set_traffic_class(sock.as_raw_fd(), handle.addr.is_ipv6(), tc)?;
+                }
+                streams.push(Stage::Connecting(sock));
+                continue;
+            }
             let local = match opts.src_port_base {
                 Some(base) => {
-                    let any = if handle.addr.is_ipv4() {
-                        IpAddr::from([0u8; 4])
-                    } else {
-                        IpAddr::from([0u16; 8])
-                    };
                     let stride = opts.src_port_stride.max(1);
                     let port = i
                         .checked_mul(stride)

@@ -45,6 +45,9 @@ pub struct TcpOptions {
     /// that a hash of the port's bits 1..4 puts each stream on its own path, as it does for the
     /// even ephemeral ports Linux gives connect().
     pub src_port_stride: u16,
+    /// Path pinning: data stream i binds the first free port of `pinned_ports[i]` (candidates on
+    /// one hash bucket, e.g. `engine::pinning`'s ports of one bucket); empty: not pinned.
+    pub pinned_ports: Vec<Vec<u16>>,
 }
 
 impl TcpOptions {
@@ -134,6 +137,9 @@ pub(crate) fn traffic_class_of(fd: std::os::fd::RawFd, ipv6: bool) -> NetResult<
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pin_tests;
 
 #[cfg(test)]
 mod traffic_class_tests {

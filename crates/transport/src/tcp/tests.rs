@@ -80,6 +80,11 @@ fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
 }
 
 /// Sends every size (receive buffers `extra` bytes larger) with up to 8 requests in flight.
+/// `transfer` for other test modules of the transport.
+pub(super) fn transfer_sizes(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize]) {
+    transfer(s, r, sizes, 0);
+}
+
 fn transfer(s: &mut TcpSendComm, r: &mut TcpRecvComm, sizes: &[usize], extra: usize) {
     transfer_with_fault(s, r, sizes, extra, usize::MAX, |_, _| {});
 }

@@ -9,7 +9,7 @@ use socket2::Socket;
 use super::bootstrap::{encode_open, hello, keepalive, pull, push, qp_config};
 use super::domain::VerbsDomain;
 use super::fifo::region_bytes;
-use super::qpset::{ConnInfo, QpSet};
+use super::qpset::{ConnInfo, PortPinner, QpSet};
 use super::recv::READY;
 use super::resources::RegisteredBuffer;
 use super::send::{verr, VerbsSendComm};
@@ -96,6 +96,13 @@ impl VerbsConnector {
         })
     }
 
+    /// Pins the data QPs' UDP source ports with `pinner` when they connect (path pinning).
+    pub fn set_port_pinner(&mut self, pinner: Arc<dyn PortPinner>) {
+        if let Some(q) = self.qps.as_mut() {
+            q.set_port_pinner(pinner);
+        }
+    }
+
     /// Advances the handshake without blocking; the send comm once the peer is connected.
     pub fn progress(&mut self) -> NetResult<Option<VerbsSendComm>> {
         let who = format!("verbs bootstrap to {}", self.peer);
@@ -143,7 +150,7 @@ impl VerbsConnector {
                         .map_err(|e| NetError::remote(format!("{who}: reply: {e}")))?;
                     let qps = self
                         .qps
-                        .as_ref()
+                        .as_mut()
                         .ok_or_else(|| NetError::internal("verbs connector lost its QP set"))?;
                     qps.connect(&remote).map_err(verr)?;
                     self.stage = Stage::Ready { sock, sent: 0 };

@@ -169,7 +169,7 @@ impl VerbsListenComm {
                     if let Some(tc) = self.traffic_class {
                         tuning.traffic_class = tc;
                     }
-                    let qps = QpSet::new(d.pd(), d.port(), tuning, qp_config(&params, true))
+                    let mut qps = QpSet::new(d.pd(), d.port(), tuning, qp_config(&params, true))
                         .map_err(verr)?;
                     qps.connect(&remote).map_err(verr)?;
                     // the SRQ is filled before the reply: the sender's credit starts at its depth

@@ -20,7 +20,7 @@ pub use device::{
 };
 pub use error::{Result, VerbsError};
 pub use qp::{QpCaps, QpEndpoint, QpState, RcQp};
-pub use qpset::{ConnInfo, QpRole, QpSet, QpSetConfig, MAX_DATA_QPS};
+pub use qpset::{ConnInfo, PortPinner, QpRole, QpSet, QpSetConfig, MAX_DATA_QPS};
 pub use resources::{
     CompletionQueue, LocalSlice, MemoryRegion, ProtectionDomain, RegisteredBuffer, RemoteSlice,
 };

@@ -249,6 +249,28 @@ impl RcQp {
         remote: &QpEndpoint,
         tuning: &QpTuning,
     ) -> Result<()> {
+        self.connect_with_flow_label(local, sgid_index, remote, tuning, 0)
+    }
+
+    /// As `connect`, giving the GRH a 20-bit `flow_label` at RTR (0: none, the driver's choice).
+    /// On RoCEv2, mlx5 turns a non-zero flow label into the UDP source port
+    /// `0xC000 | (fl & 0x3fff) ^ (fl >> 14)` (Linux `mlx5_set_path_udp_sport`,
+    /// `rdma_flow_label_to_udp_sport`), so `port & 0x3fff` pins that port; rxe keeps its
+    /// QPN-derived port and only carries the label in an IPv6 header. Ignored on IB (LID) paths.
+    pub fn connect_with_flow_label(
+        &self,
+        local: &QpEndpoint,
+        sgid_index: u32,
+        remote: &QpEndpoint,
+        tuning: &QpTuning,
+        flow_label: u32,
+    ) -> Result<()> {
+        if flow_label > 0xF_FFFF {
+            return Err(VerbsError::invalid(format!(
+                "QP {}: flow label {flow_label:#x} is wider than 20 bits",
+                self.qpn
+            )));
+        }
         let path_mtu = mtu_code(local.mtu.min(remote.mtu)).ok_or_else(|| {
             VerbsError::invalid(format!(
                 "QP {}: no common MTU (local {}, remote {})",
@@ -287,6 +309,7 @@ impl RcQp {
             a.ah_attr.grh.sgid_index = sgid;
             a.ah_attr.grh.hop_limit = 255;
             a.ah_attr.grh.traffic_class = tuning.traffic_class;
+            a.ah_attr.grh.flow_label = flow_label;
         }
         let mask = ib::IBV_QP_STATE
             | ib::IBV_QP_AV
@@ -342,6 +365,39 @@ impl RcQp {
     /// IBV_QP_AV): what its packets carry, not what was asked for.
     pub fn traffic_class(&self) -> Result<u8> {
         Ok(self.query(ib::IBV_QP_AV)?.ah_attr.grh.traffic_class)
+    }
+
+    /// The GRH flow label of the QP's address vector as the device reports it (ibv_query_qp
+    /// IBV_QP_AV); on mlx5 RoCEv2 it is what chose the UDP source port.
+    pub fn flow_label(&self) -> Result<u32> {
+        Ok(self.query(ib::IBV_QP_AV)?.ah_attr.grh.flow_label)
+    }
+
+    /// Moves this QP (in RTS) to UDP source port `port` with `mlx5dv_modify_qp_udp_sport`:
+    /// Ok(true) done, Ok(false) not available here (no libmlx5, or the device lacks
+    /// `rts2rts_qp_udp_sport`: EOPNOTSUPP/EINVAL), so the caller replaces the QP instead.
+    pub fn set_udp_sport(&self, port: u16) -> Result<bool> {
+        let Some(f) = super::sys::mlx5dv::modify_qp_udp_sport() else {
+            return Ok(false);
+        };
+        // SAFETY: live QP; the function only reads the QP handle and the port.
+        let rc = unsafe { f(self.raw.as_ptr(), port) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let errno = if rc > 0 {
+            rc
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        };
+        if matches!(errno, libc::EOPNOTSUPP | libc::EINVAL) {
+            return Ok(false);
+        }
+        Err(VerbsError::Call {
+            op: "mlx5dv_modify_qp_udp_sport",
+            device: format!("{} (QP {})", self.device(), self.qpn),
+            errno,
+        })
     }
 
     /// Current state as the device reports it.

@@ -92,6 +92,15 @@ impl ConnInfo {
     }
 }
 
+/// Chooses the UDP source ports of a connection's data QPs (path pinning), on the sending side.
+pub trait PortPinner: Send + Sync {
+    /// One port per data QP of `local` (0xC000..=0xFFFF), once the peer's endpoints are known.
+    fn ports(&self, local: &ConnInfo, remote: &ConnInfo) -> std::result::Result<Vec<u16>, String>;
+    /// A port on another path for data QP `qp`, now on `port` between `local_qpn` and
+    /// `remote_qpn` (a straggler's re-pin or a failed path's replacement); None: keep hashing.
+    fn repin(&self, qp: usize, port: u16, local_qpn: u32, remote_qpn: u32) -> Option<u16>;
+}
+
 /// Which QP of a set a completion belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpRole {
@@ -116,6 +125,11 @@ pub struct QpSet {
     caps: QpCaps,
     /// (qpn, role) sorted by qpn, for completion routing without allocation
     by_qpn: Vec<(u32, QpRole)>,
+    /// Path pinning: the chooser and each data QP's pinned port (None: the NIC's own).
+    pinner: Option<Arc<dyn PortPinner>>,
+    ports: Vec<Option<u16>>,
+    /// The peer's QPN of each data QP (known once connected), for re-pinning.
+    remote_qpns: Vec<u32>,
 }
 
 fn initial_psn(salt: u32) -> u32 {
@@ -207,7 +221,38 @@ impl QpSet {
             port: port.port,
             caps,
             by_qpn,
+            pinner: None,
+            ports: vec![None; cfg.n_data],
+            remote_qpns: vec![0; cfg.n_data],
         })
+    }
+
+    /// Pins the data QPs' source ports with `pinner` at `connect` (sending side).
+    pub fn set_port_pinner(&mut self, pinner: Arc<dyn PortPinner>) {
+        self.pinner = Some(pinner);
+    }
+
+    /// The source port data QP `i` was pinned to (None: not pinned, the NIC's own port).
+    pub fn pinned_port(&self, i: usize) -> Option<u16> {
+        self.ports.get(i).copied().flatten()
+    }
+
+    /// Re-pins drained data QP `i` in place with `mlx5dv_modify_qp_udp_sport`: Ok(Some(port))
+    /// done, Ok(None) when the QP is not pinned, the pinner has no other port, or the device
+    /// cannot (then the caller replaces the QP pair, as for an unpinned straggler).
+    pub fn repin_live(&mut self, i: usize) -> Result<Option<u16>> {
+        let (Some(pinner), Some(old)) = (self.pinner.clone(), self.pinned_port(i)) else {
+            return Ok(None);
+        };
+        let qp = self.data(i)?;
+        let Some(port) = pinner.repin(i, old, qp.qpn(), self.remote_qpns[i]) else {
+            return Ok(None);
+        };
+        if !qp.set_udp_sport(port)? {
+            return Ok(None);
+        }
+        self.ports[i] = Some(port);
+        Ok(Some(port))
     }
 
     /// A new data QP for this set (same CQs, SRQ, port and depths), in RESET, with its endpoint
@@ -237,6 +282,30 @@ impl QpSet {
         remote: &QpEndpoint,
     ) -> Result<()> {
         qp.connect(local, self.sgid_index, remote, &self.tuning)
+    }
+
+    /// As `connect_spare` for the replacement of data QP `i`: a pinned QP's replacement gets a
+    /// port on another path (the pinner's re-pin), recorded for `i`; unpinned ones as before.
+    pub(crate) fn connect_spare_for(
+        &mut self,
+        i: usize,
+        qp: &RcQp,
+        local: &QpEndpoint,
+        remote: &QpEndpoint,
+    ) -> Result<()> {
+        let port = match (&self.pinner, self.pinned_port(i)) {
+            (Some(p), Some(old)) => p.repin(i, old, local.qpn, remote.qpn).or(Some(old)),
+            _ => None,
+        };
+        let label = port.map(flow_label_of).transpose()?.unwrap_or(0);
+        qp.connect_with_flow_label(local, self.sgid_index, remote, &self.tuning, label)?;
+        if let Some(slot) = self.ports.get_mut(i) {
+            *slot = port;
+        }
+        if let Some(r) = self.remote_qpns.get_mut(i) {
+            *r = remote.qpn;
+        }
+        Ok(())
     }
 
     /// Puts connected spare `qp` (endpoint `ep`) in place of data QP `i` and returns the old one.
@@ -273,8 +342,9 @@ impl QpSet {
         &self.local
     }
 
-    /// Connects every QP to its counterpart in `remote` (same data-QP count required).
-    pub fn connect(&self, remote: &ConnInfo) -> Result<()> {
+    /// Connects every QP to its counterpart in `remote` (same data-QP count required); with a
+    /// port pinner, each data QP's flow label selects its pinned source port.
+    pub fn connect(&mut self, remote: &ConnInfo) -> Result<()> {
         if remote.data.len() != self.data.len() {
             return Err(VerbsError::invalid(format!(
                 "{}: peer has {} data QPs, this side {}",
@@ -294,8 +364,42 @@ impl QpSet {
             &remote.control,
             &control_tuning,
         )?;
-        for ((qp, local), peer) in self.data.iter().zip(&self.local.data).zip(&remote.data) {
-            qp.connect(local, self.sgid_index, peer, &self.tuning)?;
+        if let Some(pinner) = &self.pinner {
+            let ports = pinner.ports(&self.local, remote).map_err(|e| {
+                VerbsError::invalid(format!("{}: path pinning: {e}", self.device()))
+            })?;
+            if ports.len() != self.data.len() {
+                return Err(VerbsError::invalid(format!(
+                    "{}: path pinning chose {} ports for {} data QPs",
+                    self.device(),
+                    ports.len(),
+                    self.data.len()
+                )));
+            }
+            self.ports = ports.into_iter().map(Some).collect();
+        }
+        for (i, ((qp, local), peer)) in self
+            .data
+            .iter()
+            .zip(&self.local.data)
+            .zip(&remote.data)
+            .enumerate()
+        {
+            let label = self.ports[i].map(flow_label_of).transpose()?.unwrap_or(0);
+            qp.connect_with_flow_label(local, self.sgid_index, peer, &self.tuning, label)?;
+            self.remote_qpns[i] = peer.qpn;
+        }
+        for (i, qp) in self.data.iter().enumerate() {
+            if let Some(port) = self.ports[i] {
+                match qp.flow_label() {
+                    Ok(fl) => {
+                        tracing::info!(target: "dqplb::net", "{}: data QP {i} (QPN {}): pinned to UDP source port {port}, flow label {fl:#x} (ibv_query_qp; mlx5 sends from that port, rxe ignores the label)", self.device(), qp.qpn())
+                    }
+                    Err(e) => {
+                        tracing::info!(target: "dqplb::net", "{}: data QP {i}: pinned to port {port}, flow label not readable: {e}", self.device())
+                    }
+                }
+            }
         }
         // What the QPs really carry (NCCL v10+ trafficClass / NCCL_IB_TC), one INFO line each.
         for (i, qp) in self.data.iter().enumerate() {
@@ -365,6 +469,12 @@ impl QpSet {
     pub fn check(&self, wc: &WorkCompletion) -> Result<()> {
         wc.result(self.device())
     }
+}
+
+/// The flow label that makes mlx5 send from `port` (engine::pinning, checked there for every port).
+fn flow_label_of(port: u16) -> Result<u32> {
+    dqplb_engine::pinning::flow_label_for_port(port)
+        .map_err(|e| VerbsError::invalid(e.to_string()))
 }
 
 #[cfg(test)]

@@ -408,6 +408,23 @@ impl VerbsSendComm {
         if self.out[qp] || self.fences.is_pending(qp) {
             return;
         }
+        // A pinned QP moves to another path in place where the device can change a live QP's
+        // port (mlx5dv_modify_qp_udp_sport): nothing is in flight on it, so nothing reorders.
+        match self.qps.repin_live(qp) {
+            Ok(Some(port)) => {
+                tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} drained as a straggler; re-pinned in place to UDP source port {port} (mlx5dv_modify_qp_udp_sport)", self.peer);
+                self.path.rehashed += 1;
+                self.path.replaced += 1;
+                if let Err(e) = self.tx.engine.path_replaced(qp) {
+                    tracing::warn!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} re-pinned but not reopened: {e}", self.peer);
+                }
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp}: in-place re-pin failed ({e}); replacing the QP pair", self.peer);
+            }
+        }
         tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} drained as a straggler; asking for a new QP pair (new QPNs, a new ECMP hash)", self.peer);
         self.out[qp] = true;
         self.fences.start_rehash(qp, now);
@@ -560,7 +577,7 @@ impl VerbsSendComm {
         tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} fenced: {} of its {} segment(s) were already counted, {lost} write(s) never arrived", self.peer, counted, m.counted.len());
         let spare = self.spares[qp].take();
         if let (Some((new, ep)), Some(remote)) = (spare, m.endpoint) {
-            match self.qps.connect_spare(&new, &ep, &remote) {
+            match self.qps.connect_spare_for(qp, &new, &ep, &remote) {
                 Ok(()) => {
                     let old = self.qps.swap_data(qp, new, ep).map_err(verr)?;
                     // Every work request of the old QP has completed (the fence waited for them).

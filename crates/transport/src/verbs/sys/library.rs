@@ -156,7 +156,7 @@ pub(super) fn lookup(
 ///
 /// # Safety
 /// `p` must be the address of a function whose C prototype `F` spells exactly.
-pub(super) unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
+pub(crate) unsafe fn as_fn<F: Copy>(p: *mut c_void) -> F {
     const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
     // SAFETY: same size (checked at compile time); function and data pointers share one
     // representation on the platforms libibverbs exists for; the caller vouches for the type.

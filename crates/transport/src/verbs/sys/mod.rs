@@ -6,6 +6,7 @@ pub mod attr;
 pub(crate) mod consts;
 pub mod gdr;
 pub mod library;
+pub mod mlx5dv;
 pub mod objects;
 pub mod wr;
 
