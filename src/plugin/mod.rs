@@ -5,6 +5,7 @@ pub mod comm;
 pub mod devices;
 pub mod log;
 pub mod pattern;
+pub mod pinning;
 #[cfg(feature = "verbs")]
 pub mod rdma;
 pub mod state;
@@ -433,26 +434,35 @@ pub(crate) fn connect_with(
                 } else {
                     None
                 };
+                let mut tcp_opts = tcp_options(&g.config);
+                tcp_opts.pinned_ports = pinning::tcp_pinned_ports(
+                    &g.config,
+                    class,
+                    usize::from(params.qps),
+                    *ip,
+                    h.addr,
+                )?;
                 Connector::Tcp(TcpConnector::start_with_traffic_class(
                     &h,
                     params,
                     local_ip,
-                    &tcp_options(&g.config),
+                    &tcp_opts,
                     opts.traffic_class,
                 )?)
             }
             #[cfg(feature = "verbs")]
-            devices::DeviceKind::Verbs { domain, .. } => Connector::Verbs(
-                Box::new(
-                    dqplb_transport::verbs::VerbsConnector::start_with_traffic_class(
-                        &h,
-                        params,
-                        domain,
-                        opts.traffic_class,
-                    )?,
-                ),
-                std::sync::Arc::clone(domain),
-            ),
+            devices::DeviceKind::Verbs { domain, .. } => {
+                let mut v = dqplb_transport::verbs::VerbsConnector::start_with_traffic_class(
+                    &h,
+                    params,
+                    domain,
+                    opts.traffic_class,
+                )?;
+                if let Some(p) = pinning::verbs_pinner(&g.config, class)? {
+                    v.set_port_pinner(p);
+                }
+                Connector::Verbs(Box::new(v), std::sync::Arc::clone(domain))
+            }
         };
         tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
             h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);

@@ -87,7 +87,7 @@ fn list_scenarios(v: &str) -> Result<Vec<u32>, String> {
     }
     let mut out = Vec::new();
     for part in v.split(',') {
-        let id = ranged(1u32, 7)(part)?;
+        let id = ranged(1u32, 8)(part)?;
         if !out.contains(&id) {
             out.push(id);
         }
@@ -142,16 +142,16 @@ fn rehash_ratio(v: &str) -> Result<f64, String> {
 /// is what the run takes.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub(crate) struct PathsArgs {
-    /// Scenario ids 1..7, comma separated, or all; 6 and 7 hash each data stream's source port
-    /// onto a path, as ECMP does, and run their own variants (dqplb, +rehash, +isolation,
-    /// static-split, round-robin-message) whatever --policy says
+    /// Scenario ids 1..8, comma separated, or all; 6, 7 and 8 hash each data stream's source
+    /// port onto a path, as ECMP does, and run their own variants (dqplb, +rehash, +isolation,
+    /// static-split, round-robin-message; 8: hashed against pinned ports) whatever --policy says
     // (a fully qualified Vec: one value holds the whole list)
     #[arg(long, value_name = "LIST", default_value = "all", value_parser = list_scenarios)]
     scenario: std::vec::Vec<u32>,
     /// dqplb,dqplb-led,static-split,round-robin-message,single-qp or all
     #[arg(long, value_name = "LIST", default_value = "all", value_parser = list_policies)]
     policy: std::vec::Vec<PolicyKind>,
-    /// Hashed paths of scenarios 6/7 (power of two; default 16 / 8)
+    /// Hashed paths of scenarios 6/7/8 (power of two; default 16 / 8 / 8)
     #[arg(long, value_name = "N", value_parser = ranged(2usize, 64))]
     buckets: Option<usize>,
     /// Re-hash variant: k
@@ -314,8 +314,8 @@ mod tests {
     fn bad_values_name_the_flag() {
         for (args, needle) in [
             (
-                &["--scenario", "8"][..],
-                "'--scenario <LIST>': 8 is outside 1..=7",
+                &["--scenario", "9"][..],
+                "'--scenario <LIST>': 9 is outside 1..=8",
             ),
             (
                 &["--rehash-ratio", "1"],

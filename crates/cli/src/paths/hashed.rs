@@ -3,15 +3,25 @@
 
 use std::time::Duration;
 
+use dqplb_engine::pinning::{
+    qpn_port, BucketSelect, Field, FieldLayout, HashFamily, RelativePins,
+};
 use dqplb_engine::{PolicyKind, RehashRule};
 
-use super::hashed_shape::{self, bucket_of, HashPlan};
+use super::hashed_shape::{self, bucket_at, HashPlan, PORT_SHIFT};
 use super::metrics::{acked, first_at, mbit, ms, sustained_delay, SeriesPoint};
 use super::shape::{self, Shaper};
 use super::trial::{self, Connected, Sample, TrialOutput, TrialSpec};
 
 /// Ids of the port-hash scenarios.
-pub(crate) const HASHED_IDS: [u32; 2] = [6, 7];
+pub(crate) const HASHED_IDS: [u32; 3] = [6, 7, 8];
+/// Scenario 8's "hashed" ports are what mlx5 gives QP pairs with flow label 0: the port of
+/// `rdma_calc_flow_label(lqpn, rqpn)` for consecutive QPNs from these (a sender's data QPs and
+/// the receiver's, as one process creates them).
+pub(crate) const HASHED_LQPN: u32 = 0x12;
+pub(crate) const HASHED_RQPN: u32 = 0x1c;
+/// Goal of the pinned variant: this fraction of the ideal.
+pub(crate) const PINNED_GOAL: f64 = 0.95;
 /// Convergence: sustained throughput of at least this fraction of the ideal (issue goal 0.9).
 pub(crate) const CONVERGE_FRACTION: f64 = 0.9;
 /// Recovery after a path death: this fraction of the new ideal (issue goal 0.85 within 200 ms).
@@ -26,6 +36,18 @@ pub(crate) const MIN_EVIDENCE_MS: f64 = 4.0 * SUSTAIN_WINDOW_MS;
 /// Source ports of the streams are spaced by 2 (bit 0 is not hashed, see hashed_shape).
 pub(crate) const PORT_STRIDE: u16 = 2;
 
+/// Where a variant's data streams get their source ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ports {
+    /// `port_base + (1 + i) x 2`: consecutive buckets (scenarios 6 and 7).
+    Stride,
+    /// The QPN-derived ports of today's mlx5 (flow label 0), hashed by the switch as they fall.
+    QpnHashed,
+    /// `engine::pinning` relative pins from the first hashed port: the S streams on S distinct
+    /// buckets of the switch's hash by construction, whatever that port's own bucket.
+    Pinned,
+}
+
 /// One way of running the connection.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Variant {
@@ -33,6 +55,7 @@ pub(crate) struct Variant {
     pub policy: PolicyKind,
     pub rehash: bool,
     pub isolation: bool,
+    pub ports: Ports,
 }
 
 /// Rule and timeout knobs of the path-health variants.
@@ -57,6 +80,8 @@ pub(crate) struct HashedScenario {
     /// (ms after start, stream whose first bucket dies) (scenario 7).
     pub death: Option<(u64, usize)>,
     pub variants: Vec<Variant>,
+    /// Source-port bits below the bucket bits of the switch's hash (hashed_shape::bucket_at).
+    pub shift: u32,
 }
 
 const DQPLB: Variant = Variant {
@@ -64,6 +89,7 @@ const DQPLB: Variant = Variant {
     policy: PolicyKind::Dqplb,
     rehash: false,
     isolation: false,
+    ports: Ports::Stride,
 };
 
 /// Builds scenario `id` (6 or 7) with rates from `unit_mbit`; `buckets` overrides the default.
@@ -104,6 +130,7 @@ pub(crate) fn build(
                     ..DQPLB
                 },
             ],
+            shift: PORT_SHIFT,
         },
         7 => HashedScenario {
             id,
@@ -133,8 +160,39 @@ pub(crate) fn build(
                     ..DQPLB
                 },
             ],
+            shift: PORT_SHIFT,
         },
-        other => return Err(format!("{other} is not a port-hash scenario (6 or 7)")),
+        8 => HashedScenario {
+            id,
+            name: "pinned-vs-hashed",
+            what: "8 streams over 8 equal paths hashed by the low source-port bits: mlx5's QPN-derived ports against ports pinned by engine::pinning",
+            streams: 8,
+            buckets: buckets.unwrap_or(8),
+            unit_mbit,
+            slow_streams: Vec::new(),
+            slow_mbit: unit_mbit,
+            death: None,
+            variants: vec![
+                Variant {
+                    label: "dqplb-hashed-ports",
+                    ports: Ports::QpnHashed,
+                    ..DQPLB
+                },
+                Variant {
+                    label: "dqplb-pinned-ports",
+                    ports: Ports::Pinned,
+                    ..DQPLB
+                },
+                Variant {
+                    label: "dqplb-led-pinned-ports",
+                    policy: PolicyKind::DqplbLed,
+                    ports: Ports::Pinned,
+                    ..DQPLB
+                },
+            ],
+            shift: 0,
+        },
+        other => return Err(format!("{other} is not a port-hash scenario (6, 7 or 8)")),
     };
     if !sc.buckets.is_power_of_two() || !(2..=hashed_shape::MAX_BUCKETS).contains(&sc.buckets) {
         return Err(format!(
@@ -158,11 +216,53 @@ impl HashedScenario {
         port_base + (1 + i as u16) * PORT_STRIDE
     }
 
-    /// First bucket of each stream (distinct: consecutive buckets, see hashed_shape::bucket_of).
+    /// First bucket of each stream under the stride ports (distinct: consecutive buckets).
     pub(crate) fn initial_buckets(&self, port_base: u16) -> Vec<usize> {
         (0..self.streams)
-            .map(|i| bucket_of(self.port(port_base, i), self.buckets))
+            .map(|i| self.bucket(self.port(port_base, i)))
             .collect()
+    }
+
+    /// The bucket the switch's hash gives a source port.
+    pub(crate) fn bucket(&self, port: u16) -> usize {
+        bucket_at(port, self.buckets, self.shift)
+    }
+
+    /// The data streams' source ports under `ports`.
+    pub(crate) fn stream_ports(&self, ports: Ports, port_base: u16) -> Result<Vec<u16>, String> {
+        let hashed = |i: usize| qpn_port(HASHED_LQPN + i as u32, HASHED_RQPN + i as u32);
+        match ports {
+            Ports::Stride => Ok((0..self.streams).map(|i| self.port(port_base, i)).collect()),
+            Ports::QpnHashed => Ok((0..self.streams).map(hashed).collect()),
+            Ports::Pinned => {
+                // The bench's switch hash is the XOR fold of the source port alone (the tc hash
+                // takes its low bits); relative mode needs neither its seed nor the base port's
+                // bucket.
+                let layout = FieldLayout::new(&[Field::SrcPort]).map_err(|e| e.to_string())?;
+                let pins = RelativePins::new(
+                    HashFamily::XorFold,
+                    BucketSelect::LowBits,
+                    layout,
+                    self.buckets as u32,
+                    hashed(0),
+                )
+                .map_err(|e| e.to_string())?;
+                (0..self.streams as u32)
+                    .map(|i| pins.port(i).map_err(|e| e.to_string()))
+                    .collect()
+            }
+        }
+    }
+
+    /// First bucket of each stream of variant `v`.
+    pub(crate) fn initial_buckets_for(&self, v: &Variant, port_base: u16) -> Vec<usize> {
+        match v.ports {
+            Ports::Stride => self.initial_buckets(port_base),
+            p => self
+                .stream_ports(p, port_base)
+                .map(|ports| ports.iter().map(|q| self.bucket(*q)).collect())
+                .unwrap_or_default(),
+        }
     }
 
     /// Bucket rates at the start.
@@ -178,7 +278,7 @@ impl HashedScenario {
     /// Bucket that dies, if any.
     pub(crate) fn dead_bucket(&self, port_base: u16) -> Option<usize> {
         self.death
-            .map(|(_, s)| bucket_of(self.port(port_base, s), self.buckets))
+            .map(|(_, s)| self.bucket(self.port(port_base, s)))
     }
 
     /// Ideal at `t_ms`: the `streams` fastest live buckets, one stream on each (a stream can use
@@ -381,10 +481,10 @@ pub(crate) fn summarize(
                 .count() as u64,
         })
     });
-    let mut final_buckets = sc.initial_buckets(base);
+    let mut final_buckets = sc.initial_buckets_for(v, base);
     for (_, q, port) in &out.port_changes {
         if let Some(b) = final_buckets.get_mut(*q) {
-            *b = bucket_of(*port, sc.buckets);
+            *b = sc.bucket(*port);
         }
     }
     let sum =
@@ -411,7 +511,7 @@ pub(crate) fn summarize(
         failures: sum(&|q| q.failures),
         resent: sum(&|q| q.resent),
         repaths: out.repaths,
-        initial_buckets: sc.initial_buckets(base),
+        initial_buckets: sc.initial_buckets_for(v, base),
         final_buckets,
         sent_messages: out.sent_messages,
         received_messages: out.received.messages,
@@ -467,6 +567,10 @@ pub(crate) fn one_trial(
         0
     };
     spec.verify = true;
+    spec.pinned_ports = match v.ports {
+        Ports::Stride => None,
+        p => Some(sc.stream_ports(p, base)?),
+    };
     if matches!(
         v.policy,
         PolicyKind::RoundRobinMessage | PolicyKind::SingleQp
@@ -477,12 +581,8 @@ pub(crate) fn one_trial(
     let rates = sc.bucket_rates(base);
     let mut shaper: Option<Shaper> = None;
     let mut install = |c: &Connected| -> Result<(), String> {
-        let want = sc.initial_buckets(base);
-        let got: Vec<usize> = c
-            .data_sports
-            .iter()
-            .map(|p| bucket_of(*p, sc.buckets))
-            .collect();
+        let want = sc.initial_buckets_for(v, base);
+        let got: Vec<usize> = c.data_sports.iter().map(|p| sc.bucket(*p)).collect();
         if got != want {
             return Err(format!(
                 "data streams hash to buckets {got:?}, the plan expects {want:?}"
@@ -492,6 +592,7 @@ pub(crate) fn one_trial(
             rates_mbit: rates.clone(),
             ctrl_sport: c.ctrl_sport,
             dports: c.data_dports.clone(),
+            shift: sc.shift,
         };
         shaper = Some(Shaper::run_plan(hashed_shape::install(&plan)?)?);
         Ok(())
@@ -524,14 +625,17 @@ pub(crate) fn bench(
         let sc = build(id, unit_mbit, slow_fraction, duration_ms, buckets)?;
         let r = run.health.rule;
         println!(
-            "# scenario {} ({}): {}; {} streams over {} hashed paths, path rates {:?} Mbit/s; first buckets {:?}; re-hash k {} W {} cool-down {} ms budget {}/min; stall timeout {} ms",
+            "# scenario {} ({}): {}; {} streams over {} hashed paths, path rates {:?} Mbit/s; first buckets (first variant) {:?}; re-hash k {} W {} cool-down {} ms budget {}/min; stall timeout {} ms",
             sc.id,
             sc.name,
             sc.what,
             sc.streams,
             sc.buckets,
             sc.bucket_rates(run.base.port_base),
-            sc.initial_buckets(run.base.port_base),
+            sc.variants
+                .first()
+                .map(|v| sc.initial_buckets_for(v, run.base.port_base))
+                .unwrap_or_default(),
             r.ratio,
             r.window,
             r.cooldown / 1_000_000,
@@ -584,6 +688,35 @@ mod tests {
     }
 
     #[test]
+    fn scenario_eight_pins_every_bucket_and_the_hashed_ports_collide() {
+        let sc = build(8, 100.0, 0.1, 3000, None).unwrap();
+        assert_eq!((sc.streams, sc.buckets, sc.shift), (8, 8, 0));
+        let hashed = sc.stream_ports(Ports::QpnHashed, 20000).unwrap();
+        let pinned = sc.stream_ports(Ports::Pinned, 20000).unwrap();
+        // mlx5's ports of QPN pairs (0x12 + i, 0x1c + i), flow label 0.
+        assert_eq!(hashed[0], qpn_port(0x12, 0x1c));
+        let distinct = |ports: &[u16]| {
+            let mut b: Vec<usize> = ports.iter().map(|p| sc.bucket(*p)).collect();
+            b.sort_unstable();
+            b.dedup();
+            b.len()
+        };
+        // Pinned: all 8 buckets by construction; hashed: fewer (the figures the bench reports).
+        assert_eq!(distinct(&pinned), 8);
+        assert!(distinct(&hashed) < 8, "{hashed:?}");
+        // Pinned ports start from the first hashed port and stay in the flow-label range.
+        assert_eq!(pinned[0], hashed[0]);
+        assert!(pinned.iter().all(|p| *p >= 0xC000));
+        // The ideal: every stream on a path of its own.
+        assert_eq!(sc.ideal_at(20000, 0.0), 800.0);
+        let v = sc.variants[1];
+        assert_eq!(v.ports, Ports::Pinned);
+        let mut first = sc.initial_buckets_for(&v, 20000);
+        first.sort_unstable();
+        assert_eq!(first, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn bad_bucket_counts_are_refused() {
         assert!(build(6, 100.0, 0.1, 3000, Some(12))
             .unwrap_err()
@@ -593,7 +726,7 @@ mod tests {
             .contains("at least 8"));
         assert!(build(3, 100.0, 0.1, 3000, None)
             .unwrap_err()
-            .contains("not a port-hash scenario"));
+            .contains("not a port-hash scenario (6, 7 or 8)"));
     }
 }
 

@@ -17,13 +17,25 @@ const TCP_AT: u32 = 20;
 /// Bucket of a source port: bits 1.. of the port, the same bits the hash key below masks. Bit 0
 /// is skipped because Linux gives connect() even ephemeral ports (a replacement stream's port is
 /// the kernel's pick, as in a real deployment).
+#[cfg(test)]
 pub(crate) fn bucket_of(port: u16, buckets: usize) -> usize {
-    (usize::from(port) >> 1) & (buckets - 1)
+    bucket_at(port, buckets, PORT_SHIFT)
 }
 
-/// The hash key mask over the TCP header's first word for `buckets` buckets.
-fn hash_mask(buckets: usize) -> u32 {
-    ((buckets as u32) - 1) << 17
+/// Source-port bits skipped below the bucket bits in scenarios 6 and 7 (bit 0, see bucket_of).
+pub(crate) const PORT_SHIFT: u32 = 1;
+
+/// Bucket of a source port whose bits `shift..shift + log2(buckets)` the hash takes. With shift
+/// 0 this is the low bits of the XOR fold of the source port alone (the pinned scenario's
+/// switch hash, `engine::pinning::HashFamily::XorFold` over `[src-port]`, seed 0).
+pub(crate) fn bucket_at(port: u16, buckets: usize, shift: u32) -> usize {
+    (usize::from(port) >> shift) & (buckets - 1)
+}
+
+/// The hash key mask over the TCP header's first word for `buckets` buckets from port bit `shift`
+/// (tc's u32 hash takes the masked bits from the mask's lowest set bit on).
+fn hash_mask(buckets: usize, shift: u32) -> u32 {
+    ((buckets as u32) - 1) << (16 + shift)
 }
 
 /// What the hashed plan shapes: data segments of one connection, found by destination port (the
@@ -34,6 +46,8 @@ pub(crate) struct HashPlan {
     pub rates_mbit: Vec<f64>,
     pub ctrl_sport: u16,
     pub dports: Vec<u16>,
+    /// Source-port bits below the bucket bits (`bucket_at`).
+    pub shift: u32,
 }
 
 fn bucket_class(b: usize) -> u32 {
@@ -86,7 +100,7 @@ pub(crate) fn install(plan: &HashPlan) -> Result<Vec<TcArgs>, String> {
     for p in &plan.dports {
         cmds.push(args(&format!(
             "filter add dev {DEV} parent 1: protocol ip prio 2 u32 ht 800:: match ip protocol 6 0xff match ip dport {p} 0xffff hashkey mask {:#010x} at {TCP_AT} link {TABLE}:",
-            hash_mask(m)
+            hash_mask(m, plan.shift)
         )));
     }
     Ok(cmds)
@@ -112,8 +126,11 @@ mod tests {
         // Ports spaced by 2 land on consecutive buckets; a pair of consecutive ports shares one.
         assert_eq!(bucket_of(20002, 16), (bucket_of(20000, 16) + 1) % 16);
         assert_eq!(bucket_of(20001, 16), bucket_of(20000, 16));
-        assert_eq!(hash_mask(16), 0x001e_0000);
-        assert_eq!(hash_mask(8), 0x000e_0000);
+        assert_eq!(hash_mask(16, PORT_SHIFT), 0x001e_0000);
+        assert_eq!(hash_mask(8, PORT_SHIFT), 0x000e_0000);
+        // The pinned scenario's hash: the low bits of the port.
+        assert_eq!(hash_mask(8, 0), 0x0007_0000);
+        assert_eq!(bucket_at(0xC00B, 8, 0), 3);
     }
 
     #[test]
@@ -122,6 +139,7 @@ mod tests {
             rates_mbit: vec![100.0, 10.0, 100.0, 100.0],
             ctrl_sport: 20000,
             dports: vec![40001, 40002],
+            shift: PORT_SHIFT,
         };
         let text: Vec<String> = install(&plan)
             .unwrap()
@@ -172,6 +190,7 @@ mod tests {
             rates_mbit: vec![1.0; n],
             ctrl_sport: 1,
             dports,
+            shift: PORT_SHIFT,
         };
         assert!(install(&plan(12, vec![1]))
             .unwrap_err()

@@ -64,6 +64,7 @@ fn spec_for(sc: &Scenario, policy: PolicyKind, o: &Options) -> TrialSpec {
         rehash: None,
         stall_timeout_ms: 0,
         verify: false,
+        pinned_ports: None,
     }
 }
 
@@ -146,11 +147,13 @@ fn bench(o: &Options) -> Result<i32, String> {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    if !hashed_ids.is_empty() {
-        hashed_bench(o, &hashed_ids)?;
-    }
+    let hashed_code = if hashed_ids.is_empty() {
+        0
+    } else {
+        hashed_bench(o, &hashed_ids)?
+    };
     if per_qp_ids.is_empty() {
-        return Ok(0);
+        return Ok(hashed_code);
     }
     if let Some(dir) = &o.data_dir {
         report::write(dir, "paths-summary.csv", &report::summary_csv(&rows))?;
@@ -164,13 +167,14 @@ fn bench(o: &Options) -> Result<i32, String> {
         crate::charts::paths::all(dir, &rows, &series)?;
         println!("# wrote SVG to {}", dir.display());
     }
-    Ok(guard_verdict(o, &rows))
+    Ok(guard_verdict(o, &rows).max(hashed_code))
 }
 
-/// Scenarios 6 and 7 (port-hash paths), with their own CSV and SVG files.
-fn hashed_bench(o: &Options, ids: &[u32]) -> Result<(), String> {
+/// Scenarios 6, 7 and 8 (port-hash paths), with their own CSV and SVG files; 1 when a guard is
+/// set and a pinned variant of scenario 8 fell below `hashed::PINNED_GOAL`.
+fn hashed_bench(o: &Options, ids: &[u32]) -> Result<i32, String> {
     if !o.shape {
-        return Err("scenarios 6 and 7 are about shaped paths: drop --no-shape".into());
+        return Err("scenarios 6, 7 and 8 are about shaped paths: drop --no-shape".into());
     }
     let knobs = knobs(o);
     // Any per-QP scenario carries the shared knobs; 8 streams set the message alignment.
@@ -202,7 +206,31 @@ fn hashed_bench(o: &Options, ids: &[u32]) -> Result<(), String> {
         crate::charts::paths_hashed::plots(dir, &rows)?;
         println!("# wrote paths-hashed SVG to {}", dir.display());
     }
-    Ok(())
+    let mut code = 0;
+    for r in summaries.iter().filter(|r| r.scenario == 8) {
+        let pinned = r.label.contains("pinned");
+        let distinct = {
+            let mut b = r.initial_buckets.clone();
+            b.sort_unstable();
+            b.dedup();
+            b.len()
+        };
+        let verdict = if !pinned {
+            "reference"
+        } else if r.ratio >= hashed::PINNED_GOAL && r.corrupt_messages == 0 {
+            "ok"
+        } else {
+            "FAILED"
+        };
+        println!(
+            "pinned goal: scenario 8 {} ratio {:.3} over {distinct} of {} buckets, {} corrupt of {} received (goal >= {} for pinned ports): {verdict}",
+            r.label, r.ratio, r.buckets, r.corrupt_messages, r.received_messages, hashed::PINNED_GOAL
+        );
+        if verdict == "FAILED" && o.guard.is_some() {
+            code = 1;
+        }
+    }
+    Ok(code)
 }
 
 /// 1 when a guard is set and some dqplb trial fell below it.

@@ -36,6 +36,8 @@ pub(crate) struct TrialSpec {
     pub stall_timeout_ms: u64,
     /// Sender writes a per-message pattern, the receiver checks every byte of every message.
     pub verify: bool,
+    /// Data stream i binds this port instead of the stride's (path pinning, or a NIC's ports).
+    pub pinned_ports: Option<Vec<u16>>,
 }
 
 /// Ports of a connection once it is up, for shaping plans that need them.
@@ -123,7 +125,12 @@ fn connect(spec: &TrialSpec) -> Result<(TcpSendComm, TcpRecvComm), String> {
         nodelay: true,
         src_port_base: Some(spec.port_base),
         src_port_stride: spec.port_stride,
-        pinned_ports: Vec::new(),
+        pinned_ports: spec
+            .pinned_ports
+            .iter()
+            .flatten()
+            .map(|p| vec![*p])
+            .collect(),
     };
     let ip: IpAddr = IpAddr::from([127, 0, 0, 1]);
     let mut l = TcpListenComm::bind(ip, 0, opts.clone()).map_err(|e| format!("listen: {e}"))?;
@@ -202,6 +209,16 @@ fn check_ports(s: &TcpSendComm, base: u16, stride: u16) -> Result<(), String> {
                 local.port()
             ));
         }
+    }
+    Ok(())
+}
+
+fn check_pinned(s: &TcpSendComm, ports: &[u16]) -> Result<(), String> {
+    let got: Vec<u16> = s.data_stream_addrs().iter().map(|(l, _)| l.port()).collect();
+    if got != ports {
+        return Err(format!(
+            "data streams have source ports {got:?}, the pinned plan {ports:?}"
+        ));
     }
     Ok(())
 }
@@ -378,7 +395,10 @@ pub(crate) fn run_connected(
     action: &mut dyn FnMut(usize) -> Result<(), String>,
 ) -> Result<TrialOutput, String> {
     let (s, r) = connect(spec)?;
-    check_ports(&s, spec.port_base, spec.port_stride)?;
+    match &spec.pinned_ports {
+        Some(ports) => check_pinned(&s, ports)?,
+        None => check_ports(&s, spec.port_base, spec.port_stride)?,
+    }
     let addrs = s.data_stream_addrs();
     let mut data_dports: Vec<u16> = addrs.iter().map(|(_, p)| p.port()).collect();
     data_dports.dedup();
