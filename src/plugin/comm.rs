@@ -451,6 +451,27 @@ impl SendComm {
             SendInner::Verbs(..) => Vec::new(),
         }
     }
+
+    /// Each data QP's pinned UDP source port and the GRH flow label the device reports for it
+    /// (ibv_query_qp), on RDMA; empty on TCP (its pinned ports show in `data_stream_addrs`).
+    #[cfg(feature = "verbs")]
+    pub fn pinned_flow_labels(&self) -> NetResult<Vec<(Option<u16>, u32)>> {
+        match &self.inner {
+            SendInner::Tcp(_) => Ok(Vec::new()),
+            SendInner::Verbs(v, _) => {
+                let set = v.qp_set();
+                (0..set.n_data())
+                    .map(|i| {
+                        let fl = set
+                            .data(i)
+                            .and_then(|q| q.flow_label())
+                            .map_err(|e| NetError::system(e.to_string()))?;
+                        Ok((set.pinned_port(i), fl))
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 impl Drop for SendComm {

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use dqplb_config::{
-    BucketSelectName, ConnClass, HashField, HashFamilyName, PathPinning, PathsSection, SiteConfig,
+    BucketSelectName, ConnClass, HashFamilyName, HashField, PathPinning, PathsSection, SiteConfig,
 };
 use dqplb_engine::pinning::{
     channel_qp_index, AbsoluteSpec, BucketSelect, Field, FieldLayout, FlowFields, HashFamily,
@@ -126,10 +126,9 @@ impl PortChooser {
     /// the QPN of the connection's first data QP as reference), or absolute.
     pub fn bucket(&self, flow: &FlowFields, ref_qpn: u32) -> u32 {
         match self {
-            PortChooser::Relative { pins, qpn } => pins.relative_bucket(
-                flow.src_port,
-                qpn.then_some((ref_qpn, flow.dst_qpn)),
-            ),
+            PortChooser::Relative { pins, qpn } => {
+                pins.relative_bucket(flow.src_port, qpn.then_some((ref_qpn, flow.dst_qpn)))
+            }
             PortChooser::Absolute { spec, .. } => spec.bucket(flow).unwrap_or(0),
         }
     }
@@ -176,7 +175,12 @@ impl PortChooser {
     /// Candidate ports for `n` TCP data streams from `src` to the listener `dst`: stream i's
     /// first candidate takes bucket i (relative) or a least-loaded one (absolute); the others
     /// are further ports of the same bucket for when one is in use.
-    pub fn tcp_candidates(&self, n: usize, src: IpAddr, dst: std::net::SocketAddr) -> Vec<Vec<u16>> {
+    pub fn tcp_candidates(
+        &self,
+        n: usize,
+        src: IpAddr,
+        dst: std::net::SocketAddr,
+    ) -> Vec<Vec<u16>> {
         let flow = |port: u16| FlowFields {
             src_ip: ipv4(src).unwrap_or(0),
             dst_ip: ipv4(dst.ip()).unwrap_or(0),
@@ -330,7 +334,9 @@ mod tests {
     #[test]
     fn relative_ports_take_distinct_buckets_and_tcp_candidates_share_them() {
         let cfg = pinned("[class.cross-rail]\nqps = 8\npath-pinning = \"relative\"\n");
-        let c = chooser(&cfg, ConnClass::CrossRail).unwrap().expect("pinned");
+        let c = chooser(&cfg, ConnClass::CrossRail)
+            .unwrap()
+            .expect("pinned");
         assert_eq!(c.group(), 8);
         let flows: Vec<FlowFields> = (0..8)
             .map(|q| FlowFields::roce(0x0a00_0001, 0x0a00_0102, 0, 0x100 + q))
@@ -339,15 +345,7 @@ mod tests {
         let mut buckets: Vec<u32> = ports
             .iter()
             .zip(&flows)
-            .map(|(p, f)| {
-                c.bucket(
-                    &FlowFields {
-                        src_port: *p,
-                        ..*f
-                    },
-                    0x100,
-                )
-            })
+            .map(|(p, f)| c.bucket(&FlowFields { src_port: *p, ..*f }, 0x100))
             .collect();
         buckets.sort_unstable();
         assert_eq!(buckets, (0..8).collect::<Vec<_>>());
@@ -405,15 +403,7 @@ mod tests {
         let mut b: Vec<u32> = ports
             .iter()
             .zip(&flows)
-            .map(|(p, f)| {
-                c.bucket(
-                    &FlowFields {
-                        src_port: *p,
-                        ..*f
-                    },
-                    0,
-                )
-            })
+            .map(|(p, f)| c.bucket(&FlowFields { src_port: *p, ..*f }, 0))
             .collect();
         b.sort_unstable();
         assert_eq!(b, (0..12).collect::<Vec<_>>());

@@ -179,7 +179,14 @@ fn json_output_has_exact_figures() {
             // 12 QPs x 2 x 64 KiB.
             ("cross-rail".to_string(), 600_000, 12, 2, 65_536, 1_572_864),
             // 16 QPs x 3 x 64 KiB: ceil(1e8 / 65536) = 1526, clamped to 1..=3.
-            ("cross-dc".to_string(), 100_000_000, 16, 3, 65_536, 3_145_728),
+            (
+                "cross-dc".to_string(),
+                100_000_000,
+                16,
+                3,
+                65_536,
+                3_145_728
+            ),
         ]
     );
     assert_eq!(classes[2]["bdp_segments"], 1526);
@@ -225,7 +232,9 @@ fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
             ("cross-dc".into(), 3 * mib, 4 * mib, true),
         ]
     );
-    assert!(v["steering"].as_array().is_some_and(|a| a.iter().all(|s| s["note"].is_null())));
+    assert!(v["steering"]
+        .as_array()
+        .is_some_and(|a| a.iter().all(|s| s["note"].is_null())));
     // NCCL_BUFFSIZE = 1 MiB (128 KiB steps): cross-rail's 1 MiB and cross-dc's 3 MiB hold it.
     let v = json(&[("NCCL_BUFFSIZE", "1048576")]);
     let s = steer(&v);

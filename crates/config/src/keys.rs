@@ -123,10 +123,7 @@ macro_rules! class_keys {
                 concat!("class.", $c, ".path-pinning"),
                 KeyKind::Choice(PATH_PINNING_NAMES),
             ),
-            optional(
-                concat!("class.", $c, ".ecmp-width"),
-                int(1, ECMP_WIDTH_MAX),
-            ),
+            optional(concat!("class.", $c, ".ecmp-width"), int(1, ECMP_WIDTH_MAX)),
         ]
     };
 }
@@ -494,7 +491,9 @@ mod tests {
 
     #[test]
     fn field_lists_parse_and_check() {
-        let k = find_key("paths.fields").map(|k| k.kind).expect("registered");
+        let k = find_key("paths.fields")
+            .map(|k| k.kind)
+            .expect("registered");
         let v = k.parse_env("src-ip, DST-IP,src-port").expect("valid list");
         assert_eq!(
             v,
@@ -516,7 +515,9 @@ mod tests {
             k.check(&Value::Array(vec![])),
             Err("an empty list is not accepted".to_string())
         );
-        assert!(k.accepted().starts_with("a list of distinct entries of \"src-ip\""));
+        assert!(k
+            .accepted()
+            .starts_with("a list of distinct entries of \"src-ip\""));
         let w = find_key("class.cross-rail.ecmp-width").expect("registered");
         assert!(w.optional);
         assert_eq!(w.kind.parse_env("16384"), Ok(Value::Integer(16384)));

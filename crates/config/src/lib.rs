@@ -25,7 +25,7 @@ pub use load::{
     EMBEDDED_DEFAULT, ETC_PATH,
 };
 pub use parse::parse_str;
-pub use pinning::{BucketSelectName, HashField, HashFamilyName, PathPinning, PathsSection};
+pub use pinning::{BucketSelectName, HashFamilyName, HashField, PathPinning, PathsSection};
 pub use plan::{classify, ClassPlan, ConnClass};
 pub use schema::{
     ClassSections, ClassSpec, EngineSection, FabricSection, HcaThirdField, LogLevel, LogSection,

@@ -215,7 +215,10 @@ mod tests {
         // The former cross-dc sizing: 16 QPs, 64..=256 outstanding of 512 KiB.
         let mut c = SiteConfig::default();
         c.engine.segment_bytes = 524_288;
-        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
+        (
+            c.class.cross_dc.min_outstanding,
+            c.class.cross_dc.max_outstanding,
+        ) = (64, 256);
         // ceil(1e8 / 524288) = 191 (in 64..=256); 16 * 191 * 524288 = 1602224128 > 1 GiB
         // -> 1073741824 / (16 * 524288) = 128.
         let p = c.plan(ConnClass::CrossDc);
@@ -233,7 +236,10 @@ mod tests {
         let mut c = SiteConfig::default();
         c.engine.segment_bytes = 524_288;
         c.engine.inflight_budget_bytes = 256 << 20;
-        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
+        (
+            c.class.cross_dc.min_outstanding,
+            c.class.cross_dc.max_outstanding,
+        ) = (64, 256);
         // cross-dc: min 64 * 16 QPs * 512 KiB = 512 MiB > 256 MiB.
         let p = c.plan(ConnClass::CrossDc);
         assert_eq!(p.outstanding, 64);
@@ -245,7 +251,10 @@ mod tests {
     fn class_segment_override_and_max_clamp() {
         let mut c = SiteConfig::default();
         c.class.cross_rail.segment_bytes = Some(65536);
-        (c.class.cross_rail.min_outstanding, c.class.cross_rail.max_outstanding) = (8, 32);
+        (
+            c.class.cross_rail.min_outstanding,
+            c.class.cross_rail.max_outstanding,
+        ) = (8, 32);
         c.class.cross_rail.rtt_us = 20.0;
         // 400 * 20 * 125 = 1e6 B; ceil(1e6 / 65536) = 16 (within 8..=32); 8 * 16 * 65536.
         let p = c.plan(ConnClass::CrossRail);
@@ -265,7 +274,10 @@ mod tests {
         let mut c = SiteConfig::default();
         c.engine.policy = PolicyName::SingleQp;
         c.engine.segment_bytes = 524_288;
-        (c.class.cross_dc.min_outstanding, c.class.cross_dc.max_outstanding) = (64, 256);
+        (
+            c.class.cross_dc.min_outstanding,
+            c.class.cross_dc.max_outstanding,
+        ) = (64, 256);
         // cross-dc: 1 QP x 191 x 524288 = 100139008 B, within 1 GiB, so no budget cut.
         let p = c.plan(ConnClass::CrossDc);
         assert_eq!(

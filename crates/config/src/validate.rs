@@ -148,7 +148,8 @@ fn pinning_rules(
             .accepted(Some("fields that include \"src-port\"".into())));
     }
     let width = spec.ecmp_width();
-    let needs_pow2 = mode == PathPinning::Relative || config.paths.select == BucketSelectName::LowBits;
+    let needs_pow2 =
+        mode == PathPinning::Relative || config.paths.select == BucketSelectName::LowBits;
     if needs_pow2 && !width.is_power_of_two() {
         let key = if spec.ecmp_width.is_some() {
             format!("class.{name}.ecmp-width")

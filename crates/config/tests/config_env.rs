@@ -171,8 +171,11 @@ fn cross_field_error_blames_the_variable() {
     // The file's min-outstanding 4 against the variable's max 2 (the default's min is 1, so the
     // file sets one above it).
     let path = std::env::temp_dir().join(format!("dqplb-cross-field-{}.toml", std::process::id()));
-    std::fs::write(&path, "[class.same-rail]\nmin-outstanding = 4\nmax-outstanding = 8\n")
-        .expect("temp config written");
+    std::fs::write(
+        &path,
+        "[class.same-rail]\nmin-outstanding = 4\nmax-outstanding = 8\n",
+    )
+    .expect("temp config written");
     let conf = path.display().to_string();
     let e = load(&[
         ("NCCL_DQPLB_CONF", conf.as_str()),

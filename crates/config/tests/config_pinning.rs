@@ -2,7 +2,7 @@
 //! their validation errors (key, line, accepted values) and the pinned class's derived segment.
 
 use dqplb_config::{
-    parse_str, BucketSelectName, ConfigErrorKind, ConnClass, HashField, HashFamilyName,
+    parse_str, BucketSelectName, ConfigErrorKind, ConnClass, HashFamilyName, HashField,
     PathPinning, SiteConfig,
 };
 
@@ -60,8 +60,9 @@ fn relative_pinning_refuses_a_group_that_is_not_a_power_of_two() {
     assert_eq!(e.key.as_deref(), Some("class.same-rail.ecmp-width"));
     assert_eq!(e.line, Some(3));
     assert!(
-        e.detail
-            .contains("class same-rail pins relative paths over an ECMP group of 12, not a power of two"),
+        e.detail.contains(
+            "class same-rail pins relative paths over an ECMP group of 12, not a power of two"
+        ),
         "{e}"
     );
     assert!(e.detail.contains("path-pinning = \"absolute\""), "{e}");
@@ -133,12 +134,19 @@ fn a_polynomial_must_be_the_familys() {
     .unwrap_err();
     assert_eq!(e.key.as_deref(), Some("paths.polynomial"));
     assert_eq!(e.line, Some(3));
-    assert!(e.detail.contains("polynomial 0x8005 is not the generator"), "{e}");
+    assert!(
+        e.detail.contains("polynomial 0x8005 is not the generator"),
+        "{e}"
+    );
     assert_eq!(
         e.accepted.as_deref(),
         Some("0x1021 (4129) for hash = \"crc16-ccitt\"")
     );
-    let e = parse_str("[paths]\nhash = \"xor-fold\"\npolynomial = 7\n", "site.toml").unwrap_err();
+    let e = parse_str(
+        "[paths]\nhash = \"xor-fold\"\npolynomial = 7\n",
+        "site.toml",
+    )
+    .unwrap_err();
     assert!(
         e.accepted
             .as_deref()

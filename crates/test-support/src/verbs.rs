@@ -4,9 +4,9 @@
 use dqplb_engine::PolicyKind;
 use dqplb_transport::tcp::ConnParams;
 use dqplb_transport::verbs::{
-    discover_system, Context, DeviceInfo, MemoryRegion, ProtectionDomain, PortPinner, QpSet, QpSetConfig,
-    QpTuning, VerbsConnector, VerbsDomain, VerbsListenComm, VerbsRecvComm, VerbsSendComm,
-    WorkCompletion,
+    discover_system, Context, DeviceInfo, MemoryRegion, PortPinner, ProtectionDomain, QpSet,
+    QpSetConfig, QpTuning, VerbsConnector, VerbsDomain, VerbsListenComm, VerbsRecvComm,
+    VerbsSendComm, WorkCompletion,
 };
 use dqplb_transport::UserBuf;
 use std::sync::Arc;

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use dqplb_engine::pinning::{
-    qpn_port, BucketSelect, Field, FieldLayout, HashFamily, RelativePins,
-};
+use dqplb_engine::pinning::{qpn_port, BucketSelect, Field, FieldLayout, HashFamily, RelativePins};
 use dqplb_engine::{PolicyKind, RehashRule};
 
 use super::hashed_shape::{self, bucket_at, HashPlan, PORT_SHIFT};

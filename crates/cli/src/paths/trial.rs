@@ -214,7 +214,11 @@ fn check_ports(s: &TcpSendComm, base: u16, stride: u16) -> Result<(), String> {
 }
 
 fn check_pinned(s: &TcpSendComm, ports: &[u16]) -> Result<(), String> {
-    let got: Vec<u16> = s.data_stream_addrs().iter().map(|(l, _)| l.port()).collect();
+    let got: Vec<u16> = s
+        .data_stream_addrs()
+        .iter()
+        .map(|(l, _)| l.port())
+        .collect();
     if got != ports {
         return Err(format!(
             "data streams have source ports {got:?}, the pinned plan {ports:?}"

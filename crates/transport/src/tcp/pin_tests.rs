@@ -28,7 +28,11 @@ fn data_streams_bind_their_pinned_ports_and_carry_bytes_exactly() {
     let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts.clone()).unwrap();
     let mut c = TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 4), None, &opts).unwrap();
     let (mut s, mut r) = connect(&mut l, &mut c);
-    let got: Vec<u16> = s.data_stream_addrs().iter().map(|(a, _)| a.port()).collect();
+    let got: Vec<u16> = s
+        .data_stream_addrs()
+        .iter()
+        .map(|(a, _)| a.port())
+        .collect();
     assert_eq!(got, ports);
     super::tests::transfer_sizes(&mut s, &mut r, &[1 << 20, 4097, 128]);
 }
@@ -51,7 +55,8 @@ fn a_port_in_use_moves_the_stream_to_the_next_candidate() {
     let e = start_pinned_stream(peer, ip, &[taken], &opts).unwrap_err();
     assert_eq!(e.code, crate::ErrorCode::SystemError);
     assert!(
-        e.msg.contains(&format!("every pinned source port is in use ([{taken}])")),
+        e.msg
+            .contains(&format!("every pinned source port is in use ([{taken}])")),
         "{}",
         e.msg
     );

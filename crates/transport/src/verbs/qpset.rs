@@ -473,8 +473,7 @@ impl QpSet {
 
 /// The flow label that makes mlx5 send from `port` (engine::pinning, checked there for every port).
 fn flow_label_of(port: u16) -> Result<u32> {
-    dqplb_engine::pinning::flow_label_for_port(port)
-        .map_err(|e| VerbsError::invalid(e.to_string()))
+    dqplb_engine::pinning::flow_label_for_port(port).map_err(|e| VerbsError::invalid(e.to_string()))
 }
 
 #[cfg(test)]

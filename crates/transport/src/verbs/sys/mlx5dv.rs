@@ -13,7 +13,8 @@ pub type ModifyQpUdpSportFn = unsafe extern "C" fn(qp: *mut ibv_qp, udp_sport: u
 fn load() -> Option<ModifyQpUdpSportFn> {
     // SAFETY: dlopen of a system library by soname; the handle is never closed, so the pointer
     // taken from it stays valid for the life of the process.
-    let handle = unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let handle =
+        unsafe { libc::dlopen(c"libmlx5.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         return None;
     }
