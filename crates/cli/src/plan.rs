@@ -127,6 +127,113 @@ fn steering(policy: PolicyName, c: &ClassPlan, buffsize: u64) -> Steering {
     }
 }
 
+/// One QP of the sample connection of a pinned class.
+#[derive(Debug, Serialize)]
+struct PinnedQp {
+    qp: u32,
+    peer_qpn: u32,
+    port: u16,
+    /// The flow label the verbs transport gives at RTR (mlx5 sends from `port`).
+    flow_label: u32,
+    /// Relative mode: the bucket relative to `base-port`'s; absolute: the member.
+    bucket: u32,
+}
+
+/// The ports a pinned class chooses for a sample connection (RoCEv2 from SAMPLE_SRC to
+/// SAMPLE_DST, peer QPNs SAMPLE_QPN + i).
+#[derive(Debug, Serialize)]
+struct PinningPlan {
+    class: &'static str,
+    mode: &'static str,
+    ecmp_width: u32,
+    hash: String,
+    sample: String,
+    qps: Vec<PinnedQp>,
+    /// Why no ports could be chosen (the plugin refuses such a class at connect).
+    error: Option<String>,
+}
+
+const SAMPLE_SRC: [u8; 4] = [10, 0, 0, 1];
+const SAMPLE_DST: [u8; 4] = [10, 0, 1, 1];
+const SAMPLE_QPN: u32 = 0x100;
+
+fn pinning_plans(cfg: &dqplb_config::SiteConfig, classes: &[ClassPlan]) -> Vec<PinningPlan> {
+    use dqplb_engine::pinning::{flow_label_for_port, FlowFields};
+    use nccl_net_dqplb::plugin::pinning::chooser;
+    let paths = &cfg.paths;
+    let fields: Vec<&str> = paths.fields.iter().map(|f| f.as_str()).collect();
+    let hash = format!(
+        "{}, {}, fields {}{}{}",
+        paths.hash.as_str(),
+        paths.select.as_str(),
+        fields.join(","),
+        if paths.hash_dest_qpn {
+            " + BTH dst QPN (E-ECMP)"
+        } else {
+            ""
+        },
+        if classes
+            .iter()
+            .any(|c| cfg.class.get(c.class).path_pinning == dqplb_config::PathPinning::Absolute)
+        {
+            format!(", seed {:#x}", paths.seed)
+        } else {
+            String::new()
+        }
+    );
+    let src = u32::from_be_bytes(SAMPLE_SRC);
+    let dst = u32::from_be_bytes(SAMPLE_DST);
+    classes
+        .iter()
+        .filter_map(|c| {
+            let spec = cfg.class.get(c.class);
+            if spec.path_pinning == dqplb_config::PathPinning::Off {
+                return None;
+            }
+            let mut plan = PinningPlan {
+                class: c.class.as_str(),
+                mode: spec.path_pinning.as_str(),
+                ecmp_width: spec.ecmp_width(),
+                hash: hash.clone(),
+                sample: format!(
+                    "{} -> {}, peer QPNs {SAMPLE_QPN:#x} + i",
+                    std::net::Ipv4Addr::from(SAMPLE_SRC),
+                    std::net::Ipv4Addr::from(SAMPLE_DST)
+                ),
+                qps: Vec::new(),
+                error: None,
+            };
+            let flows: Vec<FlowFields> = (0..c.qps)
+                .map(|i| FlowFields::roce(src, dst, 0, SAMPLE_QPN + i))
+                .collect();
+            let chosen = chooser(cfg, c.class)
+                .map_err(|e| e.msg)
+                .and_then(|ch| ch.ok_or_else(|| "not pinned".to_string()))
+                .and_then(|ch| ch.ports(0, &flows).map(|p| (ch, p)));
+            match chosen {
+                Ok((ch, ports)) => {
+                    for (i, (port, flow)) in ports.iter().zip(&flows).enumerate() {
+                        let f = FlowFields {
+                            src_port: *port,
+                            ..*flow
+                        };
+                        let bucket = ch.bucket(&f, SAMPLE_QPN);
+                        plan.qps.push(PinnedQp {
+                            qp: i as u32,
+                            peer_qpn: flow.dst_qpn,
+                            port: *port,
+                            flow_label: flow_label_for_port(*port).unwrap_or(0),
+                            bucket,
+                        });
+                    }
+                }
+                Err(e) => plan.error = Some(e),
+            }
+            Some(plan)
+        })
+        .collect()
+}
+
 #[derive(Debug, Serialize)]
 struct PlanReport {
     source: String,
@@ -141,6 +248,8 @@ struct PlanReport {
     /// NCCL_BUFFSIZE's note, if it was unusable.
     buffsize_note: Option<String>,
     steering: Vec<Steering>,
+    /// Classes with path pinning: the ports of a sample connection.
+    pinning: Vec<PinningPlan>,
 }
 
 fn device_label(name: &str, port: Option<u32>) -> String {
@@ -158,6 +267,7 @@ fn build_report(
     let cfg = &loaded.config;
     let (buffsize, buffsize_note) = nccl_buffsize(buffsize_env);
     let classes = cfg.plans().to_vec();
+    let pinning = pinning_plans(cfg, &classes);
     let steer = classes
         .iter()
         .map(|c| steering(cfg.engine.policy, c, buffsize))
@@ -216,6 +326,7 @@ fn build_report(
         classes,
         buffsize_note,
         steering: steer,
+        pinning,
     }
 }
 
@@ -313,6 +424,35 @@ fn render_table(r: &PlanReport) -> String {
         }
         if let Some(note) = &steer.note {
             let _ = writeln!(s, "  note: {note}");
+        }
+    }
+    for p in &r.pinning {
+        let _ = writeln!(
+            s,
+            "\npath pinning, class {}: {} over {} ECMP members ({})",
+            p.class, p.mode, p.ecmp_width, p.hash
+        );
+        if let Some(e) = &p.error {
+            let _ = writeln!(s, "  error: {e}");
+            continue;
+        }
+        let what = if p.mode == "relative" {
+            "bucket relative to base-port's"
+        } else {
+            "member"
+        };
+        let _ = writeln!(s, "  sample connection {}:", p.sample);
+        let _ = writeln!(
+            s,
+            "  {:>4} {:>9} {:>6} {:>10} {:>6}  ({what})",
+            "QP", "peer QPN", "port", "flow label", "bucket"
+        );
+        for q in &p.qps {
+            let _ = writeln!(
+                s,
+                "  {:>4} {:>#9x} {:>6} {:>#10x} {:>6}",
+                q.qp, q.peer_qpn, q.port, q.flow_label, q.bucket
+            );
         }
     }
     if let Some(note) = &r.buffsize_note {

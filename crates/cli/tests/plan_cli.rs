@@ -273,3 +273,56 @@ fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
     // Same-rail at depth 16 (4 MiB) against the assumed 4 MiB: 256 KiB per depth -> 15.
     assert!(t.contains("outstanding <= 15"), "{t}");
 }
+
+#[test]
+fn pinned_classes_show_the_ports_of_a_sample_connection() {
+    let dir = std::env::temp_dir().join(format!("dqplb-plan-pin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let conf = dir.join("site.toml");
+    std::fs::write(
+        &conf,
+        "[class.cross-rail]\nqps = 8\npath-pinning = \"relative\"\n\
+         [class.cross-dc]\npath-pinning = \"relative\"\necmp-width = 128\n\
+         [paths]\nhash = \"xor-fold\"\nfields = [\"protocol\", \"src-port\"]\n",
+    )
+    .expect("write config");
+    let conf = conf.display().to_string();
+    let out = dqplb(&["plan", "--config", &conf, "--format", "json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let pins = v["pinning"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pins.len(), 2, "{v}");
+    assert_eq!(pins[0]["class"], "cross-rail");
+    assert_eq!(pins[0]["mode"], "relative");
+    assert_eq!(pins[0]["ecmp_width"], 8);
+    let qps = pins[0]["qps"].as_array().cloned().unwrap_or_default();
+    assert_eq!(qps.len(), 8);
+    let mut buckets: Vec<u64> = qps.iter().map(|q| q["bucket"].as_u64().unwrap_or(99)).collect();
+    buckets.sort_unstable();
+    assert_eq!(buckets, (0..8).collect::<Vec<u64>>());
+    for q in &qps {
+        let (port, fl) = (q["port"].as_u64().unwrap_or(0), q["flow_label"].as_u64().unwrap_or(0));
+        // mlx5: 0xC000 | (fl & 0x3fff) ^ (fl >> 14) is the port.
+        assert_eq!(0xC000 | ((fl & 0x3FFF) ^ (fl >> 14)), port, "{q}");
+    }
+    // The pinned class cuts NCCL's 512 KiB step over its 8 QPs.
+    assert_eq!(v["classes"][1]["segment_bytes"], 65536);
+    // Cross-dc: 128 members, but this hash's low 7 bits see only 6 port bits.
+    assert_eq!(
+        pins[1]["error"],
+        "class cross-dc: path pinning: this hash's bucket bits depend on only 6 independent \
+         source-port bits, 7 needed for the group"
+    );
+    let out = dqplb(&["plan", "--config", &conf], &[]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("path pinning, class cross-rail: relative over 8 ECMP members (xor-fold, low-bits, fields protocol,src-port)"),
+        "{t}"
+    );
+    assert!(t.contains("sample connection 10.0.0.1 -> 10.0.1.1, peer QPNs 0x100 + i:"), "{t}");
+    assert!(t.contains("  error: class cross-dc: path pinning:"), "{t}");
+    // The shipped default pins nothing: no pinning section.
+    let out = dqplb(&["plan", "--config", &default_conf()], &[]);
+    assert!(!text(&out.stdout).contains("path pinning"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
