@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# CI benchmark guard: a short scenario 2 (4 shaped paths, one at 10%) with dqplb and static-split.
-# Fails if dqplb reaches less than 0.8 of the ideal, if static-split is NOT throttled (<= 0.6: proof
-# that tc really shaped), or if any path carried more than 1.1x its configured rate. Exit 77 (skip)
+# CI benchmark guard: a short scenario 2 (4 shaped paths, one at 10%) with dqplb and static-split,
+# and scenario 8 (8 port-hashed paths: pinned against hashed source ports). Fails if dqplb reaches
+# less than 0.8 of the ideal, if a pinned variant of scenario 8 reaches less than 0.95 or lost a
+# byte, if static-split is NOT throttled (<= 0.6: proof that tc really shaped), or if any path
+# carried more than 1.1x its configured rate. Exit 77 (skip)
 # where this host can never shape (not root, no netns, no HTB); DQPLB_REQUIRE_SHAPING=1 fails then.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +26,11 @@ ip netns del "$probe" 2> /dev/null
 
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
-PATHS_CEILING=0 bash scripts/paths-bench.sh --scenario 2 --policy dqplb,static-split \
+PATHS_CEILING=0 bash scripts/paths-bench.sh --scenario 2,8 --policy dqplb,static-split \
     --duration-ms "${PATHS_GUARD_MS:-2500}" --warmup-ms 500 --guard 0.8 --data-dir "$data"
 rc=$?
 if [[ $rc -eq 1 ]]; then
-    echo "paths-guard: FAILED: dqplb below 0.8 of the ideal in scenario 2 (figures above)" >&2
+    echo "paths-guard: FAILED: dqplb below 0.8 of the ideal in scenario 2, or pinned ports below 0.95 in scenario 8 (figures above)" >&2
     exit 1
 elif [[ $rc -ne 0 ]]; then
     echo "paths-guard: FAILED: the bench did not run (exit $rc)" >&2
@@ -50,4 +52,4 @@ if [[ -n $over ]]; then
     echo "paths-guard: FAILED: $over" >&2
     exit 1
 fi
-echo "paths-guard: passed (dqplb >= 0.8 of ideal, static-split throttled at $static, every path within 1.1x its shape)"
+echo "paths-guard: passed (dqplb >= 0.8 of ideal, pinned ports >= 0.95 byte-exact, static-split throttled at $static, every path within 1.1x its shape)"

@@ -20,6 +20,16 @@ pub(crate) const HASHED_LQPN: u32 = 0x12;
 pub(crate) const HASHED_RQPN: u32 = 0x1c;
 /// Goal of the pinned variant: this fraction of the ideal.
 pub(crate) const PINNED_GOAL: f64 = 0.95;
+/// Seed of scenario 8's random ports.
+const RANDOM_PORT_SEED: u64 = 0x5EED_0008;
+
+/// One step of splitmix64 (a fixed, well-mixed sequence; no dependency for eight numbers).
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 /// Convergence: sustained throughput of at least this fraction of the ideal (issue goal 0.9).
 pub(crate) const CONVERGE_FRACTION: f64 = 0.9;
 /// Recovery after a path death: this fraction of the new ideal (issue goal 0.85 within 200 ms).
@@ -41,6 +51,9 @@ pub(crate) enum Ports {
     Stride,
     /// The QPN-derived ports of today's mlx5 (flow label 0), hashed by the switch as they fall.
     QpnHashed,
+    /// Uniformly random ports in 0xC000..=0xFFFF (fixed seed): what a hash that scrambles the
+    /// port (a CRC over the 5-tuple) makes of any port choice, balls in bins.
+    Random,
     /// `engine::pinning` relative pins from the first hashed port: the S streams on S distinct
     /// buckets of the switch's hash by construction, whatever that port's own bucket.
     Pinned,
@@ -177,6 +190,11 @@ pub(crate) fn build(
                     ..DQPLB
                 },
                 Variant {
+                    label: "dqplb-random-ports",
+                    ports: Ports::Random,
+                    ..DQPLB
+                },
+                Variant {
                     label: "dqplb-pinned-ports",
                     ports: Ports::Pinned,
                     ..DQPLB
@@ -232,6 +250,15 @@ impl HashedScenario {
         match ports {
             Ports::Stride => Ok((0..self.streams).map(|i| self.port(port_base, i)).collect()),
             Ports::QpnHashed => Ok((0..self.streams).map(hashed).collect()),
+            Ports::Random => {
+                let mut x = RANDOM_PORT_SEED;
+                Ok((0..self.streams)
+                    .map(|_| {
+                        x = splitmix64(x);
+                        0xC000 | (x as u16 & 0x3FFF)
+                    })
+                    .collect())
+            }
             Ports::Pinned => {
                 // The bench's switch hash is the XOR fold of the source port alone (the tc hash
                 // takes its low bits); relative mode needs neither its seed nor the base port's
@@ -707,7 +734,10 @@ mod tests {
         assert!(pinned.iter().all(|p| *p >= 0xC000));
         // The ideal: every stream on a path of its own.
         assert_eq!(sc.ideal_at(20000, 0.0), 800.0);
-        let v = sc.variants[1];
+        let random = sc.stream_ports(Ports::Random, 20000).unwrap();
+        assert!(random.iter().all(|p| *p >= 0xC000));
+        assert_eq!(sc.stream_ports(Ports::Random, 1).unwrap(), random);
+        let v = sc.variants[2];
         assert_eq!(v.ports, Ports::Pinned);
         let mut first = sc.initial_buckets_for(&v, 20000);
         first.sort_unstable();
