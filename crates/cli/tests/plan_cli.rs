@@ -297,11 +297,17 @@ fn pinned_classes_show_the_ports_of_a_sample_connection() {
     assert_eq!(pins[0]["ecmp_width"], 8);
     let qps = pins[0]["qps"].as_array().cloned().unwrap_or_default();
     assert_eq!(qps.len(), 8);
-    let mut buckets: Vec<u64> = qps.iter().map(|q| q["bucket"].as_u64().unwrap_or(99)).collect();
+    let mut buckets: Vec<u64> = qps
+        .iter()
+        .map(|q| q["bucket"].as_u64().unwrap_or(99))
+        .collect();
     buckets.sort_unstable();
     assert_eq!(buckets, (0..8).collect::<Vec<u64>>());
     for q in &qps {
-        let (port, fl) = (q["port"].as_u64().unwrap_or(0), q["flow_label"].as_u64().unwrap_or(0));
+        let (port, fl) = (
+            q["port"].as_u64().unwrap_or(0),
+            q["flow_label"].as_u64().unwrap_or(0),
+        );
         // mlx5: 0xC000 | (fl & 0x3fff) ^ (fl >> 14) is the port.
         assert_eq!(0xC000 | ((fl & 0x3FFF) ^ (fl >> 14)), port, "{q}");
     }
@@ -319,7 +325,10 @@ fn pinned_classes_show_the_ports_of_a_sample_connection() {
         t.contains("path pinning, class cross-rail: relative over 8 ECMP members (xor-fold, low-bits, fields protocol,src-port)"),
         "{t}"
     );
-    assert!(t.contains("sample connection 10.0.0.1 -> 10.0.1.1, peer QPNs 0x100 + i:"), "{t}");
+    assert!(
+        t.contains("sample connection 10.0.0.1 -> 10.0.1.1, peer QPNs 0x100 + i:"),
+        "{t}"
+    );
     assert!(t.contains("  error: class cross-dc: path pinning:"), "{t}");
     // The shipped default pins nothing: no pinning section.
     let out = dqplb(&["plan", "--config", &default_conf()], &[]);
