@@ -151,6 +151,8 @@ struct PinningPlan {
     qps: Vec<PinnedQp>,
     /// Why no ports could be chosen (the plugin refuses such a class at connect).
     error: Option<String>,
+    /// Fewer QPs than ECMP members: what that costs.
+    note: Option<String>,
 }
 
 const SAMPLE_SRC: [u8; 4] = [10, 0, 0, 1];
@@ -202,6 +204,17 @@ fn pinning_plans(cfg: &dqplb_config::SiteConfig, classes: &[ClassPlan]) -> Vec<P
                 ),
                 qps: Vec::new(),
                 error: None,
+                note: (c.qps < spec.ecmp_width()).then(|| {
+                    format!(
+                        "{} QPs per connection < ecmp-width {}: a connection's pinned QPs cover a \
+                         block of {} buckets, and NIC pairs whose blocks meet collide block-wise; \
+                         connections to one peer (NCCL's channels) take successive blocks, so pin \
+                         with qps x channels >= ecmp-width",
+                        c.qps,
+                        spec.ecmp_width(),
+                        c.qps
+                    )
+                }),
             };
             let flows: Vec<FlowFields> = (0..c.qps)
                 .map(|i| FlowFields::roce(src, dst, 0, SAMPLE_QPN + i))
@@ -435,6 +448,9 @@ fn render_table(r: &PlanReport) -> String {
         if let Some(e) = &p.error {
             let _ = writeln!(s, "  error: {e}");
             continue;
+        }
+        if let Some(n) = &p.note {
+            let _ = writeln!(s, "  note: {n}");
         }
         let what = if p.mode == "relative" {
             "bucket relative to base-port's"

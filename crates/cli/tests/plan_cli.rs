@@ -144,7 +144,7 @@ fn json_output_has_exact_figures() {
         Err(e) => panic!("bad JSON ({e}): {}", text(&out.stdout)),
     };
     assert_eq!(v["source"], Value::from(conf));
-    assert_eq!(v["policy"], "dqplb");
+    assert_eq!(v["policy"], "dqplb-led");
     assert_eq!(
         v["overrides"][0]["variable"],
         "NCCL_DQPLB_CLASS_CROSS_RAIL_QPS"
@@ -199,8 +199,12 @@ fn json_output_has_exact_figures() {
 #[test]
 fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
     let conf = default_conf();
+    // The note concerns plain dqplb (the shipped policy is dqplb-led, which steers at any
+    // window); the shipped windows are sized so that plain dqplb steers too.
     let json = |env: &[(&str, &str)]| -> Value {
-        let out = dqplb(&["plan", "--config", &conf, "--format", "json"], env);
+        let mut all = vec![("NCCL_DQPLB_ENGINE_POLICY", "dqplb")];
+        all.extend_from_slice(env);
+        let out = dqplb(&["plan", "--config", &conf, "--format", "json"], &all);
         assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("JSON")
     };
@@ -259,6 +263,7 @@ fn classes_whose_window_holds_nccls_buffer_get_a_steering_note() {
     let out = dqplb(
         &["plan", "--config", &conf],
         &[
+            ("NCCL_DQPLB_ENGINE_POLICY", "dqplb"),
             ("NCCL_BUFFSIZE", "4M"),
             ("NCCL_DQPLB_CLASS_SAME_RAIL_MIN_OUTSTANDING", "16"),
             ("NCCL_DQPLB_CLASS_SAME_RAIL_MAX_OUTSTANDING", "16"),
@@ -330,6 +335,17 @@ fn pinned_classes_show_the_ports_of_a_sample_connection() {
         "{t}"
     );
     assert!(t.contains("  error: class cross-dc: path pinning:"), "{t}");
+    // 8 QPs over 8 members: no block note; 4 QPs over 8: the note.
+    assert!(!t.contains("QPs per connection < ecmp-width"), "{t}");
+    let out = dqplb(
+        &["plan", "--config", &conf],
+        &[("NCCL_DQPLB_CLASS_CROSS_RAIL_ECMP_WIDTH", "16")],
+    );
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("  note: 8 QPs per connection < ecmp-width 16: a connection's pinned QPs cover a block of 8 buckets"),
+        "{t}"
+    );
     // The shipped default pins nothing: no pinning section.
     let out = dqplb(&["plan", "--config", &default_conf()], &[]);
     assert!(!text(&out.stdout).contains("path pinning"));

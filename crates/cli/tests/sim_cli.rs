@@ -91,7 +91,7 @@ fn site_toml_with_a_fabric_sim_block() {
     // The command line wins over the file; the engine shape comes from the same-rail class.
     assert_eq!(r["spines"], 2);
     assert_eq!(r["qps"], 4);
-    assert_eq!(r["policy"], "dqplb");
+    assert_eq!(r["policy"], "dqplb-led");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -141,7 +141,7 @@ fn bad_input_exits_2_naming_the_option() {
 
 /// `[fabric.sim]` first, then plugin-conf/default.toml with `engine.policy` set to `policy`.
 fn sim_block_then_default(tag: &str, policy: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let base = default_toml().replace("policy = \"dqplb\"", &format!("policy = \"{policy}\""));
+    let base = default_toml().replace("policy = \"dqplb-led\"", &format!("policy = \"{policy}\""));
     toml_file(&format!("sim-{tag}"), &format!("{SIM_BLOCK}\n{base}"))
 }
 

@@ -218,7 +218,9 @@ pub struct EngineSection {
 impl Default for EngineSection {
     fn default() -> Self {
         EngineSection {
-            policy: PolicyName::Dqplb,
+            // dqplb-led steers at any window and ties dqplb when QPs fill: it won every
+            // simulated comparison (docs/records/simulation.md, "Least expected delay").
+            policy: PolicyName::DqplbLed,
             // Below NCCL's p2p chunk (128 KiB) and Simple step (512 KiB): one NCCL step is several
             // segments, so a slow QP's window can fill and the policy moves the rest elsewhere.
             segment_bytes: DEFAULT_SEGMENT_BYTES,

@@ -56,7 +56,7 @@ fn default_file_equals_built_in_defaults() {
         embedded_default().expect("embedded default parses"),
         SiteConfig::default()
     );
-    assert_eq!(from_file.engine.policy, PolicyName::Dqplb);
+    assert_eq!(from_file.engine.policy, PolicyName::DqplbLed);
     assert_eq!(from_file.engine.segment_bytes, 65_536);
     assert_eq!(from_file.engine.max_messages, 32);
     assert_eq!(from_file.engine.inflight_budget_bytes, 1 << 30);
