@@ -377,6 +377,10 @@ impl RcQp {
     /// Ok(true) done, Ok(false) not available here (no libmlx5, or the device lacks
     /// `rts2rts_qp_udp_sport`: EOPNOTSUPP/EINVAL), so the caller replaces the QP instead.
     pub fn set_udp_sport(&self, port: u16) -> Result<bool> {
+        // mlx5dv calls assume an mlx5 QP: never hand them another provider's (rxe, ...).
+        if !super::sys::mlx5dv::is_mlx5_device(self.device()) {
+            return Ok(false);
+        }
         let Some(f) = super::sys::mlx5dv::modify_qp_udp_sport() else {
             return Ok(false);
         };

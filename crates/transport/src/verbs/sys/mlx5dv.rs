@@ -28,8 +28,37 @@ fn load() -> Option<ModifyQpUdpSportFn> {
     Some(unsafe { super::library::as_fn(p) })
 }
 
+/// Whether RDMA device `name` is driven by mlx5 (`/sys/class/infiniband/<name>/device/driver` is
+/// mlx5_core): mlx5dv entry points cast the QP to mlx5's own, so only such QPs may be passed.
+pub fn is_mlx5_device(name: &str) -> bool {
+    is_mlx5_driver_link(
+        std::fs::read_link(format!("/sys/class/infiniband/{name}/device/driver")).ok(),
+    )
+}
+
+fn is_mlx5_driver_link(link: Option<std::path::PathBuf>) -> bool {
+    link.as_deref()
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == "mlx5_core")
+}
+
 /// `mlx5dv_modify_qp_udp_sport` when libmlx5.so.1 has it, looked up once per process.
 pub fn modify_qp_udp_sport() -> Option<ModifyQpUdpSportFn> {
     static FN: OnceLock<Option<ModifyQpUdpSportFn>> = OnceLock::new();
     *FN.get_or_init(load)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_mlx5_core_counts_as_mlx5() {
+        let l = |p: &str| Some(std::path::PathBuf::from(p));
+        assert!(is_mlx5_driver_link(l("../../../bus/pci/drivers/mlx5_core")));
+        assert!(!is_mlx5_driver_link(l("../../../bus/pci/drivers/bnxt_en")));
+        assert!(!is_mlx5_driver_link(None));
+        // rxe has no device/driver link: never mlx5.
+        assert!(!is_mlx5_device("no-such-rdma-device"));
+    }
 }
