@@ -144,7 +144,8 @@ impl PortChooser {
                     .iter()
                     .enumerate()
                     .map(|(i, f)| {
-                        let k = first + i as u32;
+                        // Wraps after every port of the group was given (2^14 ports).
+                        let k = (first + i as u32) % pins.capacity();
                         if *qpn {
                             pins.port_qpn(k, ref_qpn, f.dst_qpn)
                         } else {
@@ -368,6 +369,58 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 8 * TCP_CANDIDATES as usize);
+    }
+
+    #[test]
+    fn two_channels_of_the_shipped_example_cover_its_32_spines() {
+        let cfg = dqplb_config::parse_str(
+            include_str!("../../plugin-conf/pinned-ecmp.toml"),
+            "pinned-ecmp.toml",
+        )
+        .expect("valid");
+        let c = chooser(&cfg, ConnClass::CrossRail)
+            .unwrap()
+            .expect("pinned");
+        let flows: Vec<FlowFields> = (0..16)
+            .map(|q| FlowFields::roce(0x0a00_0001, 0x0a00_0201, 0, 0x300 + q))
+            .collect();
+        let mut buckets = Vec::new();
+        // Channel 0 takes QP indices 0..16, channel 1 16..32 (next_first's numbering).
+        for first in [0, 16] {
+            let ports = c.ports(first, &flows).unwrap();
+            buckets.extend(
+                ports
+                    .iter()
+                    .zip(&flows)
+                    .map(|(p, f)| c.bucket(&FlowFields { src_port: *p, ..*f }, 0x300)),
+            );
+        }
+        buckets.sort_unstable();
+        assert_eq!(buckets, (0..32).collect::<Vec<_>>());
+        // The absolute buckets under a concrete seed are distinct too: relative mode never needed
+        // the seed.
+        let spec = AbsoluteSpec {
+            hash: HashSpec {
+                family: HashFamily::Crc32,
+                seed: 0x1234_5678,
+                layout: FieldLayout::five_tuple(),
+            },
+            select: BucketSelect::Mod,
+            group: 32,
+        };
+        let mut real: Vec<u32> = Vec::new();
+        for first in [0, 16] {
+            let ports = c.ports(first, &flows).unwrap();
+            real.extend(
+                ports
+                    .iter()
+                    .zip(&flows)
+                    .map(|(p, f)| spec.bucket(&FlowFields { src_port: *p, ..*f }).unwrap()),
+            );
+        }
+        real.sort_unstable();
+        real.dedup();
+        assert_eq!(real.len(), 32);
     }
 
     #[test]

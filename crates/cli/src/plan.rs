@@ -155,6 +155,10 @@ struct PinningPlan {
     note: Option<String>,
 }
 
+/// Connections NCCL opens to one peer NIC at least: it duplicates its ring and tree channels
+/// (src/graph/connect.cc `ncclTopoPreset`, "Duplicate channels"; NCCL 2.30.7).
+const NCCL_MIN_CHANNELS: u32 = 2;
+
 const SAMPLE_SRC: [u8; 4] = [10, 0, 0, 1];
 const SAMPLE_DST: [u8; 4] = [10, 0, 1, 1];
 const SAMPLE_QPN: u32 = 0x100;
@@ -204,15 +208,15 @@ fn pinning_plans(cfg: &dqplb_config::SiteConfig, classes: &[ClassPlan]) -> Vec<P
                 ),
                 qps: Vec::new(),
                 error: None,
-                note: (c.qps < spec.ecmp_width()).then(|| {
+                note: (c.qps.saturating_mul(NCCL_MIN_CHANNELS) < spec.ecmp_width()).then(|| {
                     format!(
-                        "{} QPs per connection < ecmp-width {}: a connection's pinned QPs cover a \
-                         block of {} buckets, and NIC pairs whose blocks meet collide block-wise; \
-                         connections to one peer (NCCL's channels) take successive blocks, so pin \
-                         with qps x channels >= ecmp-width",
+                        "{} QPs per connection x {NCCL_MIN_CHANNELS} channels < ecmp-width {}: a \
+                         NIC pair's pinned QPs cover a block of the buckets, and pairs whose \
+                         blocks meet collide block-wise (worse than hashed ports); connections to \
+                         one peer take successive blocks, so pin with qps x channels >= \
+                         ecmp-width",
                         c.qps,
-                        spec.ecmp_width(),
-                        c.qps
+                        spec.ecmp_width()
                     )
                 }),
             };

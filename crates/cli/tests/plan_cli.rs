@@ -335,15 +335,15 @@ fn pinned_classes_show_the_ports_of_a_sample_connection() {
         "{t}"
     );
     assert!(t.contains("  error: class cross-dc: path pinning:"), "{t}");
-    // 8 QPs over 8 members: no block note; 4 QPs over 8: the note.
-    assert!(!t.contains("QPs per connection < ecmp-width"), "{t}");
+    // 8 QPs x 2 channels over 8 or 16 members: no block note; over 32: the note.
+    assert!(!t.contains("channels < ecmp-width"), "{t}");
     let out = dqplb(
         &["plan", "--config", &conf],
-        &[("NCCL_DQPLB_CLASS_CROSS_RAIL_ECMP_WIDTH", "16")],
+        &[("NCCL_DQPLB_CLASS_CROSS_RAIL_ECMP_WIDTH", "32")],
     );
     let t = text(&out.stdout);
     assert!(
-        t.contains("  note: 8 QPs per connection < ecmp-width 16: a connection's pinned QPs cover a block of 8 buckets"),
+        t.contains("  note: 8 QPs per connection x 2 channels < ecmp-width 32: a NIC pair's pinned QPs cover a block"),
         "{t}"
     );
     // The shipped default pins nothing: no pinning section.

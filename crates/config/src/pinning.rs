@@ -163,9 +163,10 @@ impl Default for PathsSection {
 }
 
 /// The segment of a pinned class without its own `segment-bytes`: NCCL's 512 KiB step spread
-/// over all `qps` QPs (a multiple of 128, at least 4 KiB), so every step uses every pinned path.
-pub fn pinned_segment_bytes(qps: u32) -> u64 {
-    let per_qp = NCCL_STEP_BYTES / u64::from(qps.max(1));
+/// over the S = `ecmp-width` pinned paths (a multiple of 128, at least 4 KiB), so every step uses
+/// every path of a NIC pair (its connections' QPs together cover the S buckets).
+pub fn pinned_segment_bytes(ecmp_width: u32) -> u64 {
+    let per_qp = NCCL_STEP_BYTES / u64::from(ecmp_width.max(1));
     (per_qp / 128 * 128).max(4096)
 }
 

@@ -483,13 +483,13 @@ impl ClassSpec {
 
 impl SiteConfig {
     /// The segment size a class uses: its own override, else, for a pinned class, NCCL's step
-    /// over its QPs (`pinning::pinned_segment_bytes`), else the engine's.
+    /// over its ECMP width (`pinning::pinned_segment_bytes`), else the engine's.
     pub fn segment_bytes_for(&self, class: ConnClass) -> u64 {
         let spec = self.class.get(class);
         match (spec.segment_bytes, spec.path_pinning) {
             (Some(s), _) => s,
             (None, PathPinning::Off) => self.engine.segment_bytes,
-            (None, _) => super::pinning::pinned_segment_bytes(spec.qps),
+            (None, _) => super::pinning::pinned_segment_bytes(spec.ecmp_width()),
         }
     }
 }

@@ -175,3 +175,24 @@ fn docs_name_every_key_and_variable() {
     }
     assert!(missing.is_empty(), "not documented: {missing:?}");
 }
+
+#[test]
+fn pinned_ecmp_site_figures() {
+    let c = load("pinned-ecmp.toml");
+    assert_eq!(
+        c.class.cross_rail.path_pinning,
+        dqplb_config::PathPinning::Relative
+    );
+    assert_eq!(c.class.cross_rail.ecmp_width(), 32);
+    assert_eq!(
+        c.class.same_rail.path_pinning,
+        dqplb_config::PathPinning::Off
+    );
+    // NCCL's 512 KiB step over the 32 spines: 16 KiB; 16 QPs x 2 x 16 KiB = 512 KiB.
+    let p = c.plan(ConnClass::CrossRail);
+    assert_eq!(
+        (p.qps, p.segment_bytes, p.outstanding, p.inflight_bytes),
+        (16, 16_384, 2, 524_288)
+    );
+    assert_eq!(c.paths.polynomial, Some(0x04C1_1DB7));
+}

@@ -50,6 +50,18 @@ fn a_pinned_class_spreads_each_nccl_step_over_its_qps() {
     assert_eq!(c.plan(ConnClass::SameRail).segment_bytes, 65_536);
     // ecmp-width unset: the class's qps (8).
     assert_eq!(c.class.cross_rail.ecmp_width(), 8);
+    // 16 QPs per connection over 32 members (NCCL's 2 channels to a peer cover them): the step
+    // is cut over the 32 paths, 16 KiB, and a connection's window is 16 x 2 x 16 KiB = 512 KiB.
+    let c = parse_str(
+        "[class.cross-rail]\nqps = 16\npath-pinning = \"relative\"\necmp-width = 32\n",
+        "site.toml",
+    )
+    .expect("valid");
+    let p = c.plan(ConnClass::CrossRail);
+    assert_eq!(
+        (p.qps, p.segment_bytes, p.inflight_bytes),
+        (16, 16_384, 524_288)
+    );
 }
 
 #[test]
