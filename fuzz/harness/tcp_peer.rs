@@ -78,6 +78,7 @@ impl RawSender {
             match Control::decode(&b).expect("well-formed control frame") {
                 Control::Announce(a) => return a,
                 Control::Repath { .. } => continue,
+                Control::Refused(why) => panic!("the receive comm refused: {}", why.describe()),
             }
         }
     }

@@ -40,6 +40,8 @@ enum CellKind {
 /// Request pointers NCCL holds are addresses of these cells, owned by their comm.
 #[repr(C)]
 struct ReqCell {
+    /// REQ_TAG while the cell's comm is open (test() checks it before anything else).
+    tag: u64,
     owner: *mut c_void,
     kind: CellKind,
     slot: u32,
@@ -52,6 +54,40 @@ struct ReqCell {
 const SEND_TAG: u64 = u64::from_le_bytes(*b"DQPLSEND");
 const RECV_TAG: u64 = u64::from_le_bytes(*b"DQPLRECV");
 const LISTEN_TAG: u64 = u64::from_le_bytes(*b"DQPLLSTN");
+/// First field of every request cell.
+const REQ_TAG: u64 = u64::from_le_bytes(*b"DQPLREQC");
+
+/// What a tag says the object is, for error messages.
+fn tag_kind(tag: u64) -> &'static str {
+    match tag {
+        SEND_TAG => "a send comm",
+        RECV_TAG => "a receive comm",
+        LISTEN_TAG => "a listen comm",
+        REQ_TAG => "a request",
+        _ => "not an object of this plugin (or one already closed)",
+    }
+}
+
+/// `p` as the box its tag must say it is (`want`), or ncclInvalidArgument naming what it is:
+/// every entry point checks before it uses a comm or request NCCL hands it.
+///
+/// # Safety
+/// `p` is non-NULL and points at readable memory of at least 8 bytes (a pointer to unmapped
+/// memory is undefined behaviour no check can catch); when its first 8 bytes are `want`, it is
+/// a live box of type T that this plugin made.
+unsafe fn tagged<'a, T>(entry: &str, p: *mut c_void, want: u64) -> NetResult<&'a mut T> {
+    // SAFETY: per the contract; read_unaligned: a foreign pointer need not be aligned.
+    let tag = unsafe { std::ptr::read_unaligned(p as *const u64) };
+    if tag != want || !(p as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        return Err(NetError::invalid_argument(format!(
+            "{entry}: {p:p} is {}, expected {}",
+            tag_kind(tag),
+            tag_kind(want)
+        )));
+    }
+    // SAFETY: the tag says this is a live T of ours (contract).
+    Ok(unsafe { &mut *(p as *mut T) })
+}
 
 /// A listen comm as NCCL holds it.
 #[repr(C)]
@@ -103,6 +139,7 @@ impl<C> FfiComm<C> {
 fn cells(n: usize, kind: CellKind) -> Box<[ReqCell]> {
     (0..n)
         .map(|i| ReqCell {
+            tag: REQ_TAG,
             owner: std::ptr::null_mut(),
             kind,
             slot: i as u32,
@@ -549,8 +586,9 @@ pub(super) unsafe extern "C" fn accept(
             if listen_comm.is_null() || recv_comm.is_null() {
                 return Err(null("accept: listenComm or recvComm"));
             }
-            // SAFETY: listen_comm came from our listen() and is not closed (NCCL contract).
-            let l = unsafe { &mut (*(listen_comm as *mut FfiListen)).comm };
+            // SAFETY: non-NULL; a listen comm from our listen() that is not closed (NCCL
+            // contract), else refused by its tag.
+            let l = &mut unsafe { tagged::<FfiListen>("accept", listen_comm, LISTEN_TAG)? }.comm;
             if let Some(comm) = l.accept()? {
                 let n = comm.max_requests();
                 let n_flush = if comm.flush_enabled() { n } else { 0 };
@@ -679,8 +717,8 @@ pub(super) fn isend_impl(
             }
             // SAFETY: NCCL keeps `data` valid until test() says done.
             let buf = unsafe { user_buf("isend", data, size()?)? };
-            // SAFETY: send_comm came from our connect.
-            let s = unsafe { &mut *(send_comm as *mut FfiSend) };
+            // SAFETY: non-NULL; a send comm from our connect, else refused by its tag.
+            let s = unsafe { tagged::<FfiSend>("isend", send_comm, SEND_TAG)? };
             // SAFETY: see mem_handle.
             let mh = unsafe { mem_handle(mhandle) };
             // NCCL's profiler handle (v10+): an opaque address the events of this send hang under.
@@ -764,8 +802,8 @@ pub(super) fn irecv_impl(
                     mhs[i] = unsafe { mem_handle(*mhandles.add(i)) };
                 }
             }
-            // SAFETY: recv_comm came from our accept.
-            let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
+            // SAFETY: non-NULL; a receive comm from our accept, else refused by its tag.
+            let r = unsafe { tagged::<FfiRecv>("irecv", recv_comm, RECV_TAG)? };
             if let Some(slot) = r.comm.irecv(&bufs[..count], &mhs[..count])? {
                 r.cells[slot as usize].n = count as u32;
                 put(request, cell_ptr(&mut r.cells, slot));
@@ -794,14 +832,8 @@ pub(super) unsafe extern "C" fn iflush(
             if recv_comm.is_null() || request.is_null() {
                 return Err(null("iflush: recvComm or request"));
             }
-            // SAFETY: comm boxes start with their tag (see any_comm).
-            if unsafe { *(recv_comm as *const u64) } != RECV_TAG {
-                return Err(NetError::invalid_argument(format!(
-                    "iflush: {recv_comm:p} is not a receive comm of this plugin"
-                )));
-            }
-            // SAFETY: recv_comm came from our accept (tag checked).
-            let r = unsafe { &mut *(recv_comm as *mut FfiRecv) };
+            // SAFETY: non-NULL; a receive comm from our accept, else refused by its tag.
+            let r = unsafe { tagged::<FfiRecv>("iflush", recv_comm, RECV_TAG)? };
             if !r.comm.flush_enabled() {
                 return Ok(());
             }
@@ -852,8 +884,19 @@ pub(super) unsafe extern "C" fn test(
             if request.is_null() || done.is_null() {
                 return Err(null("test: request or done"));
             }
-            // SAFETY: request is a cell of a live comm (NCCL never tests after done or close).
-            let cell = unsafe { &*(request as *const ReqCell) };
+            // SAFETY: non-NULL; a cell of a live comm (NCCL never tests after done or close),
+            // else refused by its tag.
+            let cell = &*unsafe { tagged::<ReqCell>("test", request, REQ_TAG)? };
+            let owner_tag = match cell.kind {
+                CellKind::Send => SEND_TAG,
+                CellKind::Recv | CellKind::Flush => RECV_TAG,
+            };
+            // SAFETY: a live cell's owner is the live comm that made it (cleared tags at close).
+            if cell.owner.is_null() || unsafe { *(cell.owner as *const u64) } != owner_tag {
+                return Err(NetError::invalid_argument(format!(
+                    "test: request {request:p} belongs to a comm that is closed"
+                )));
+            }
             let clamp = |size: usize| size.min(c_int::MAX as usize) as c_int;
             if cell.kind == CellKind::Flush {
                 // SAFETY: flush cells are owned by an FfiRecv.
@@ -908,14 +951,20 @@ pub(super) unsafe extern "C" fn test(
     )
 }
 
-/// Frees a comm box NCCL hands back to a close entry point (NULL is a no-op).
-fn close_box<T>(entry: &str, comm: *mut c_void) -> ncclResult_t {
+/// Frees a comm box NCCL hands back to a close entry point (NULL is a no-op); a pointer whose
+/// tag is not `want` is refused and left alone.
+fn close_box<T: Untag>(entry: &str, comm: *mut c_void, want: u64) -> ncclResult_t {
     guard(
         entry,
         || {
             if !comm.is_null() {
-                // SAFETY: `comm` came from the matching listen/connect/accept as a Box<T>, and NCCL
-                // closes each comm once.
+                // SAFETY: non-NULL; from the matching listen/connect/accept, else refused by its
+                // tag. NCCL closes each comm once.
+                let c = unsafe { tagged::<T>(entry, comm, want)? };
+                // Tags cleared first: a request or comm pointer used after the close is then
+                // refused as long as its memory has not been reused (after that: undefined).
+                c.untag();
+                // SAFETY: the box was made by Box::into_raw in listen/connect/accept.
                 drop(unsafe { Box::from_raw(comm as *mut T) });
             }
             // After the comm is freed: a forced panic here leaks nothing.
@@ -926,16 +975,36 @@ fn close_box<T>(entry: &str, comm: *mut c_void) -> ncclResult_t {
     )
 }
 
+/// Clears the tags of a box about to be freed (its own and its request cells').
+trait Untag {
+    fn untag(&mut self);
+}
+
+impl<C> Untag for FfiComm<C> {
+    fn untag(&mut self) {
+        self.tag = 0;
+        for c in self.cells.iter_mut().chain(self.flush_cells.iter_mut()) {
+            c.tag = 0;
+        }
+    }
+}
+
+impl Untag for FfiListen {
+    fn untag(&mut self) {
+        self.tag = 0;
+    }
+}
+
 pub(super) unsafe extern "C" fn close_send(send_comm: *mut c_void) -> ncclResult_t {
-    close_box::<FfiSend>("closeSend", send_comm)
+    close_box::<FfiSend>("closeSend", send_comm, SEND_TAG)
 }
 
 pub(super) unsafe extern "C" fn close_recv(recv_comm: *mut c_void) -> ncclResult_t {
-    close_box::<FfiRecv>("closeRecv", recv_comm)
+    close_box::<FfiRecv>("closeRecv", recv_comm, RECV_TAG)
 }
 
 pub(super) unsafe extern "C" fn close_listen(listen_comm: *mut c_void) -> ncclResult_t {
-    close_box::<FfiListen>("closeListen", listen_comm)
+    close_box::<FfiListen>("closeListen", listen_comm, LISTEN_TAG)
 }
 
 // ---- Communicator contexts (v11+: init/finalize per communicator, listen/connect take them) ----

@@ -14,6 +14,15 @@ use super::wire::{ConnParams, Hello, HELLO_BYTES};
 use super::TcpOptions;
 use crate::{NetError, NetResult};
 
+/// How long a connection may take from connect() to the receiver's answer to the hello (its first
+/// control frame) before it fails with an error naming the address: 60 s, NCCL's own budget for
+/// a connect that is refused or times out. NCCL 2.24 and later (src/misc/socket.cc
+/// socketConnectCheck; src/os/linux.cc from 2.30) retry NCCL_SOCKET_RETRY_CNT = 34 times,
+/// sleeping retry x NCCL_SOCKET_RETRY_SLEEP_MSEC = 100 ms before retry n, 59.5 s in all.
+/// Split in two: the streams must be connected and greeted within it ([`TcpConnector::progress`]),
+/// and the send comm fails if the answer has not come within it of the comm being made.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 enum Stage {
     Connecting(Socket),
     Hello(TcpStream, [u8; HELLO_BYTES], usize),
@@ -29,6 +38,9 @@ pub struct TcpConnector {
     streams: Vec<Stage>,
     opts: TcpOptions,
     traffic_class: Option<u8>,
+    started: std::time::Instant,
+    /// HANDSHAKE_TIMEOUT unless a test or the operator set another (0: never).
+    handshake_timeout_ms: u64,
 }
 
 /// Opens a non-blocking TCP connect to `peer` (optionally from `local`); shared with the verbs
@@ -204,7 +216,15 @@ impl TcpConnector {
             streams,
             opts: opts.clone(),
             traffic_class,
+            started: std::time::Instant::now(),
+            handshake_timeout_ms: HANDSHAKE_TIMEOUT.as_millis() as u64,
         })
+    }
+
+    /// Sets the handshake timeout (see [`HANDSHAKE_TIMEOUT`]) of this connection, the send comm
+    /// included; 0 waits for ever.
+    pub fn set_handshake_timeout_ms(&mut self, ms: u64) {
+        self.handshake_timeout_ms = ms;
     }
 
     /// The traffic class of each stream still held here (tests).
@@ -224,6 +244,19 @@ impl TcpConnector {
 
     /// Advances every stream; the send comm once all are connected and greeted.
     pub fn progress(&mut self) -> NetResult<Option<TcpSendComm>> {
+        let limit = self.handshake_timeout_ms;
+        if limit > 0 && self.started.elapsed().as_millis() > u128::from(limit) {
+            let done = self
+                .streams
+                .iter()
+                .filter(|s| matches!(s, Stage::Ready(_)))
+                .count();
+            return Err(NetError::remote(format!(
+                "connect to {}: {done} of {} streams connected and greeted in {limit} ms: the listener does not accept (full backlog, filtered or unreachable)",
+                self.peer,
+                self.streams.len()
+            )));
+        }
         for (i, st) in self.streams.iter_mut().enumerate() {
             let name = StreamName {
                 peer: self.peer,
@@ -283,7 +316,8 @@ impl TcpConnector {
             opts: self.opts.clone(),
             traffic_class: self.traffic_class,
         };
-        let comm = TcpSendComm::new(ctrl, data, setup)?;
+        let mut comm = TcpSendComm::new(ctrl, data, setup)?;
+        comm.set_handshake_timeout_ms(self.handshake_timeout_ms);
         for (local, peer) in comm.data_stream_addrs() {
             tracing::debug!(target: "dqplb::net", "data stream {local} -> {peer}");
         }

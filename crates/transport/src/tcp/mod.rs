@@ -10,9 +10,10 @@ pub mod listen;
 pub mod recv;
 pub(crate) mod repath;
 pub mod send;
+mod warns;
 pub mod wire;
 
-pub use connect::TcpConnector;
+pub use connect::{TcpConnector, HANDSHAKE_TIMEOUT};
 pub use handle::{ListenHandle, HANDLE_BYTES};
 pub use listen::TcpListenComm;
 pub use recv::TcpRecvComm;
@@ -106,6 +107,16 @@ pub fn set_traffic_class(fd: std::os::fd::RawFd, ipv6: bool, tc: u8) -> NetResul
         return Err(NetError::io(&format!("socket option {what}={tc}"), &e));
     }
     Ok(())
+}
+
+/// Shuts a socket down in both directions just before it is closed: close() only drops this
+/// process's reference, and a forked child that inherited the descriptor would keep the
+/// connection open (the peer learning of the close only when the child exits). shutdown() acts
+/// on the connection itself, so the peer sees EOF at once; on a listening socket it stops the
+/// listening. Errors (a socket already reset or never connected) are of no interest here.
+pub(crate) fn shutdown_on_close(fd: &impl std::os::fd::AsRawFd) {
+    // SAFETY: fd is an open socket owned by the caller; shutdown takes no pointers.
+    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@ use std::net::{TcpListener, TcpStream};
 
 use super::handle::PROTOCOL_VERSION;
 use super::hello::PendingHello;
-use super::io::{data_streams, drain, read_some, Fill, Read, Readiness, StreamName};
+use super::io::{data_streams, drain, read_some, Read, Readiness, StreamName};
 use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
-    ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
+    ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use super::TcpOptions;
 use crate::common::{Grp, RecvCore, Requests};
@@ -90,9 +90,6 @@ pub(crate) struct Auth {
     pub secret: [u8; 16],
 }
 
-/// A replacement that has not sent its hello within this long is dropped.
-const REPATH_HELLO_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
-
 pub struct TcpRecvComm {
     /// Engine and requests: one per grouped receive, whose buffers are
     /// `bufs[slot * MAX_RECVS..][..n]`.
@@ -110,7 +107,7 @@ pub struct TcpRecvComm {
     /// stream first); None when it could not be bound (then streams are never replaced).
     repath: Option<TcpListener>,
     /// Replacement data streams accepted on the re-path listener, their hello still arriving.
-    replacements: Vec<PendingHello>,
+    replacements: super::repath::Inbox,
     auth: Auth,
     opts: TcpOptions,
     /// Data streams replaced so far.
@@ -181,7 +178,7 @@ impl TcpRecvComm {
             bufs: vec![NOT_POSTED; n * MAX_RECVS],
             duplicates: 0,
             repath,
-            replacements: Vec::new(),
+            replacements: super::repath::Inbox::new(),
             auth,
             opts,
             repaths: 0,
@@ -531,37 +528,18 @@ impl TcpRecvComm {
 
     /// Accepts replacement data streams and swaps each in once its hello names this connection
     /// and a data stream (the sender opens one after draining or losing the old stream, from a
-    /// new source port: a new ECMP hash). Bad ones are dropped with a WARN, never fatal.
+    /// new source port: a new ECMP hash). Bad ones are dropped with a WARN (aggregated), never
+    /// fatal; the work per pass is bounded (repath::Inbox).
     #[cold]
     fn accept_replacements(&mut self) {
         let Some(l) = &self.repath else { return };
-        loop {
-            match l.accept() {
-                Ok((sock, peer)) => {
-                    if sock.set_nonblocking(true).is_err() || self.opts.apply(&sock).is_err() {
-                        continue;
-                    }
-                    self.replacements.push(PendingHello::new(sock, peer));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        let mut i = 0;
-        while i < self.replacements.len() {
-            let r = &mut self.replacements[i];
-            match r.read() {
-                Ok(Fill::Partial) if r.since.elapsed() < REPATH_HELLO_WITHIN => i += 1,
-                Ok(Fill::Full) => {
-                    let r = self.replacements.swap_remove(i);
-                    if let Err(e) = self.swap_in(r) {
-                        tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream: {}", self.ctrl_name, e.msg);
-                    }
-                }
-                _ => {
-                    let r = self.replacements.swap_remove(i);
-                    tracing::warn!(target: "dqplb::net", "{}: dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes", self.ctrl_name, r.peer, r.got);
-                }
+        self.replacements
+            .poll(l, &self.opts, self.passes, &self.ctrl_name);
+        while let Some(r) = self.replacements.next_hello() {
+            if let Err(e) = self.swap_in(r) {
+                let who = self.ctrl_name.clone();
+                self.replacements
+                    .warn(&who, || format!("dropped a replacement data stream: {}", e.msg));
             }
         }
     }
@@ -699,5 +677,14 @@ impl Drop for TcpRecvComm {
             &mut self.ctrl_pos,
             &self.ctrl_name,
         );
+        // Then every socket is shut down before it closes: the sender learns of the close at
+        // once even if a forked child still holds the descriptors.
+        super::shutdown_on_close(&self.ctrl);
+        for d in &self.data {
+            super::shutdown_on_close(&d.sock);
+        }
+        if let Some(l) = &self.repath {
+            super::shutdown_on_close(l);
+        }
     }
 }

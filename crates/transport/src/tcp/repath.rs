@@ -2,13 +2,16 @@
 //! source port (a new ECMP hash) to the receiver's re-path listener, greeted with the stream's hello.
 
 use std::io::IoSlice;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use socket2::Socket;
 
 use super::connect::{connect_done, start_stream};
 use super::handle::PROTOCOL_VERSION;
+use super::hello::{Heard, PendingHello, Waiting};
+use super::warns::WarnBudget;
 use super::io::{write_some, StreamName};
 use super::wire::{ConnParams, Hello, HELLO_BYTES};
 use super::TcpOptions;
@@ -126,6 +129,98 @@ impl Repath {
             }
         }
         Ok(None)
+    }
+}
+
+/// A replacement that has not sent its hello within this long is dropped.
+pub(crate) const REPLACEMENT_HELLO_WITHIN: Duration = Duration::from_secs(10);
+/// Replacement streams waiting for their hello at once; beyond that the one waiting longest is
+/// dropped. A sender replaces at most a few streams at a time and greets each at once.
+pub(crate) const MAX_REPLACEMENTS_WAITING: usize = 32;
+/// New streams taken from the re-path listener per progress pass.
+const ACCEPTS_PER_PASS: usize = 4;
+/// The waiting streams are polled on every this many progress passes (and on a pass that
+/// accepted one): the re-path listener is open to anyone for the receive comm's whole life,
+/// and its strangers must not slow the transfer the comm is carrying.
+const READ_EVERY_PASSES: u32 = 16;
+
+/// The receive comm's side of replacements: streams accepted on its re-path listener, their
+/// hello arriving; bounded work per progress pass and aggregated WARNs for what is dropped.
+pub(crate) struct Inbox {
+    waiting: Waiting,
+    warns: WarnBudget,
+    heard: Vec<Heard>,
+    hellos: Vec<PendingHello>,
+    stale: Vec<PendingHello>,
+}
+
+impl Inbox {
+    pub(crate) fn new() -> Inbox {
+        Inbox {
+            waiting: Waiting::new(MAX_REPLACEMENTS_WAITING),
+            warns: WarnBudget::new(),
+            heard: Vec::new(),
+            hellos: Vec::new(),
+            stale: Vec::new(),
+        }
+    }
+
+    /// One progress pass (`pass` counts them): accepts a few new streams and, now and then,
+    /// reads the waiting ones that have bytes. Complete hellos come out of `next_hello`.
+    pub(crate) fn poll(
+        &mut self,
+        l: &TcpListener,
+        opts: &TcpOptions,
+        pass: u32,
+        who: &dyn std::fmt::Display,
+    ) {
+        let mut accepted = false;
+        for _ in 0..ACCEPTS_PER_PASS {
+            match l.accept() {
+                Ok((sock, peer)) => {
+                    if sock.set_nonblocking(true).is_err() || opts.apply(&sock).is_err() {
+                        continue;
+                    }
+                    accepted = true;
+                    if let Some(old) = self.waiting.push(PendingHello::new(sock, peer)) {
+                        self.warns.warn(who, || format!("dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes in {} ms: {MAX_REPLACEMENTS_WAITING} were waiting", old.peer, old.got, old.since.elapsed().as_millis()));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if self.waiting.is_empty() || !(accepted || pass.is_multiple_of(READ_EVERY_PASSES)) {
+            return;
+        }
+        self.waiting.read_ready(&mut self.heard);
+        for h in self.heard.drain(..) {
+            match h {
+                Heard::Hello(p) => self.hellos.push(p),
+                Heard::Gone(r, _) => self.warns.warn(who, || format!("dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes", r.peer, r.got)),
+            }
+        }
+        self.waiting.expire(REPLACEMENT_HELLO_WITHIN, &mut self.stale);
+        for r in self.stale.drain(..) {
+            self.warns.warn(who, || format!("dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes in {} s", r.peer, r.got, REPLACEMENT_HELLO_WITHIN.as_secs()));
+        }
+        self.warns.roll(who);
+    }
+
+    /// A replacement whose whole hello arrived.
+    pub(crate) fn next_hello(&mut self) -> Option<PendingHello> {
+        self.hellos.pop()
+    }
+
+    /// Logs (or counts, past the interval's budget) a dropped replacement.
+    pub(crate) fn warn(&mut self, who: &dyn std::fmt::Display, line: impl FnOnce() -> String) {
+        self.warns.warn(who, line);
+    }
+
+    /// Streams waiting for their hello (tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 }
 

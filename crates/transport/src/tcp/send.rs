@@ -91,6 +91,12 @@ pub struct TcpSendComm {
     /// A stream with a segment unacknowledged this long (ns) has failed; 0: never.
     stall_timeout: u64,
     next_stall_check: u64,
+    /// The receiver sent its first control frame (its answer to the hello).
+    answered: bool,
+    /// The receiver refused the hello (sticky: every later call reports it).
+    refused: Option<super::wire::Refusal>,
+    /// Without that answer this long (ns after the comm was made), the comm fails; 0: never.
+    handshake_timeout: u64,
 }
 
 /// Replacements of one data stream after failures before it is left dead.
@@ -139,6 +145,9 @@ impl TcpSendComm {
             next_stall_check: 0,
             repath_to: None,
             setup,
+            answered: false,
+            refused: None,
+            handshake_timeout: super::connect::HANDSHAKE_TIMEOUT.as_nanos() as u64,
         })
     }
 
@@ -153,6 +162,12 @@ impl TcpSendComm {
     /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all) for `set_route`.
     pub fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
         self.tx.add_route(policy, qps)
+    }
+
+    /// How long the receiver may take to answer the hello (its first control frame) before the
+    /// comm fails; 0: wait for ever. Default [`super::connect::HANDSHAKE_TIMEOUT`].
+    pub fn set_handshake_timeout_ms(&mut self, ms: u64) {
+        self.handshake_timeout = ms.saturating_mul(1_000_000);
     }
 
     /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
@@ -200,6 +215,12 @@ impl TcpSendComm {
                     return Err(e);
                 }
                 // No later group can come once the receiver closed its control stream.
+                if self.ctrl_closed && !self.answered {
+                    return Err(NetError::remote(format!(
+                        "{}: the receiver closed the connection without answering its hello: not a DQPLB receiver of this protocol version, or it refused the connection",
+                        self.ctrl_name
+                    )));
+                }
                 if self.ctrl_closed && self.partial_n == 0 && self.tx.matcher.len() <= 1 {
                     return Err(NetError::remote(format!(
                         "{}: the receiver closed the connection; no receive will be posted for this send",
@@ -252,12 +273,22 @@ impl Requests for TcpSendComm {
     }
 
     fn step(&mut self) -> NetResult<()> {
+        if let Some(why) = self.refused {
+            return Err(self.refusal(why));
+        }
         self.ready.poll()?;
         if self.ready.readable(0) {
             self.read_announces()?;
         }
         // One clock read per pass: completion times, the stall check and post times share it.
         let now = self.now();
+        if !self.answered && self.handshake_timeout > 0 && now > self.handshake_timeout {
+            return Err(NetError::remote(format!(
+                "{}: the receiver accepted the connection but sent nothing in {} ms (no answer to the hello): not a DQPLB receiver, or its process is stuck",
+                self.ctrl_name,
+                self.handshake_timeout / 1_000_000
+            )));
+        }
         self.read_acks(now)?;
         if self.repaths.iter().any(Option::is_some) {
             self.advance_repaths(now)?;
@@ -276,6 +307,14 @@ impl Requests for TcpSendComm {
 }
 
 impl TcpSendComm {
+    fn refusal(&self, why: super::wire::Refusal) -> NetError {
+        NetError::remote(format!(
+            "{}: the receiver refused the hello: {}",
+            self.ctrl_name,
+            why.describe()
+        ))
+    }
+
     fn read_announces(&mut self) -> NetResult<()> {
         while !self.ctrl_closed {
             match fill(
@@ -303,7 +342,12 @@ impl TcpSendComm {
                     self.ctrl_got = 0;
                     let frame = Control::decode(&self.ctrl_in)
                         .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
+                    self.answered = true;
                     match frame {
+                        Control::Refused(why) => {
+                            self.refused = Some(why);
+                            return Err(self.refusal(why));
+                        }
                         Control::Announce(a) => self.take_announce(a)?,
                         Control::Repath { port } => {
                             self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
@@ -682,8 +726,14 @@ fn close_stream(d: &mut DataTx) -> NetResult<()> {
 }
 
 impl Drop for TcpSendComm {
-    /// Segments still queued or unacknowledged end their profiler events with the comm.
+    /// Every stream is shut down before it closes (the receiver learns of the close at once,
+    /// forked children or not); segments still queued or unacknowledged end their profiler
+    /// events with the comm.
     fn drop(&mut self) {
+        super::shutdown_on_close(&self.ctrl);
+        for d in &self.data {
+            super::shutdown_on_close(&d.sock);
+        }
         if !self.tx.events.enabled() {
             return;
         }

@@ -16,6 +16,9 @@ const ANNOUNCE_KIND: u32 = 0x414e_4e32; // "2NNA"
 /// Control frame (receiver to sender, once, first): the port of the receiver's re-path
 /// listener, where the sender opens replacement data streams (protocol 4).
 const REPATH_KIND: u32 = 0x5041_5452; // "RTAP"
+/// Control frame (listener to connector, on a control stream whose hello it refused, then
+/// close): why. A peer that predates it reads an unknown frame kind and says so.
+const REFUSED_KIND: u32 = 0x5346_4552; // "REFS"
 const SEG_MARK: u32 = 0x5345_4721; // "!GES"
 const ACK_MARK: u32 = 0x4143_4b21; // "!KCA"
 
@@ -179,15 +182,67 @@ pub(crate) fn encode_repath(port: u16) -> [u8; ANNOUNCE_BYTES] {
     b
 }
 
+/// Why a listener refused a control stream's hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Secret,
+    Version,
+    Params,
+    /// A reason code this side does not know.
+    Other(u8),
+}
+
+impl Refusal {
+    fn code(self) -> u8 {
+        match self {
+            Refusal::Secret => 1,
+            Refusal::Version => 2,
+            Refusal::Params => 3,
+            Refusal::Other(c) => c,
+        }
+    }
+
+    fn from_code(c: u8) -> Refusal {
+        match c {
+            1 => Refusal::Secret,
+            2 => Refusal::Version,
+            3 => Refusal::Params,
+            c => Refusal::Other(c),
+        }
+    }
+
+    /// What the connector's error says.
+    pub fn describe(self) -> String {
+        match self {
+            Refusal::Secret => "secret mismatch (the listen handle is stale, or belongs to another listener that took over its address)".to_string(),
+            Refusal::Version => "protocol version mismatch (mixed plugin versions across ranks)".to_string(),
+            Refusal::Params => "connection parameters out of the receiver's bounds".to_string(),
+            Refusal::Other(c) => format!("reason code {c}"),
+        }
+    }
+}
+
+/// The refusal frame: `why` the listener refused the hello on this control stream.
+pub(crate) fn encode_refusal(why: Refusal) -> [u8; ANNOUNCE_BYTES] {
+    let mut b = [0u8; ANNOUNCE_BYTES];
+    b[0..4].copy_from_slice(&REFUSED_KIND.to_le_bytes());
+    b[4] = why.code();
+    b
+}
+
 /// A frame of the control stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
     Announce(Announce),
     Repath { port: u16 },
+    Refused(Refusal),
 }
 
 impl Control {
     pub fn decode(b: &[u8; ANNOUNCE_BYTES]) -> NetResult<Control> {
+        if u32_at(b, 0) == REFUSED_KIND {
+            return Ok(Control::Refused(Refusal::from_code(b[4])));
+        }
         if u32_at(b, 0) == REPATH_KIND {
             if b[6..].iter().any(|&x| x != 0) {
                 return Err(NetError::remote(

@@ -35,6 +35,14 @@ pub(crate) struct PeerWatch {
     outbox: Vec<u8>,
 }
 
+impl Drop for PeerWatch {
+    /// The bootstrap socket is shut down before it closes: the peer learns of the close at once
+    /// even if a forked child still holds the descriptor.
+    fn drop(&mut self) {
+        crate::tcp::shutdown_on_close(&self.sock);
+    }
+}
+
 impl PeerWatch {
     pub(crate) fn new(sock: TcpStream) -> PeerWatch {
         PeerWatch {

@@ -645,6 +645,10 @@ impl Requests for VerbsRecvComm {
 
 impl Drop for VerbsRecvComm {
     fn drop(&mut self) {
+        // A bootstrap socket not yet handed to the peer watch (which shuts its own down).
+        if let Some(b) = &self.boot {
+            crate::tcp::shutdown_on_close(b);
+        }
         // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
         // figures.
         tracing::info!(target: "dqplb::stats", "verbs recv comm from {} closed: op counts: {}", self.peer, self.ops.summary());
