@@ -153,6 +153,9 @@ mod tests;
 mod pin_tests;
 
 #[cfg(test)]
+mod abuse_tests;
+
+#[cfg(test)]
 mod traffic_class_tests {
     use super::*;
     use std::os::fd::AsRawFd;

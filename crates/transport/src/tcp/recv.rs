@@ -641,6 +641,12 @@ impl TcpRecvComm {
         self.hold_replacements = hold;
     }
 
+    #[cfg(test)]
+    /// Test hook: replacement streams accepted and still waiting for their hello.
+    pub(crate) fn debug_replacements_waiting(&self) -> usize {
+        self.replacements.waiting()
+    }
+
     /// Port of the re-path listener replacement streams connect to (None: replacements off).
     pub fn repath_port(&self) -> Option<u16> {
         self.repath
