@@ -142,7 +142,6 @@ impl TcpListenComm {
         for _ in 0..ACCEPTS_PER_CALL {
             match self.listener.accept() {
                 Ok((sock, peer)) => {
-                    self.fds_back();
                     let tc = self.traffic_class.map(|tc| {
                         use std::os::fd::AsRawFd;
                         super::set_traffic_class(sock.as_raw_fd(), peer.is_ipv6(), tc)
@@ -161,7 +160,10 @@ impl TcpListenComm {
                         ));
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.fds_back();
+                    return Ok(());
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 // A connection that died in the backlog is not our listener's failure.
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => continue,
@@ -191,7 +193,8 @@ impl TcpListenComm {
                 o.retry_at = retry_at;
             }
             None => {
-                tracing::warn!(target: "dqplb::net", "listener {}: accept: {e}: new connections wait in the kernel's backlog; retrying every {} ms while connections waiting for their hello are read, expired, and (idle for {} s) dropped", self.handle.addr, OUT_OF_FDS_BACKOFF.as_millis(), IDLE_EVICT_AFTER.as_secs());
+                let who = self.who();
+                self.warns.warn(&who, || format!("accept: {e}: new connections wait in the kernel's backlog; retrying every {} ms while connections waiting for their hello are read, expired, and (idle for {} s) dropped", OUT_OF_FDS_BACKOFF.as_millis(), IDLE_EVICT_AFTER.as_secs()));
                 self.out_of_fds = Some(OutOfFds {
                     since: now,
                     failures: 1,
@@ -211,10 +214,13 @@ impl TcpListenComm {
         }
     }
 
-    /// accept() works again after running out of descriptors: one line with how long and how often.
+    /// The backlog is drained after running out of descriptors: one line with how long and how
+    /// often accept() failed (an episode ends only then, so a listener that keeps hitting the
+    /// limit does not log a start and an end per connection).
     fn fds_back(&mut self) {
         if let Some(o) = self.out_of_fds.take() {
-            tracing::warn!(target: "dqplb::net", "listener {}: accepting again after {} ms out of file descriptors ({} failed accept calls)", self.handle.addr, o.since.elapsed().as_millis(), o.failures);
+            let who = self.who();
+            self.warns.warn(&who, || format!("backlog drained after {} ms out of file descriptors ({} failed accept calls)", o.since.elapsed().as_millis(), o.failures));
         }
     }
 
