@@ -44,6 +44,7 @@ step "install into a prefix" bash scripts/test-install.sh
 step "gpu-e2e offline tests" bash scripts/test-gpu-e2e-offline.sh
 step "verbs suite in Soft-RoCE VM" bash scripts/verbs-tests.sh
 step "shaped-path guard (scenario 2)" bash scripts/paths-guard.sh
+step "fault suite (listener abuse, silent service, peers, soak, loss and rate in namespaces)" bash scripts/fault-suite.sh
 step "README set-up in fresh Debian 12 and 13 roots; wheel and .deb in fresh Debian 12 roots" fresh_root
 echo
 [ ${#failures[@]} -eq 0 ] || echo "failed steps: $(printf '[%s] ' "${failures[@]}")"

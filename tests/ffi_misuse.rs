@@ -22,7 +22,10 @@ unsafe fn comms() -> (*mut c_void, *mut c_void, *mut c_void) {
     let mut dev = null_mut();
     // SAFETY: our own vtable, valid pointers, as NCCL calls it.
     unsafe {
-        assert_eq!(v().listen.unwrap()(0, handle.as_mut_ptr().cast(), &mut listen), OK);
+        assert_eq!(
+            v().listen.unwrap()(0, handle.as_mut_ptr().cast(), &mut listen),
+            OK
+        );
         for _ in 0..1_000_000 {
             if send.is_null() {
                 let r = v().connect.unwrap()(0, handle.as_mut_ptr().cast(), &mut send, &mut dev);
@@ -63,7 +66,15 @@ fn every_entry_point_refuses_an_object_of_the_wrong_kind() {
         // irecv on a send comm.
         let mut data: *mut c_void = buf.as_mut_ptr().cast();
         let (mut size, mut tag) = (64i32, 1i32);
-        let r = v().irecv.unwrap()(send, 1, &mut data, &mut size, &mut tag, null_mut(), &mut req);
+        let r = v().irecv.unwrap()(
+            send,
+            1,
+            &mut data,
+            &mut size,
+            &mut tag,
+            null_mut(),
+            &mut req,
+        );
         assert_eq!((r, req.is_null()), (BAD, true));
         // accept on a send comm and on a receive comm.
         for wrong in [send, recv] {
@@ -94,7 +105,15 @@ fn every_entry_point_refuses_an_object_of_the_wrong_kind() {
         let mut data: *mut c_void = dst.as_mut_ptr().cast();
         let mut rreq: *mut c_void = null_mut();
         while rreq.is_null() {
-            let r = v().irecv.unwrap()(recv, 1, &mut data, &mut size, &mut tag, null_mut(), &mut rreq);
+            let r = v().irecv.unwrap()(
+                recv,
+                1,
+                &mut data,
+                &mut size,
+                &mut tag,
+                null_mut(),
+                &mut rreq,
+            );
             assert_eq!(r, OK);
         }
         let mut sreq: *mut c_void = null_mut();

@@ -33,7 +33,10 @@ fn recv_child() {
         let mut dst = vec![0u8; MSG];
         for m in 0..count {
             let q = loop {
-                if let Some(q) = r.irecv(UserBuf::from_slice(&mut dst), 1).map_err(|e| e.msg)? {
+                if let Some(q) = r
+                    .irecv(UserBuf::from_slice(&mut dst), 1)
+                    .map_err(|e| e.msg)?
+                {
                     break q;
                 }
             };
@@ -70,7 +73,9 @@ fn send_until(
 ) -> Result<usize, NetError> {
     let mut src = vec![0u8; MSG];
     for m in 0..count {
-        src.iter_mut().enumerate().for_each(|(i, b)| *b = byte(m, i));
+        src.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = byte(m, i));
         let q = loop {
             on_pass(m);
             if let Some(q) = s.isend(UserBuf::from_slice(&mut src), 1)? {
@@ -87,6 +92,7 @@ fn send_until(
 /// kill -9 of the receiving process mid-transfer. Pass: the sender's isend/test fails with
 /// ncclRemoteError within 1 s of the kill.
 #[test]
+#[ignore = "fault suite: scripts/fault-suite.sh runs it (release build)"]
 fn kill_9() {
     let mut child = Peer::spawn("recv_child", "recv", &[("DQPLB_FAULT_COUNT", "1000000")]);
     let mut s = connect_to_child(&mut child, 2000);
@@ -99,7 +105,10 @@ fn kill_9() {
             killed = Some(Instant::now());
         }
         if let Some(t) = killed {
-            assert!(t.elapsed() < Duration::from_secs(10), "no error 10 s after kill -9");
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no error 10 s after kill -9"
+            );
         }
     })
     .unwrap_err();
@@ -116,6 +125,7 @@ fn kill_9() {
 /// SIGSTOP of the receiving process for 1.5 s mid-transfer (under the plugin's 2 s stall
 /// timeout), then SIGCONT. Pass: all 64 x 1 MiB arrive byte-exact, no error on either side.
 #[test]
+#[ignore = "fault suite: scripts/fault-suite.sh runs it (release build)"]
 fn sigstop() {
     let mut child = Peer::spawn("recv_child", "recv", &[("DQPLB_FAULT_COUNT", "64")]);
     let mut s = connect_to_child(&mut child, 2000);
@@ -146,7 +156,11 @@ fn sigstop() {
     report(
         "SIGSTOP of the receiving peer 1.5 s, then SIGCONT",
         "64 x 1 MiB byte-exact, no error",
-        &format!("{:?}; receiver: {done}; {} ms in all", r.as_ref().map_err(|e| &e.msg), t0.elapsed().as_millis()),
+        &format!(
+            "{:?}; receiver: {done}; {} ms in all",
+            r.as_ref().map_err(|e| &e.msg),
+            t0.elapsed().as_millis()
+        ),
     );
     assert_eq!(r.unwrap(), 64);
     assert_eq!(done, "DONE");
@@ -178,6 +192,7 @@ fn reap(pid: libc::pid_t) {
 /// Each side closes its comm while a forked child holds the inherited sockets. Pass: the other
 /// side's next call fails within 1 s (not when the child exits).
 #[test]
+#[ignore = "fault suite: scripts/fault-suite.sh runs it (release build)"]
 fn close_under_fork() {
     let (_l, s, mut r) = pair(2);
     let child = fork_holder();
@@ -240,7 +255,11 @@ fn soak_child() {
                 (fds0, rss0) = (open_fds(), rss_kib());
             }
         }
-        say(&format!("{cycles} {fds0} {} {rss0} {}", open_fds(), rss_kib()));
+        say(&format!(
+            "{cycles} {fds0} {} {rss0} {}",
+            open_fds(),
+            rss_kib()
+        ));
         Ok(())
     });
 }
@@ -249,6 +268,7 @@ fn soak_child() {
 /// the process holds exactly the descriptors it held after cycle 10, and its RSS grew by at
 /// most 8 MiB since then.
 #[test]
+#[ignore = "fault suite: scripts/fault-suite.sh runs it (release build)"]
 fn soak() {
     let mut child = Peer::spawn("soak_child", "soak", &[]);
     let line = child.next();

@@ -48,7 +48,8 @@ fn opts() -> TcpOptions {
 
 fn pair() -> (TcpSendComm, TcpRecvComm) {
     let mut l = TcpListenComm::bind("127.0.0.1".parse().unwrap(), 0, opts()).unwrap();
-    let mut c = TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 2), None, &opts()).unwrap();
+    let mut c =
+        TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 2), None, &opts()).unwrap();
     connect(&mut l, &mut c)
 }
 
@@ -112,12 +113,18 @@ fn a_silent_service_fails_isend_after_the_handshake_timeout() {
         if let Some(s) = got {
             break s;
         }
-        assert!(t0.elapsed() < Duration::from_secs(5), "connect never completed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "connect never completed"
+        );
     };
     let mut src = vec![1u8; 100];
     let e = loop {
         match s.isend(UserBuf::from_slice(&mut src), 1) {
-            Ok(None) => assert!(t0.elapsed() < Duration::from_secs(5), "isend spins for ever"),
+            Ok(None) => assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "isend spins for ever"
+            ),
             Ok(Some(_)) => panic!("a silent service matched a send"),
             Err(e) => break e,
         }
@@ -126,7 +133,10 @@ fn a_silent_service_fails_isend_after_the_handshake_timeout() {
     assert_eq!(e.code, ErrorCode::RemoteError);
     assert!(e.msg.contains(&addr.to_string()), "{}", e.msg);
     assert!(e.msg.contains("sent nothing in 300 ms"), "{}", e.msg);
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
 }
 
 /// A wrong secret is named at the sender, not reported as an ordinary close.
@@ -155,7 +165,8 @@ fn a_wrong_secret_is_named_at_the_sender() {
     };
     assert_eq!(e.code, ErrorCode::RemoteError);
     assert!(
-        e.msg.contains("the receiver refused the hello: secret mismatch"),
+        e.msg
+            .contains("the receiver refused the hello: secret mismatch"),
         "{}",
         e.msg
     );
@@ -207,7 +218,11 @@ fn connect_close_cycles_on_the_listener_make_a_bounded_number_of_warns() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while l.waiting() > 0 || Instant::now() < deadline - Duration::from_secs(4) {
             assert!(l.accept().unwrap().is_none());
-            assert!(Instant::now() < deadline, "{} sockets never reaped", l.waiting());
+            assert!(
+                Instant::now() < deadline,
+                "{} sockets never reaped",
+                l.waiting()
+            );
         }
         let mut c =
             TcpConnector::start(l.handle(), params(PolicyKind::Dqplb, 1), None, &opts()).unwrap();
@@ -252,6 +267,10 @@ fn a_close_under_fork_reaches_the_peer_at_once() {
         libc::waitpid(child, std::ptr::null_mut(), 0);
     }
     let e = e.expect("the receiver never learned of the sender's close");
-    assert!(e.msg.contains("the sender closed the connection"), "{}", e.msg);
+    assert!(
+        e.msg.contains("the sender closed the connection"),
+        "{}",
+        e.msg
+    );
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }

@@ -107,12 +107,11 @@ impl Waiting {
             return;
         }
         self.pfds.clear();
-        self.pfds
-            .extend(self.list.iter().map(|p| libc::pollfd {
-                fd: p.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }));
+        self.pfds.extend(self.list.iter().map(|p| libc::pollfd {
+            fd: p.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
         // SAFETY: pfds holds one valid pollfd per waiting socket; zero timeout: never blocks.
         let r = unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, 0) };
         if r <= 0 {
@@ -195,8 +194,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(out.len(), 2);
-        assert!(out.iter().any(|h| matches!(h, Heard::Hello(p) if p.buf == [7; HELLO_BYTES])));
-        assert!(out.iter().any(|h| matches!(h, Heard::Gone(p, None) if p.got == 0)));
+        assert!(out
+            .iter()
+            .any(|h| matches!(h, Heard::Hello(p) if p.buf == [7; HELLO_BYTES])));
+        assert!(out
+            .iter()
+            .any(|h| matches!(h, Heard::Gone(p, None) if p.got == 0)));
         assert_eq!(w.len(), 1);
         drop(quiet);
     }

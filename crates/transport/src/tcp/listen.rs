@@ -148,8 +148,9 @@ impl TcpListenComm {
                     });
                     if let Err(e) = self.opts.apply(&sock).and(tc.unwrap_or(Ok(()))) {
                         let who = self.who();
-                        self.warns
-                            .warn(&who, || format!("dropping connection from {peer}: {}", e.msg));
+                        self.warns.warn(&who, || {
+                            format!("dropping connection from {peer}: {}", e.msg)
+                        });
                         continue;
                     }
                     if let Some(old) = self.pending.push(PendingHello::new(sock, peer)) {
@@ -220,7 +221,13 @@ impl TcpListenComm {
     fn fds_back(&mut self) {
         if let Some(o) = self.out_of_fds.take() {
             let who = self.who();
-            self.warns.warn(&who, || format!("backlog drained after {} ms out of file descriptors ({} failed accept calls)", o.since.elapsed().as_millis(), o.failures));
+            self.warns.warn(&who, || {
+                format!(
+                    "backlog drained after {} ms out of file descriptors ({} failed accept calls)",
+                    o.since.elapsed().as_millis(),
+                    o.failures
+                )
+            });
         }
     }
 
@@ -239,7 +246,14 @@ impl TcpListenComm {
             let keep = g.since.elapsed() < STALE_AFTER;
             if !keep {
                 let have = g.streams.iter().filter(|s| s.is_some()).count();
-                warns.warn(&who, || format!("dropped connection {:#x}: {have} of {} streams arrived in {} s", g.conn_id, g.streams.len(), STALE_AFTER.as_secs()));
+                warns.warn(&who, || {
+                    format!(
+                        "dropped connection {:#x}: {have} of {} streams arrived in {} s",
+                        g.conn_id,
+                        g.streams.len(),
+                        STALE_AFTER.as_secs()
+                    )
+                });
             }
             keep
         });

@@ -538,8 +538,9 @@ impl TcpRecvComm {
         while let Some(r) = self.replacements.next_hello() {
             if let Err(e) = self.swap_in(r) {
                 let who = self.ctrl_name.clone();
-                self.replacements
-                    .warn(&who, || format!("dropped a replacement data stream: {}", e.msg));
+                self.replacements.warn(&who, || {
+                    format!("dropped a replacement data stream: {}", e.msg)
+                });
             }
         }
     }

@@ -11,8 +11,8 @@ use socket2::Socket;
 use super::connect::{connect_done, start_stream};
 use super::handle::PROTOCOL_VERSION;
 use super::hello::{Heard, PendingHello, Waiting};
-use super::warns::WarnBudget;
 use super::io::{write_some, StreamName};
+use super::warns::WarnBudget;
 use super::wire::{ConnParams, Hello, HELLO_BYTES};
 use super::TcpOptions;
 use crate::{NetError, NetResult};
@@ -200,7 +200,8 @@ impl Inbox {
                 Heard::Gone(r, _) => self.warns.warn(who, || format!("dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes", r.peer, r.got)),
             }
         }
-        self.waiting.expire(REPLACEMENT_HELLO_WITHIN, &mut self.stale);
+        self.waiting
+            .expire(REPLACEMENT_HELLO_WITHIN, &mut self.stale);
         for r in self.stale.drain(..) {
             self.warns.warn(who, || format!("dropped a replacement data stream from {} that sent {} of {HELLO_BYTES} hello bytes in {} s", r.peer, r.got, REPLACEMENT_HELLO_WITHIN.as_secs()));
         }

@@ -92,7 +92,9 @@ pub(crate) fn transfer(
     let mut src = vec![0u8; size];
     let mut dst = vec![0u8; size];
     for m in 0..count {
-        src.iter_mut().enumerate().for_each(|(i, b)| *b = byte(m, i));
+        src.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = byte(m, i));
         dst.fill(0);
         let mut rq = None;
         let mut sq = None;
@@ -103,10 +105,14 @@ pub(crate) fn transfer(
             }
             tick();
             if rq.is_none() {
-                rq = r.irecv(UserBuf::from_slice(&mut dst), 1).map_err(|e| e.msg)?;
+                rq = r
+                    .irecv(UserBuf::from_slice(&mut dst), 1)
+                    .map_err(|e| e.msg)?;
             }
             if sq.is_none() {
-                sq = s.isend(UserBuf::from_slice(&mut src), 1).map_err(|e| e.msg)?;
+                sq = s
+                    .isend(UserBuf::from_slice(&mut src), 1)
+                    .map_err(|e| e.msg)?;
             }
             if let (Some(q), false) = (sq, sd) {
                 sd = s.test(q).map_err(|e| e.msg)?.is_some();
