@@ -53,12 +53,12 @@ fn every_entry_point_refuses_an_object_of_the_wrong_kind() {
         assert_eq!(v().init.unwrap()(None), OK);
         let (listen, send, recv) = comms();
         let mut buf = [0u8; 64];
-        let mut req: *mut c_void = 1usize as *mut c_void;
+        let mut req: *mut c_void = std::ptr::dangling_mut::<c_void>();
         let mut dev = null_mut();
 
         // isend on a receive comm and on a listen comm.
         for wrong in [recv, listen] {
-            req = 1usize as *mut c_void;
+            req = std::ptr::dangling_mut::<c_void>();
             let r = v().isend.unwrap()(wrong, buf.as_mut_ptr().cast(), 64, 1, null_mut(), &mut req);
             assert_eq!(r, BAD);
             assert!(req.is_null());
@@ -78,7 +78,7 @@ fn every_entry_point_refuses_an_object_of_the_wrong_kind() {
         assert_eq!((r, req.is_null()), (BAD, true));
         // accept on a send comm and on a receive comm.
         for wrong in [send, recv] {
-            let mut out: *mut c_void = 1usize as *mut c_void;
+            let mut out: *mut c_void = std::ptr::dangling_mut::<c_void>();
             assert_eq!(v().accept.unwrap()(wrong, &mut out, &mut dev), BAD);
             assert!(out.is_null());
         }
