@@ -27,6 +27,16 @@ use super::wire::{encode_refusal, ConnParams, Hello, Refusal, HELLO_BYTES};
 use super::TcpOptions;
 use crate::{NetError, NetResult};
 
+/// "listener ADDR", for log lines.
+#[derive(Clone, Copy)]
+struct Who(SocketAddr);
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "listener {}", self.0)
+    }
+}
+
 /// Streams of one connection gathered so far.
 struct Group {
     conn_id: u64,
@@ -129,8 +139,9 @@ impl TcpListenComm {
         TcpRecvComm::new(ctrl, streams.collect(), g.params, auth, self.opts.clone()).map(Some)
     }
 
-    fn who(&self) -> String {
-        format!("listener {}", self.handle.addr)
+    /// Names the listener in its WARN lines (formatted only when a line is logged).
+    fn who(&self) -> Who {
+        Who(self.handle.addr)
     }
 
     fn accept_new(&mut self) -> NetResult<()> {
