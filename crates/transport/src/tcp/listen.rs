@@ -67,6 +67,7 @@ pub struct TcpListenComm {
     /// Scratch lists reused by every call.
     heard: Vec<Heard>,
     stale: Vec<PendingHello>,
+    owner: super::Owner,
 }
 
 impl TcpListenComm {
@@ -96,6 +97,7 @@ impl TcpListenComm {
             out_of_fds: None,
             heard: Vec::new(),
             stale: Vec::new(),
+            owner: super::Owner::this_process(),
         })
     }
 
@@ -353,9 +355,9 @@ impl Drop for TcpListenComm {
     /// The listening socket and the streams of half-gathered connections are shut down before
     /// they close, so a forked child holding copies keeps nothing open.
     fn drop(&mut self) {
-        super::shutdown_on_close(&self.listener);
+        self.owner.shutdown(&self.listener);
         for s in self.groups.iter().flat_map(|g| g.streams.iter().flatten()) {
-            super::shutdown_on_close(s);
+            self.owner.shutdown(s);
         }
     }
 }

@@ -109,14 +109,29 @@ pub fn set_traffic_class(fd: std::os::fd::RawFd, ipv6: bool, tc: u8) -> NetResul
     Ok(())
 }
 
-/// Shuts a socket down in both directions just before it is closed: close() only drops this
-/// process's reference, and a forked child that inherited the descriptor would keep the
-/// connection open (the peer learning of the close only when the child exits). shutdown() acts
-/// on the connection itself, so the peer sees EOF at once; on a listening socket it stops the
-/// listening. Errors (a socket already reset or never connected) are of no interest here.
-pub(crate) fn shutdown_on_close(fd: &impl std::os::fd::AsRawFd) {
-    // SAFETY: fd is an open socket owned by the caller; shutdown takes no pointers.
-    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
+/// The process that made a comm: only it shuts the comm's sockets down at close.
+///
+/// close() only drops a process's reference, so a forked child that inherited the descriptors
+/// would keep the connection open (the peer learning of the close only when the child exits).
+/// shutdown() acts on the connection itself, so the peer sees EOF at once (on a listening socket
+/// it stops the listening). A forked child that closes its inherited copy of a comm must not do
+/// that to the parent's live connection: there the close stays a plain close().
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner(u32);
+
+impl Owner {
+    pub(crate) fn this_process() -> Owner {
+        Owner(std::process::id())
+    }
+
+    /// Shuts `fd` down in both directions if this is the owning process (call just before the
+    /// descriptor closes). Errors (a socket already reset or never connected) are of no interest.
+    pub(crate) fn shutdown(self, fd: &impl std::os::fd::AsRawFd) {
+        if std::process::id() == self.0 {
+            // SAFETY: fd is an open socket owned by the caller; shutdown takes no pointers.
+            unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +202,36 @@ mod traffic_class_tests {
             }
         }
         assert_eq!(accepted, vec![0x48; 3]);
+    }
+
+    /// Only the process that made a comm shuts its sockets down: a forked child closing its
+    /// inherited copy leaves the parent's connection alone.
+    #[test]
+    fn only_the_owning_process_shuts_a_socket_down() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut one = [0u8; 1];
+        Owner(std::process::id() ^ 1).shutdown(&a);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let e = b
+            .read(&mut one)
+            .expect_err("another process's close must not end the connection");
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        Owner::this_process().shutdown(&a);
+        let mut got = None;
+        for _ in 0..1000 {
+            match b.read(&mut one) {
+                Ok(n) => {
+                    got = Some(n);
+                    break;
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(got, Some(0), "the owner's shutdown reaches the peer as EOF");
     }
 
     #[test]

@@ -116,6 +116,7 @@ pub struct TcpRecvComm {
     hold_replacements: bool,
     /// Progress passes so far (the `debug_slow_stream` hook reads a slow stream every n-th).
     passes: u32,
+    owner: super::Owner,
 }
 
 impl TcpRecvComm {
@@ -184,6 +185,7 @@ impl TcpRecvComm {
             repaths: 0,
             hold_replacements: false,
             passes: 0,
+            owner: super::Owner::this_process(),
         })
     }
 
@@ -686,12 +688,12 @@ impl Drop for TcpRecvComm {
         );
         // Then every socket is shut down before it closes: the sender learns of the close at
         // once even if a forked child still holds the descriptors.
-        super::shutdown_on_close(&self.ctrl);
+        self.owner.shutdown(&self.ctrl);
         for d in &self.data {
-            super::shutdown_on_close(&d.sock);
+            self.owner.shutdown(&d.sock);
         }
         if let Some(l) = &self.repath {
-            super::shutdown_on_close(l);
+            self.owner.shutdown(l);
         }
     }
 }

@@ -97,6 +97,7 @@ pub struct TcpSendComm {
     refused: Option<super::wire::Refusal>,
     /// Without that answer this long (ns after the comm was made), the comm fails; 0: never.
     handshake_timeout: u64,
+    owner: super::Owner,
 }
 
 /// Replacements of one data stream after failures before it is left dead.
@@ -147,6 +148,7 @@ impl TcpSendComm {
             setup,
             answered: false,
             refused: None,
+            owner: super::Owner::this_process(),
             handshake_timeout: super::connect::HANDSHAKE_TIMEOUT.as_nanos() as u64,
         })
     }
@@ -730,9 +732,9 @@ impl Drop for TcpSendComm {
     /// forked children or not); segments still queued or unacknowledged end their profiler
     /// events with the comm.
     fn drop(&mut self) {
-        super::shutdown_on_close(&self.ctrl);
+        self.owner.shutdown(&self.ctrl);
         for d in &self.data {
-            super::shutdown_on_close(&d.sock);
+            self.owner.shutdown(&d.sock);
         }
         if !self.tx.events.enabled() {
             return;

@@ -24,6 +24,7 @@ const CALLS_PER_CLOCK_READ: u32 = 16;
 
 pub(crate) struct PeerWatch {
     sock: TcpStream,
+    owner: crate::tcp::Owner,
     last_check: Option<Instant>,
     /// Calls since the clock was last read for CHECK_EVERY.
     calls: u32,
@@ -39,7 +40,7 @@ impl Drop for PeerWatch {
     /// The bootstrap socket is shut down before it closes: the peer learns of the close at once
     /// even if a forked child still holds the descriptor.
     fn drop(&mut self) {
-        crate::tcp::shutdown_on_close(&self.sock);
+        self.owner.shutdown(&self.sock);
     }
 }
 
@@ -47,6 +48,7 @@ impl PeerWatch {
     pub(crate) fn new(sock: TcpStream) -> PeerWatch {
         PeerWatch {
             sock,
+            owner: crate::tcp::Owner::this_process(),
             last_check: None,
             calls: 0,
             gone_at: None,

@@ -34,6 +34,8 @@ pub struct VerbsRecvComm {
     qps: QpSet,
     /// Bootstrap socket: until the sender's READY byte arrives, announcements wait.
     boot: Option<TcpStream>,
+    /// The process that made the comm (only it shuts the bootstrap socket down at close).
+    owner: crate::tcp::Owner,
     /// The same socket after READY, watched for the sender's exit.
     watch: Option<PeerWatch>,
     staging: RegisteredBuffer,
@@ -137,6 +139,7 @@ impl VerbsRecvComm {
             rx,
             qps,
             boot: Some(boot),
+            owner: crate::tcp::Owner::this_process(),
             watch: None,
             staging,
             fifo,
@@ -647,7 +650,7 @@ impl Drop for VerbsRecvComm {
     fn drop(&mut self) {
         // A bootstrap socket not yet handed to the peer watch (which shuts its own down).
         if let Some(b) = &self.boot {
-            crate::tcp::shutdown_on_close(b);
+            self.owner.shutdown(b);
         }
         // One line per comm at close (NCCL_DEBUG=INFO); `dqplb perf` turns it into per-message
         // figures.
