@@ -218,6 +218,27 @@ fn bad_arguments_exit_2_with_a_message() {
             vec!["--inflihgt", "2"],
             "tip: a similar argument exists: '--inflight'",
         ),
+        // The plugin's range check of an option names the option, not the variable perf sets.
+        (
+            vec!["--segment", "100"],
+            "dqplb perf: --segment 100: key 'engine.segment-bytes': value 100 is out of range",
+        ),
+        (
+            vec!["--bidir"],
+            "error: --bidir needs a two-node run (--server or --client HOST)",
+        ),
+        (
+            vec!["--client", "h", "--latency"],
+            "error: --latency is not available in a two-node run",
+        ),
+        (
+            vec!["--server", "--client", "h"],
+            "error: the argument '--server' cannot be used with '--client <HOST>'",
+        ),
+        (
+            vec!["--units", "MB/s"],
+            "[possible values: GB/s, Gb/s]",
+        ),
     ] {
         let out = dqplb(&args);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -32,6 +32,44 @@ pub(crate) enum Peers {
     Local,
 }
 
+/// `--units`: how bandwidth is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+pub(crate) enum Units {
+    /// gigabytes per second (1e9 bytes), as nccl-tests prints
+    #[default]
+    #[value(name = "GB/s", alias = "GBps", alias = "gbytes")]
+    GBytes,
+    /// gigabits per second (1e9 bits), as link speeds and ib_write_bw --report_gbits print
+    #[value(name = "Gb/s", alias = "Gbps", alias = "gbits")]
+    GBits,
+}
+
+impl Units {
+    /// Multiplier from GB/s.
+    pub(crate) fn factor(self) -> f64 {
+        match self {
+            Units::GBytes => 1.0,
+            Units::GBits => 8.0,
+        }
+    }
+
+    /// The unit as printed.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Units::GBytes => "GB/s",
+            Units::GBits => "Gb/s",
+        }
+    }
+
+    /// The CSV / JSON column suffix.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Units::GBytes => "gbps",
+            Units::GBits => "gbitps",
+        }
+    }
+}
+
 /// `--raw-threads`: how the raw TCP streams are driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum RawThreads {
@@ -87,12 +125,21 @@ BYTES accept K, M, G suffixes (powers of 1024). Defaults: 8 B .. 64 MiB, factor 
 256 MiB per size (10..1000 iterations), 4 messages in flight, every receive buffer checked.
 --latency: ping-pong round trip of --min-bytes (default 8), plugin and raw TCP (blocking;
 --raw-threads one: spinning on a non-blocking socket, as the plugin is polled), median and p99 in us.
+Two nodes (as ib_write_bw): `dqplb perf --server [--port P]` on one node prints the control
+address it listens on and waits; `dqplb perf --client HOST [--port P] [OPTIONS]` on the other
+sends its options there, the two exchange the plugin's handles over that connection and the
+client sends to the server (--bidir: both send and receive at once). Both print the result;
+either exits 1 on any wrong byte or failed side. The plugin on each node uses that node's
+NCCL_SOCKET_IFNAME / NCCL_IB_HCA and site config.
 --recv-idle-us / --send-idle-us N: that side of the bandwidth sweep sleeps N us after each idle
 poll instead of yielding as NCCL's proxy does (an experiment for emulated devices such as
 Soft-RoCE, whose work shares the CPUs with the polling processes).";
 
 /// The exit status line under `dqplb perf --help`.
 pub(crate) const EXIT: &str = "exit status: 0 ok, 1 failed run or wrong bytes, 2 bad arguments";
+
+/// The control port of a two-node run unless --port says otherwise.
+pub(crate) const DEFAULT_PORT: u16 = 18515;
 
 /// Largest message the v8 ABI can carry (isend's size is a C int).
 pub(crate) const MAX_MESSAGE: u64 = i32::MAX as u64;
@@ -139,6 +186,25 @@ pub(crate) struct PerfArgs {
     /// The engine policy (default: the site config's)
     #[arg(long, value_parser = policy_parser())]
     pub policy: Option<PolicyName>,
+    /// Two-node run: wait for a `--client` on --port and run the options it sends
+    #[arg(long, conflicts_with = "client")]
+    pub server: bool,
+    /// Two-node run: connect to the `--server` on HOST and send to it
+    #[arg(long, value_name = "HOST")]
+    pub client: Option<String>,
+    /// Two-node run: the server's control port (TCP; 0 with --server: any free port)
+    #[arg(long, value_name = "P", value_parser = num::<u16>, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Two-node run: both nodes send and receive at the same time
+    #[arg(long)]
+    pub bidir: bool,
+    /// Bandwidth units
+    #[arg(long, value_enum, default_value_t)]
+    pub units: Units,
+    /// Segments in flight per QP (NCCL_DQPLB_OUTSTANDING for the plugin; default: the site
+    /// config's)
+    #[arg(long, value_name = "N", value_parser = ranged(1u32, 256))]
+    pub outstanding: Option<u32>,
     /// Data QPs per connection, 1..=128 (default: the site config's)
     #[arg(long, value_name = "N", value_parser = ranged(1u32, 128))]
     pub qps: Option<u32>,
@@ -190,6 +256,20 @@ pub(crate) struct PerfArgs {
 impl PerfArgs {
     /// What clap cannot check: the options against each other; Err(message) names them.
     pub(crate) fn validate(&self) -> Result<(), String> {
+        let remote = self.server || self.client.is_some();
+        if self.bidir && !remote {
+            return Err("--bidir needs a two-node run (--server or --client HOST)".into());
+        }
+        if remote && self.latency {
+            return Err(
+                "--latency is not available in a two-node run (--server / --client)".into(),
+            );
+        }
+        if remote && self.raw_tcp {
+            return Err(
+                "--raw-tcp is not available in a two-node run (--server / --client)".into(),
+            );
+        }
         if self.min_bytes > self.max_bytes {
             return Err(format!(
                 "--min-bytes {} is larger than --max-bytes {}",
@@ -254,6 +334,12 @@ impl PerfArgs {
         if let Some(s) = self.segment {
             push("--segment", s.to_string());
         }
+        if let Some(o) = self.outstanding {
+            push("--outstanding", o.to_string());
+        }
+        if self.units != Units::GBytes {
+            push("--units", self.units.label().into());
+        }
         push("--min-bytes", self.min_bytes.to_string());
         push("--max-bytes", self.max_bytes.to_string());
         push("--step-factor", self.step_factor.to_string());
@@ -273,6 +359,9 @@ impl PerfArgs {
         }
         if self.latency {
             v.push("--latency".into());
+        }
+        if self.bidir {
+            v.push("--bidir".into());
         }
         if !self.check {
             v.push("--no-check".into());
@@ -388,9 +477,10 @@ mod tests {
 
     #[test]
     fn args_round_trip() {
-        let line = "--policy single-qp --qps 3 --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7";
+        let line = "--policy single-qp --qps 3 --outstanding 9 --units Gb/s --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7";
         let a = perf(line).unwrap();
         assert_eq!((a.recv_idle_us, a.send_idle_us), (50, 7));
+        assert_eq!((a.outstanding, a.units), (Some(9), Units::GBits));
         assert_eq!(perf(&a.to_args().join(" ")).unwrap(), a);
         // The children get the same options after `__role ROLE`.
         let mut child = vec!["dqplb perf __role", "bw-send"];

@@ -8,6 +8,7 @@ pub(crate) mod link;
 pub(crate) mod net;
 pub(crate) mod pattern;
 pub(crate) mod rawpoll;
+mod remote;
 pub(crate) mod report;
 mod roles;
 
@@ -24,6 +25,15 @@ pub(crate) fn run(a: PerfArgs) -> i32 {
     if let Err(e) = a.validate() {
         return crate::usage_error(&["perf"], e);
     }
+    if a.server {
+        return match remote::server(&a) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("dqplb perf: {e}");
+                1
+            }
+        };
+    }
     let info = match resolve(&a) {
         Ok(i) => i,
         Err(e) => {
@@ -31,7 +41,9 @@ pub(crate) fn run(a: PerfArgs) -> i32 {
             return 2;
         }
     };
-    let result = if a.latency {
+    let result = if let Some(host) = &a.client {
+        remote::client(&a, host, info)
+    } else if a.latency {
         run_latency(&a, info)
     } else {
         run_bandwidth(&a, info)
@@ -60,7 +72,7 @@ pub(crate) fn run_child(args: &[std::ffi::OsString]) -> i32 {
 
 /// Environment for the children: the plugin's overrides from the options, loopback interface,
 /// INFO logging (so the plugin reports the connection it set up) unless the caller chose.
-fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
+pub(super) fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
     let mut v = vec![(
         "NCCL_DQPLB_TRANSPORT".to_string(),
         if a.verbs() { "verbs" } else { "tcp" }.to_string(),
@@ -74,7 +86,12 @@ fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
     if let Some(s) = a.segment {
         v.push(("NCCL_DQPLB_SEGMENT_BYTES".to_string(), s.to_string()));
     }
-    if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
+    if let Some(o) = a.outstanding {
+        v.push(("NCCL_DQPLB_OUTSTANDING".to_string(), o.to_string()));
+    }
+    // Two nodes: each plugin uses its node's interface; one node: loopback.
+    let remote = a.server || a.client.is_some();
+    if !remote && std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
         v.push(("NCCL_SOCKET_IFNAME".to_string(), "lo".to_string()));
     }
     if std::env::var_os("NCCL_DEBUG").is_none() {
@@ -85,14 +102,14 @@ fn child_env(a: &PerfArgs) -> Vec<(String, String)> {
 
 /// The configuration the plugin will use (site config plus the options' overrides), for the
 /// header and for the raw-TCP stream count.
-fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
+pub(super) fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
     let mut vars = dqplb_config::load::process_env_vars();
     vars.retain(|(k, _)| !child_env(a).iter().any(|(c, _)| c == k));
     vars.extend(child_env(a));
     let lookup = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let loaded =
         dqplb_config::load::load_with(&lookup, &vars, std::path::Path::new(dqplb_config::ETC_PATH))
-            .map_err(|e| format!("plugin configuration: {e}"))?;
+            .map_err(|e| blame_option(a, &format!("plugin configuration: {e}")))?;
     let plan = loaded.config.plan(dqplb_config::ConnClass::SameRail);
     let mode = if a.raw_tcp && a.raw_one_thread() {
         "raw TCP streams (no plugin), one polling thread"
@@ -115,8 +132,41 @@ fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
         segment_bytes: plan.segment_bytes,
         inflight: a.inflight,
         check: a.check,
+        units: a.units,
         plugin_line: None,
     })
+}
+
+/// `msg` with an override the options made (the children's NCCL_DQPLB_* variable, which the
+/// user never set) named as the option that made it.
+fn blame_option(a: &PerfArgs, msg: &str) -> String {
+    let given = [
+        (
+            "--segment",
+            "NCCL_DQPLB_SEGMENT_BYTES",
+            a.segment.map(|v| v.to_string()),
+        ),
+        ("--qps", "NCCL_DQPLB_QPS", a.qps.map(|v| v.to_string())),
+        (
+            "--outstanding",
+            "NCCL_DQPLB_OUTSTANDING",
+            a.outstanding.map(|v| v.to_string()),
+        ),
+        (
+            "--policy",
+            "NCCL_DQPLB_POLICY",
+            a.policy.map(|p| p.as_str().to_string()),
+        ),
+    ];
+    for (flag, var, value) in given {
+        if let Some(v) = value {
+            let from = format!("plugin configuration: environment: {var}");
+            if msg.starts_with(&from) {
+                return msg.replacen(&from, &format!("{flag} {v}"), 1);
+            }
+        }
+    }
+    msg.to_string()
 }
 
 /// Lines each child printed, in order.
@@ -142,7 +192,7 @@ fn print_ops(lines: &ChildLines, messages: u64) {
 
 /// Passes a child's stderr through, except the INFO lines perf asked for itself (NCCL_DEBUG was
 /// unset): of those it keeps only the plugin's connection line, stored in `conn`.
-fn filter_stderr(
+pub(super) fn filter_stderr(
     err: std::process::ChildStderr,
     quiet_info: bool,
     conn: &Mutex<Option<String>>,

@@ -1,7 +1,7 @@
 //! Printing `dqplb perf` results: an nccl-tests style table, CSV or JSON, with the configuration
 //! actually used in the header.
 
-use super::args::Format;
+use super::args::{Format, Units};
 use super::bw::Row;
 use std::fmt::Write as _;
 
@@ -15,6 +15,7 @@ pub(crate) struct RunInfo {
     pub segment_bytes: u64,
     pub inflight: usize,
     pub check: bool,
+    pub units: Units,
     pub plugin_line: Option<String>,
 }
 
@@ -46,6 +47,11 @@ fn header(info: &RunInfo, out: &mut String) {
 
 pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String {
     let mut out = String::new();
+    let (k, label, suffix) = (
+        info.units.factor(),
+        format!("({})", info.units.label()),
+        info.units.suffix(),
+    );
     match format {
         Format::Table => {
             header(info, &mut out);
@@ -58,7 +64,7 @@ pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String 
             let _ = writeln!(
                 out,
                 "# {:>12} {:>12} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}",
-                "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""
+                "(B)", "(elements)", "", "", "(us)", label, label, ""
             );
             for r in rows {
                 let _ = writeln!(
@@ -69,15 +75,15 @@ pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String 
                     "float",
                     r.iters,
                     r.time_us(),
-                    r.algbw(),
-                    r.algbw(),
+                    r.algbw() * k,
+                    r.algbw() * k,
                     r.wrong
                 );
             }
             let avg = if rows.is_empty() {
                 0.0
             } else {
-                rows.iter().map(Row::algbw).sum::<f64>() / rows.len() as f64
+                rows.iter().map(Row::algbw).sum::<f64>() * k / rows.len() as f64
             };
             let _ = writeln!(
                 out,
@@ -94,7 +100,7 @@ pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String 
         Format::Csv => {
             let _ = writeln!(
                 out,
-                "size,count,type,iters,time_us,algbw_gbps,busbw_gbps,wrong"
+                "size,count,type,iters,time_us,algbw_{suffix},busbw_{suffix},wrong"
             );
             for r in rows {
                 let _ = writeln!(
@@ -104,8 +110,8 @@ pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String 
                     r.size / 4,
                     r.iters,
                     r.time_us(),
-                    r.algbw(),
-                    r.algbw(),
+                    r.algbw() * k,
+                    r.algbw() * k,
                     r.wrong
                 );
             }
@@ -114,8 +120,11 @@ pub(crate) fn bandwidth(info: &RunInfo, rows: &[Row], format: Format) -> String 
             let rows: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|r| {
-                    serde_json::json!({"size": r.size, "count": r.size / 4, "type": "float", "iters": r.iters,
-                        "time_us": r.time_us(), "algbw_gbps": r.algbw(), "busbw_gbps": r.algbw(), "wrong": r.wrong})
+                    let mut v = serde_json::json!({"size": r.size, "count": r.size / 4, "type": "float", "iters": r.iters,
+                        "time_us": r.time_us(), "wrong": r.wrong});
+                    v[format!("algbw_{suffix}")] = (r.algbw() * k).into();
+                    v[format!("busbw_{suffix}")] = (r.algbw() * k).into();
+                    v
                 })
                 .collect();
             let v = serde_json::json!({"config": info, "rows": rows});
