@@ -476,6 +476,9 @@ impl SendComm {
 
 impl Drop for SendComm {
     fn drop(&mut self) {
+        if let Some(t) = self.tele.take() {
+            t.close(self.qp_stats());
+        }
         if !self.log_stats {
             return;
         }

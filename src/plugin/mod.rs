@@ -6,6 +6,7 @@ pub mod devices;
 pub mod log;
 pub mod pattern;
 pub mod pinning;
+pub mod prometheus;
 #[cfg(feature = "verbs")]
 pub mod rdma;
 pub mod state;

@@ -1,5 +1,6 @@
 //! Per-QP telemetry without a thread: send comms publish their engine counters into a process
 //! registry from NCCL's own calls, at most once per interval, and the stats file is rewritten from it.
+//! A closing comm rewrites it at once; the last one to close removes it (and the textfile).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,12 +105,21 @@ pub fn expand_path(template: &str) -> PathBuf {
     )
 }
 
-/// A send comm's telemetry: None when neither the file nor periodic logging is configured (one
+/// Where and how the node exporter textfile is written.
+#[derive(Debug, Clone)]
+struct Textfile {
+    /// `<dir>/dqplb_<pid>.prom`.
+    path: PathBuf,
+    labels: super::prometheus::Labels,
+}
+
+/// A send comm's telemetry: None when neither a file nor periodic logging is configured (one
 /// branch per call then).
 #[derive(Debug)]
 pub(crate) struct CommTelemetry {
     slot: Arc<Slot>,
     file: Option<PathBuf>,
+    textfile: Option<Textfile>,
     file_every: u64,
     log_every: u64,
     next_publish: u64,
@@ -127,7 +137,15 @@ impl CommTelemetry {
         qps: usize,
     ) -> Option<CommTelemetry> {
         let file = (!cfg.file.is_empty()).then(|| expand_path(&cfg.file));
-        if file.is_none() && cfg.log_interval_ms == 0 {
+        let textfile = (!cfg.textfile_dir.is_empty()).then(|| Textfile {
+            path: textfile_path(Path::new(&cfg.textfile_dir)),
+            labels: super::prometheus::Labels {
+                pid: cfg.textfile_pid_peer,
+                comm: false,
+                peer: cfg.textfile_pid_peer,
+            },
+        });
+        if file.is_none() && textfile.is_none() && cfg.log_interval_ms == 0 {
             return None;
         }
         let blank = QpEntry {
@@ -155,6 +173,7 @@ impl CommTelemetry {
         Some(CommTelemetry {
             slot,
             file,
+            textfile,
             file_every: cfg.file_interval_ms.max(1000) * 1_000_000,
             log_every: cfg.log_interval_ms * 1_000_000,
             next_publish: 0,
@@ -174,7 +193,7 @@ impl CommTelemetry {
             return;
         }
         let mut every = u64::MAX;
-        if self.file.is_some() {
+        if self.file.is_some() || self.textfile.is_some() {
             every = every.min(self.file_every);
         }
         if self.log_every > 0 {
@@ -197,7 +216,7 @@ impl CommTelemetry {
                     e.id, e.peer, e.dev, e.class, q.qp, q.segments, q.bytes, q.completed, q.outstanding, q.peak_outstanding, q.latency_ewma_ns, q.resent, q.rehashes, q.failures);
             }
         }
-        if let Some(path) = &self.file {
+        if self.file.is_some() || self.textfile.is_some() {
             let due = NEXT_WRITE.load(Ordering::Relaxed);
             if now >= due
                 && NEXT_WRITE
@@ -209,8 +228,59 @@ impl CommTelemetry {
                     )
                     .is_ok()
             {
-                if let Err(e) = write_file(path) {
-                    tracing::warn!(target: "dqplb::stats", "stats file {}: {e}", path.display());
+                self.write();
+            }
+        }
+    }
+
+    /// Rewrites the stats file and the textfile from the registry; failures are logged.
+    fn write(&self) {
+        if let Some(path) = &self.file {
+            if let Err(e) = write_file(path) {
+                tracing::warn!(target: "dqplb::stats", "stats file {}: {e}", path.display());
+            }
+        }
+        if let Some(t) = &self.textfile {
+            let text = super::prometheus::render(&[snapshot()], t.labels);
+            if let Err(e) = write_atomically(&t.path, &text) {
+                tracing::warn!(target: "dqplb::stats", "textfile {}: {e}", t.path.display());
+            }
+        }
+    }
+
+    /// The comm closes with `stats`: its final counters are published and the files rewritten at
+    /// once; when it was the process's last live send comm, the files are removed instead.
+    pub(crate) fn close(self, stats: &[QpStats]) {
+        {
+            let mut e = lock(&self.slot);
+            for (q, s) in stats.iter().enumerate() {
+                if let Some(entry) = e.qps.get_mut(q) {
+                    entry.set(q, s);
+                }
+            }
+        }
+        if self.file.is_none() && self.textfile.is_none() {
+            return;
+        }
+        let others = lock(&REGISTRY)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|s| !Arc::ptr_eq(s, &self.slot))
+            .count();
+        if others > 0 {
+            self.write();
+            return;
+        }
+        let paths = self
+            .file
+            .iter()
+            .chain(self.textfile.iter().map(|t| &t.path));
+        for path in paths {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(target: "dqplb::stats", "removing {}: {e}", path.display())
                 }
             }
         }
@@ -246,9 +316,19 @@ pub fn snapshot() -> StatsFile {
     }
 }
 
+/// This process's file in a textfile-collector directory (the collector reads `*.prom` only).
+fn textfile_path(dir: &Path) -> PathBuf {
+    dir.join(format!("dqplb_{}.prom", std::process::id()))
+}
+
 /// Writes `snapshot()` to `path` atomically (temporary file in the same directory, then rename).
 pub(crate) fn write_file(path: &Path) -> Result<(), String> {
     let text = toml::to_string(&snapshot()).map_err(|e| format!("cannot encode: {e}"))?;
+    write_atomically(path, &text)
+}
+
+/// Writes `text` to a temporary file beside `path`, then renames it over `path`.
+fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp);

@@ -1,6 +1,7 @@
 //! `dqplb stats`: the per-QP statistics files the plugin writes (`[stats] file`) as a table, JSON
 //! or the Prometheus text exposition format.
 
+use nccl_net_dqplb::plugin::prometheus::{render, Labels};
 use nccl_net_dqplb::plugin::telemetry::{read_file, CommEntry, QpEntry, StatsFile};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -89,10 +90,10 @@ fn table(files: &[StatsFile]) -> String {
     for f in files {
         let _ = writeln!(
             o,
-            "# pid {} on {}, written {} ms after the epoch, {} send connection(s)",
+            "# pid {} on {}, written {}, {} send connection(s)",
             f.pid,
             f.host,
-            f.written_unix_ms,
+            rfc3339_utc(f.written_unix_ms),
             f.comms.len()
         );
         let _ = writeln!(
@@ -187,117 +188,41 @@ fn json(files: &[StatsFile]) -> String {
     format!("{{\"files\":[{}]}}\n", fs.join(","))
 }
 
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn prometheus(files: &[StatsFile]) -> String {
+    render(files, Labels::ALL)
 }
 
-fn prometheus(files: &[StatsFile]) -> String {
-    let mut o = String::new();
-    type Counter = (&'static str, &'static str, fn(&QpEntry) -> u64);
-    let counters: [Counter; 6] = [
-        (
-            "dqplb_qp_segments_total",
-            "Segments posted on the QP",
-            |q| q.segments,
-        ),
-        (
-            "dqplb_qp_bytes_total",
-            "Payload bytes posted on the QP",
-            |q| q.bytes,
-        ),
-        (
-            "dqplb_qp_completed_total",
-            "Segments completed on the QP",
-            |q| q.completed,
-        ),
-        (
-            "dqplb_qp_resent_total",
-            "Segments the QP carried again after another path failed",
-            |q| q.resent,
-        ),
-        (
-            "dqplb_qp_rehashes_total",
-            "Times the QP was replaced as a straggler",
-            |q| q.rehashes,
-        ),
-        (
-            "dqplb_qp_failures_total",
-            "Times the QP's path failed",
-            |q| q.failures,
-        ),
-    ];
-    let labels = |f: &StatsFile, c: &CommEntry, q: &QpEntry| {
-        format!(
-            "host=\"{}\",pid=\"{}\",comm=\"{}\",dev=\"{}\",transport=\"{}\",peer=\"{}\",class=\"{}\",qp=\"{}\"",
-            label(&f.host),
-            f.pid,
-            c.id,
-            c.dev,
-            label(&c.transport),
-            label(&c.peer),
-            label(&c.class),
-            q.qp
-        )
-    };
-    for (name, help, get) in counters {
-        let _ = writeln!(o, "# HELP {name} {help}.\n# TYPE {name} counter");
-        for f in files {
-            for c in &f.comms {
-                for q in &c.qps {
-                    let _ = writeln!(o, "{name}{{{}}} {}", labels(f, c, q), get(q));
-                }
-            }
-        }
-    }
-    let _ = writeln!(
-        o,
-        "# HELP dqplb_qp_outstanding Segments in flight on the QP.\n# TYPE dqplb_qp_outstanding gauge"
-    );
-    for f in files {
-        for c in &f.comms {
-            for q in &c.qps {
-                let _ = writeln!(
-                    o,
-                    "dqplb_qp_outstanding{{{}}} {}",
-                    labels(f, c, q),
-                    q.outstanding
-                );
-            }
-        }
-    }
-    let name = "dqplb_qp_completion_latency_seconds";
-    let _ = writeln!(
-        o,
-        "# HELP {name} Post-to-completion latency of the QP's segments.\n# TYPE {name} histogram"
-    );
-    for f in files {
-        for c in &f.comms {
-            for q in &c.qps {
-                let l = labels(f, c, q);
-                let mut cum = 0u64;
-                let last = q.latency_log2_ns.len().saturating_sub(1);
-                for (k, &n) in q.latency_log2_ns.iter().enumerate() {
-                    cum += n;
-                    if k == last {
-                        break;
-                    }
-                    // Bucket k holds latencies below 2^k ns.
-                    let le = (1u64 << k) as f64 / 1e9;
-                    let _ = writeln!(o, "{name}_bucket{{{l},le=\"{le:e}\"}} {cum}");
-                }
-                let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {cum}");
-                let _ = writeln!(o, "{name}_count{{{l}}} {cum}");
-            }
-        }
-    }
-    o
+/// `unix_ms` as an RFC 3339 UTC time with milliseconds, e.g. `2026-12-05T05:09:38.123Z` (the
+/// civil-from-days conversion of the proleptic Gregorian calendar; one call site does not
+/// warrant a date crate).
+pub(crate) fn rfc3339_utc(unix_ms: u64) -> String {
+    let (secs, ms) = (unix_ms / 1000, unix_ms % 1000);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (h, m, sec) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Days since 1970-01-01 to (year, month, day), counting from 0000-03-01 in 400-year eras.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{sec:02}.{ms:03}Z")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_as_rfc3339_utc() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_utc(1_796_433_207_232), "2026-12-05T01:13:27.232Z");
+        assert_eq!(rfc3339_utc(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
 
     #[test]
     fn percentiles_are_bucket_upper_edges() {

@@ -160,7 +160,7 @@ pub(crate) const PATTERN_POLICY_NAMES: &[&str] = &[
     "single-qp",
 ];
 
-const OTHER: [KeySpec; 22] = [
+const OTHER: [KeySpec; 24] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -188,6 +188,8 @@ const OTHER: [KeySpec; 22] = [
     key("stats.log-interval-ms", int(0, 86_400_000)),
     key("stats.file", KeyKind::Text { max_len: 4096 }),
     key("stats.file-interval-ms", int(1000, 3_600_000)),
+    key("stats.textfile-dir", KeyKind::Text { max_len: 4096 }),
+    key("stats.textfile-pid-peer", KeyKind::Bool),
     optional("log.level", KeyKind::Choice(&["warn", "info", "trace"])),
 ];
 
@@ -418,7 +420,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 68);
+        assert_eq!(paths.len(), 70);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

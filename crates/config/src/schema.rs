@@ -433,6 +433,11 @@ pub struct StatsSection {
     pub file: String,
     /// How often the statistics file is rewritten, at most once a second.
     pub file_interval_ms: u64,
+    /// Directory of a node exporter textfile collector: the plugin writes `dqplb_<pid>.prom`
+    /// there (temporary file, then rename) whenever it rewrites the statistics; empty: none.
+    pub textfile_dir: String,
+    /// Also label the textfile's series with the process id and the peer address.
+    pub textfile_pid_peer: bool,
 }
 
 impl Default for StatsSection {
@@ -442,6 +447,8 @@ impl Default for StatsSection {
             log_interval_ms: 0,
             file: String::new(),
             file_interval_ms: 1000,
+            textfile_dir: String::new(),
+            textfile_pid_peer: false,
         }
     }
 }
