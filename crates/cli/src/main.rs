@@ -1,10 +1,11 @@
-//! `dqplb`: the operator command (plan, check, perf, stats, sim, paths-bench); see `dqplb --help`.
+//! `dqplb`: the operator command (plan, check, devices, perf, stats, sim, paths-bench); see `dqplb --help`.
 //! The clap command line over the subcommands: each takes its parsed options and returns the exit code.
 
 mod charts;
 mod check;
 mod check_report;
 mod completions;
+mod devices;
 mod paths;
 mod perf;
 mod plan;
@@ -55,6 +56,12 @@ pub(crate) enum Cmd {
         after_help = check::EXIT
     )]
     Check(check::CheckArgs),
+    #[command(
+        about = "every RDMA device and port (state, rate, MTU, GIDs), its NCCL_IB_HCA fabric id, \
+                 and whether the plugin uses it and why not; --json",
+        after_help = devices::EXIT
+    )]
+    Devices(devices::DevicesArgs),
     #[command(
         about = "point-to-point bandwidth / latency between two local processes through the \
                  plugin's vtable, or raw TCP as the ceiling",
@@ -124,6 +131,7 @@ fn run(argv: Vec<OsString>) -> i32 {
     match cli.command {
         Cmd::Plan(a) => plan::run(&a),
         Cmd::Check(a) => check::run(&a),
+        Cmd::Devices(a) => devices::run(&a),
         Cmd::Perf(a) => perf::run(a),
         Cmd::Stats(a) => stats::run(&a),
         Cmd::Sim(a) => sim::run_cli(a),

@@ -249,7 +249,7 @@ impl Sysfs {
     }
 
     /// Link rate of a port in Mbps from `ports/<p>/rate`; None if absent or unparsable.
-    pub(crate) fn port_rate_mbps(&self, dev: &str, port: u8) -> Option<u32> {
+    pub fn port_rate_mbps(&self, dev: &str, port: u8) -> Option<u32> {
         let text = fs::read_to_string(self.port_dir(dev, port).join("rate")).ok()?;
         parse_rate_mbps(&text)
     }
@@ -270,7 +270,7 @@ impl Sysfs {
     }
 
     /// Populated GID entries of a port in index order (all-zero entries and unreadable ones skipped).
-    pub(crate) fn gid_table(&self, dev: &str, port: u8) -> Result<Vec<GidEntry>> {
+    pub fn gid_table(&self, dev: &str, port: u8) -> Result<Vec<GidEntry>> {
         let dir = self.port_dir(dev, port);
         let gids = dir.join("gids");
         let listing = fs::read_dir(&gids).map_err(|e| VerbsError::Sysfs {
