@@ -251,6 +251,84 @@ fn pinning_plans(cfg: &dqplb_config::SiteConfig, classes: &[ClassPlan]) -> Vec<P
         .collect()
 }
 
+/// What the plugin allocates per connection of a class, from the TCP transport's structures as
+/// built for the class's parameters (the engine, request tables, per-stream buffers).
+#[derive(Debug, Serialize)]
+struct Memory {
+    class: &'static str,
+    send_bytes: usize,
+    recv_bytes: usize,
+    /// A send comm plus a receive comm: what one peer direction costs a process per channel.
+    pair_bytes: usize,
+    /// Set above `MEMORY_WARN_BYTES` per pair.
+    warning: Option<String>,
+}
+
+/// Per comm pair memory above which `plan` warns (NCCL opens one comm pair per channel and
+/// peer; hundreds are common).
+const MEMORY_WARN_BYTES: usize = 1 << 20;
+/// The comm-pair count the warning prices.
+const MEMORY_WARN_PAIRS: usize = 200;
+
+fn mib(b: usize) -> String {
+    format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
+}
+
+fn memory(cfg: &dqplb_config::SiteConfig, c: &ClassPlan) -> Result<Memory, String> {
+    use dqplb_engine::PolicyKind;
+    use dqplb_transport::tcp::{ConnParams, TcpRecvComm, TcpSendComm};
+    let params = ConnParams {
+        qps: u16::try_from(c.qps).map_err(|_| format!("{} QPs", c.qps))?,
+        outstanding: c.outstanding,
+        segment_bytes: u32::try_from(c.segment_bytes)
+            .map_err(|_| format!("segment of {} bytes", c.segment_bytes))?,
+        max_messages: cfg.engine.max_messages,
+        policy: match cfg.engine.policy {
+            PolicyName::Dqplb => PolicyKind::Dqplb,
+            PolicyName::DqplbLed => PolicyKind::DqplbLed,
+            PolicyName::StaticSplit => PolicyKind::StaticSplit,
+            PolicyName::RoundRobinMessage => PolicyKind::RoundRobinMessage,
+            PolicyName::SingleQp => PolicyKind::SingleQp,
+        },
+        fabric_id: 0,
+    };
+    let what = |e: dqplb_transport::NetError| format!("class {}: {e}", c.class.as_str());
+    let send_bytes = TcpSendComm::state_bytes(params).map_err(what)?;
+    let recv_bytes = TcpRecvComm::state_bytes(params).map_err(what)?;
+    let pair_bytes = send_bytes + recv_bytes;
+    let mut warning = None;
+    if pair_bytes > MEMORY_WARN_BYTES {
+        let mut w = format!(
+            "{} per comm pair, {} for {MEMORY_WARN_PAIRS} pairs (NCCL opens one per channel and peer)",
+            mib(pair_bytes),
+            mib(pair_bytes * MEMORY_WARN_PAIRS)
+        );
+        let default = dqplb_config::SiteConfig::default().engine.max_messages;
+        if cfg.engine.max_messages > default {
+            let small = ConnParams {
+                max_messages: default,
+                ..params
+            };
+            let b = TcpSendComm::state_bytes(small).map_err(what)?
+                + TcpRecvComm::state_bytes(small).map_err(what)?;
+            let _ = write!(
+                w,
+                "; max-messages = {} drives it: {default} (the default) needs {}",
+                cfg.engine.max_messages,
+                mib(b)
+            );
+        }
+        warning = Some(w);
+    }
+    Ok(Memory {
+        class: c.class.as_str(),
+        send_bytes,
+        recv_bytes,
+        pair_bytes,
+        warning,
+    })
+}
+
 #[derive(Debug, Serialize)]
 struct PlanReport {
     source: String,
@@ -267,6 +345,8 @@ struct PlanReport {
     steering: Vec<Steering>,
     /// Classes with path pinning: the ports of a sample connection.
     pinning: Vec<PinningPlan>,
+    /// Per class, in the same order.
+    memory: Vec<Memory>,
 }
 
 fn device_label(name: &str, port: Option<u32>) -> String {
@@ -280,8 +360,13 @@ fn build_report(
     loaded: LoadedConfig,
     hca: Option<(String, HcaList)>,
     buffsize_env: Option<&str>,
-) -> PlanReport {
+) -> Result<PlanReport, String> {
     let cfg = &loaded.config;
+    let memory = cfg
+        .plans()
+        .iter()
+        .map(|c| memory(cfg, c))
+        .collect::<Result<Vec<_>, _>>()?;
     let (buffsize, buffsize_note) = nccl_buffsize(buffsize_env);
     let classes = cfg.plans().to_vec();
     let pinning = pinning_plans(cfg, &classes);
@@ -324,7 +409,7 @@ fn build_report(
             devices,
         }
     });
-    PlanReport {
+    Ok(PlanReport {
         source: loaded.source.clone(),
         overrides: loaded
             .overrides
@@ -344,7 +429,8 @@ fn build_report(
         buffsize_note,
         steering: steer,
         pinning,
-    }
+        memory,
+    })
 }
 
 fn opt(v: Option<u32>) -> String {
@@ -405,7 +491,7 @@ fn render_table(r: &PlanReport) -> String {
         }
     }
     // One steering entry per class, in the same order.
-    for (c, steer) in r.classes.iter().zip(&r.steering) {
+    for ((c, steer), mem) in r.classes.iter().zip(&r.steering).zip(&r.memory) {
         let status = if !c.within_budget {
             "OVER BUDGET"
         } else if c.budget_note.is_some() {
@@ -436,8 +522,16 @@ fn render_table(r: &PlanReport) -> String {
             "  {:<12} {} B of {} B budget ({status})",
             "in-flight", c.inflight_bytes, c.budget_bytes
         );
+        let _ = writeln!(
+            s,
+            "  {:<12} {} B per send+recv comm pair (send {} B, recv {} B; TCP transport)",
+            "memory", mem.pair_bytes, mem.send_bytes, mem.recv_bytes
+        );
         if let Some(note) = &c.budget_note {
             let _ = writeln!(s, "  note: {note}");
+        }
+        if let Some(w) = &mem.warning {
+            let _ = writeln!(s, "  warning: {w}");
         }
         if let Some(note) = &steer.note {
             let _ = writeln!(s, "  note: {note}");
@@ -502,7 +596,7 @@ fn plan_output(
         }
         None => None,
     };
-    let report = build_report(loaded, hca, buffsize_env.as_deref());
+    let report = build_report(loaded, hca, buffsize_env.as_deref())?;
     match a.format {
         Format::Json => serde_json::to_string_pretty(&report)
             .map(|j| j + "\n")

@@ -351,3 +351,52 @@ fn pinned_classes_show_the_ports_of_a_sample_connection() {
     assert!(!text(&out.stdout).contains("path pinning"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn memory_per_comm_pair_and_a_warning_for_large_max_messages() {
+    let conf = default_conf();
+    let out = dqplb(&["plan", "--config", &conf, "--format", "json"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mem = v["memory"].as_array().unwrap();
+    assert_eq!(mem.len(), 3);
+    for m in mem {
+        let (s, r, p) = (
+            m["send_bytes"].as_u64().unwrap(),
+            m["recv_bytes"].as_u64().unwrap(),
+            m["pair_bytes"].as_u64().unwrap(),
+        );
+        assert_eq!(s + r, p, "{m}");
+        // The default max-messages (32) stays well under the 1 MiB warning.
+        assert!(p > 10_000 && p < 1 << 20, "{m}");
+        assert!(m["warning"].is_null(), "{m}");
+    }
+    let out = dqplb(
+        &["plan", "--config", &conf],
+        &[("NCCL_DQPLB_ENGINE_MAX_MESSAGES", "4096")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let warnings: Vec<&str> = t.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 3, "{t}");
+    for w in warnings {
+        assert!(w.contains("MiB per comm pair"), "{w}");
+        assert!(w.contains("for 200 pairs"), "{w}");
+        assert!(
+            w.contains("max-messages = 4096 drives it: 32 (the default) needs"),
+            "{w}"
+        );
+    }
+    // 4096 messages: several MiB per pair (the engine's and the request tables' rings).
+    let same_rail = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("memory"))
+        .unwrap();
+    let bytes: u64 = same_rail
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((4 << 20..16 << 20).contains(&bytes), "{same_rail}");
+}

@@ -37,6 +37,12 @@ impl<T: Copy> Slots<T> {
         self.table.len()
     }
 
+    /// Bytes of the table and free list (allocated once).
+    pub(crate) fn footprint_bytes(&self) -> usize {
+        self.table.capacity() * std::mem::size_of::<State<T>>()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
@@ -172,6 +178,11 @@ impl<R: Copy + Default> GroupMatcher<R> {
             queue: VecDeque::with_capacity(groups),
             cap: groups,
         }
+    }
+
+    /// Bytes of the announced-group queue (allocated once).
+    pub(crate) fn footprint_bytes(&self) -> usize {
+        self.queue.capacity() * std::mem::size_of::<Group<R>>()
     }
 
     /// Groups announced and not yet complete.

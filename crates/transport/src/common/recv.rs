@@ -59,6 +59,13 @@ impl RecvCore {
         })
     }
 
+    /// Bytes of state beside the struct itself: the engine, the request table, the sizes.
+    pub(crate) fn footprint_bytes(&self) -> usize {
+        self.engine.footprint_bytes()
+            + self.slots.footprint_bytes()
+            + self.sizes.capacity() * std::mem::size_of::<usize>()
+    }
+
     /// A grouped receive holds 1..=MAX_RECVS buffers.
     pub(crate) fn check_count(n: usize) -> NetResult<()> {
         if n == 0 || n > MAX_RECVS {

@@ -74,6 +74,13 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
         })
     }
 
+    /// Bytes of state beside the struct itself: the engine, the request table, the matcher.
+    pub(crate) fn footprint_bytes(&self) -> usize {
+        self.engine.footprint_bytes()
+            + self.slots.footprint_bytes()
+            + self.matcher.footprint_bytes()
+    }
+
     /// Nanoseconds since the comm was made: the engine's clock.
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64

@@ -120,6 +120,22 @@ pub struct TcpRecvComm {
 }
 
 impl TcpRecvComm {
+    /// Bytes a receive comm with `params` holds, all allocated when it is made: the struct, its
+    /// engine, request table and sizes (built here as `new` builds them), the posted buffers, the
+    /// control stream's output, and per data stream the read-ahead stage and acknowledgements.
+    pub fn state_bytes(params: ConnParams) -> NetResult<usize> {
+        use std::mem::size_of;
+        let rx = RecvCore::new(params, &"footprint", String::new())?;
+        let n = params.max_messages as usize;
+        let per_stream =
+            size_of::<DataRx>() + STAGE_BYTES + params.outstanding as usize * ACK_BYTES;
+        Ok(size_of::<TcpRecvComm>()
+            + rx.footprint_bytes()
+            + n * MAX_RECVS * size_of::<Posted>()
+            + (n * MAX_RECVS + 1) * ANNOUNCE_BYTES
+            + params.qps as usize * per_stream)
+    }
+
     pub(super) fn new(
         ctrl: TcpStream,
         data: Vec<TcpStream>,

@@ -104,6 +104,20 @@ pub struct TcpSendComm {
 const MAX_FAILURE_REPATHS: u32 = 3;
 
 impl TcpSendComm {
+    /// Bytes a send comm with `params` holds, all allocated when it is made: the struct, its
+    /// engine, request table and group matcher (built here as `new` builds them), and per data
+    /// stream the segment queues.
+    pub fn state_bytes(params: ConnParams) -> NetResult<usize> {
+        use std::mem::size_of;
+        let tx: SendCore<Active, u32> = SendCore::new(params, &"footprint", String::new())?;
+        let cap = params.outstanding as usize;
+        let per_stream = size_of::<DataTx>()
+            + cap * (size_of::<TxSeg>() + size_of::<(u32, usize)>())
+            + size_of::<Option<Repath>>()
+            + size_of::<u32>();
+        Ok(size_of::<TcpSendComm>() + tx.footprint_bytes() + params.qps as usize * per_stream)
+    }
+
     pub(super) fn new(
         ctrl: TcpStream,
         data: Vec<TcpStream>,
