@@ -575,6 +575,23 @@ fn render_table(r: &PlanReport) -> String {
     s
 }
 
+/// When `path` is a DCQCN profile file (top-level `[profiles.NAME]` tables only) rather than a
+/// site config: what it is and where it is used, for a message in place of "unknown field".
+pub(crate) fn profile_file_hint(path: &Path) -> Option<String> {
+    let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let names: Vec<&String> = table.get("profiles")?.as_table()?.keys().collect();
+    if table.len() != 1 || names.is_empty() {
+        return None;
+    }
+    let first = names[0];
+    Some(format!(
+        "{}: a DCQCN profile file ([profiles.NAME]: {}), not a site config. `dqplb check --profile {first}` checks the devices against a profile built into the plugin (plugin-conf/dcqcn-profiles.toml) or one a site config adds under [dcqcn.profiles.NAME]; `dqplb sim sweep --mode p --dcqcn {}:{first}` simulates one from this file",
+        path.display(),
+        names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", "),
+        path.display()
+    ))
+}
+
 /// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok(stdout text) or Err(message).
 fn plan_output(
     a: &PlanArgs,
@@ -582,10 +599,10 @@ fn plan_output(
     buffsize_env: Option<String>,
 ) -> Result<String, String> {
     let loaded = match &a.config {
-        Some(path) => load_path(Path::new(path), &process_env_vars()),
-        None => load_from_process_env(),
-    }
-    .map_err(|e| e.to_string())?;
+        Some(path) => load_path(Path::new(path), &process_env_vars())
+            .map_err(|e| profile_file_hint(Path::new(path)).unwrap_or_else(|| e.to_string())),
+        None => load_from_process_env().map_err(|e| e.to_string()),
+    }?;
     let hca_text = a.hca.clone().or(ib_hca_env.filter(|v| !v.is_empty()));
     let hca = match hca_text {
         Some(text) => {

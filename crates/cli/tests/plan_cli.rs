@@ -400,3 +400,21 @@ fn memory_per_comm_pair_and_a_warning_for_large_max_messages() {
         .unwrap();
     assert!((4 << 20..16 << 20).contains(&bytes), "{same_rail}");
 }
+
+#[test]
+fn a_dcqcn_profile_file_is_named_as_such() {
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugin-conf/dcqcn-profiles.toml")
+        .display()
+        .to_string();
+    let out = dqplb(&["plan", "--config", &profiles], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("dcqcn-profiles.toml: a DCQCN profile file ([profiles.NAME]: "),
+        "{err}"
+    );
+    assert!(err.contains("not a site config"), "{err}");
+    assert!(err.contains("`dqplb check --profile "), "{err}");
+    assert!(!err.contains("unknown field"), "{err}");
+}
