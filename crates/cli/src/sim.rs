@@ -477,6 +477,53 @@ fn write_timeseries(path: &str, rows: &[(SimResult, f64)]) -> std::io::Result<()
 }
 
 /// Runs `dqplb sim` (or its sweep); returns the exit code.
+/// Progress lines on stderr before each run, at most one per `Progress::EVERY`.
+struct Progress {
+    on: bool,
+    runs: usize,
+    done: usize,
+    start: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+    fn new(on: bool, runs: usize) -> Progress {
+        let now = Instant::now();
+        Progress {
+            on,
+            runs,
+            done: 0,
+            start: now,
+            last: now,
+        }
+    }
+
+    /// The line to print at `now` before the next run starts, if one is due.
+    fn line(&mut self, now: Instant, policy: &str, q: usize) -> Option<String> {
+        let due = self.on && self.done > 0 && now.duration_since(self.last) >= Self::EVERY;
+        let l = due.then(|| {
+            self.last = now;
+            format!(
+                "dqplb sim: {} of {} runs done in {:.0} s; running {policy} q={q}",
+                self.done,
+                self.runs,
+                now.duration_since(self.start).as_secs_f64()
+            )
+        });
+        self.done += 1;
+        l
+    }
+
+    /// Called before run `done + 1` of `runs` starts.
+    fn before(&mut self, policy: &str, q: usize) {
+        if let Some(l) = self.line(Instant::now(), policy, q) {
+            eprintln!("{l}");
+        }
+    }
+}
+
 pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
     if let Some(SimSub::Sweep(sweep)) = cmd.sweep {
         return super::sim_sweep::run_cli(sweep);
@@ -485,6 +532,13 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
         Ok(a) => a,
         Err(e) => return e.report(&["sim"]),
     };
+    if let Some(dir) = &a.svg {
+        if let Err(e) = super::sim_svg::check_writable(std::path::Path::new(dir)) {
+            eprintln!("dqplb sim: --svg {dir}: {e}");
+            return 2;
+        }
+    }
+    let show_progress = cmd.progress || std::io::IsTerminal::is_terminal(&std::io::stderr());
     if a.format == SimFormat::Table {
         let c = &a.cfg;
         if c.fabric.pods > 0 {
@@ -515,10 +569,15 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
             } else {
                 q
             };
-            if seen.contains(&(p, q)) {
-                continue;
+            if !seen.contains(&(p, q)) {
+                seen.push((p, q));
             }
-            seen.push((p, q));
+        }
+    }
+    let mut progress = Progress::new(show_progress, seen.len());
+    for &(p, q) in &seen {
+        {
+            progress.before(p.name(), q);
             let mut cfg = a.cfg.clone();
             cfg.shape.policy = p;
             cfg.shape.qps = q;
@@ -581,6 +640,35 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_lines_at_most_every_five_seconds_and_only_when_asked() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let mut p = Progress::new(true, 4);
+        p.start = t0;
+        p.last = t0;
+        assert_eq!(
+            p.line(at(0), "dqplb", 8),
+            None,
+            "nothing before the first run"
+        );
+        assert_eq!(p.line(at(3), "dqplb", 8), None, "3 s: not yet");
+        assert_eq!(
+            p.line(at(7), "spray", 8).as_deref(),
+            Some("dqplb sim: 2 of 4 runs done in 7 s; running spray q=8")
+        );
+        assert_eq!(
+            p.line(at(9), "single-qp", 1),
+            None,
+            "2 s after the last line"
+        );
+        let mut quiet = Progress::new(false, 2);
+        quiet.start = t0;
+        quiet.last = t0;
+        quiet.line(at(0), "dqplb", 8);
+        assert_eq!(quiet.line(at(60), "dqplb", 8), None);
+    }
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
     const SAMPLES: [(&str, &str); 62] = [

@@ -491,6 +491,9 @@ pub(crate) struct SimCmd {
     /// [fabric.sim] block; the engine shape from the plan of the traffic's class
     #[arg(long, value_name = "FILE", action = clap::ArgAction::Append, help_heading = "Run")]
     pub(crate) config: Vec<String>,
+    /// Report progress on stderr (at most every 5 s) even when stderr is not a terminal
+    #[arg(long, help_heading = "Run")]
+    pub(crate) progress: bool,
     #[command(subcommand)]
     pub(crate) sweep: Option<SimSub>,
 }

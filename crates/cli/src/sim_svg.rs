@@ -8,6 +8,16 @@ use dqplb_sim::SimResult;
 use super::charts::timeseries::timeseries;
 use super::charts::{collisions::collisions, heatmap::heatmap, ideal::ideal_bars};
 
+/// Fails unless files can be created in `dir` (made if absent): checked before a run so that a
+/// bad --svg costs no simulation time.
+pub(crate) fn check_writable(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    let probe = dir.join(format!(".dqplb-sim-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("cannot write into it: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// Writes DIR/ideal.svg, per run DIR/collisions-P-qQ.svg and DIR/heatmap-P-qQ.svg (and
 /// DIR/timeseries-P-qQ.svg when it was sampled), and DIR/uplinks.csv; returns the files written.
 pub(crate) fn write_all(dir: &Path, runs: &[&SimResult]) -> Result<Vec<PathBuf>, String> {

@@ -252,6 +252,12 @@ pub(crate) fn run_cli(o: SweepArgs) -> i32 {
         Ok(g) => g,
         Err(e) => return e.report(&["sim", "sweep"]),
     };
+    if let Some(dir) = &g.svg {
+        if let Err(e) = super::sim_svg::check_writable(std::path::Path::new(dir)) {
+            eprintln!("dqplb sim sweep: --svg {dir}: {e}");
+            return 2;
+        }
+    }
     let t0 = Instant::now();
     let mut points = Vec::new();
     let mut walls = Vec::new();

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 fn repo_file(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -28,9 +30,14 @@ fn license_is_the_apache_2_text_the_manifest_names() {
 fn changelog_has_unreleased_above_the_first_release() {
     let text = repo_file("CHANGELOG.md");
     assert!(text.starts_with("# Changelog\n"));
-    let unreleased = text.find("\n## [Unreleased]\n").expect("Unreleased section");
+    let unreleased = text
+        .find("\n## [Unreleased]\n")
+        .expect("Unreleased section");
     let first = text.find("\n## [0.1.0]\n").expect("0.1.0 section");
     assert!(unreleased < first);
     let version = repo_file("Cargo.toml");
-    assert!(version.contains("version = \"0.1.0\""), "the workspace version");
+    assert!(
+        version.contains("version = \"0.1.0\""),
+        "the workspace version"
+    );
 }

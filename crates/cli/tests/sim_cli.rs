@@ -99,6 +99,11 @@ fn site_toml_with_a_fabric_sim_block() {
 fn bad_input_exits_2_naming_the_option() {
     for (args, needle) in [
         (vec!["sim", "--policy", "ecmp"], "unknown policy"),
+        // Every policy is named, the engine's and the simulator's own.
+        (
+            vec!["sim", "--policy", "ecmp"],
+            "expected one of dqplb, dqplb-led, static-split, round-robin-message, single-qp, spray, dqplb-rehash, dqplb-led-rehash, lp-split",
+        ),
         (vec!["sim", "--mode", "q"], "unknown mode 'q' (f, b or p)"),
         (
             vec!["sim", "--sample-us", "-5"],
@@ -137,6 +142,49 @@ fn bad_input_exits_2_naming_the_option() {
             text(&out.stderr)
         );
     }
+}
+
+#[test]
+fn an_unwritable_svg_directory_fails_before_the_run() {
+    for args in [
+        vec!["sim", "--svg", "/proc/dqplb-no-such-dir", "--hosts", "16"],
+        vec![
+            "sim",
+            "sweep",
+            "--svg",
+            "/proc/dqplb-no-such-dir",
+            "--qps",
+            "1",
+        ],
+    ] {
+        let out = dqplb(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("--svg /proc/dqplb-no-such-dir: cannot create it:"),
+            "{args:?}: {err}"
+        );
+        // Nothing ran: no table, not even its header.
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+    }
+}
+
+#[test]
+fn progress_is_accepted_and_quiet_on_a_short_run() {
+    let out = dqplb(&[
+        "sim",
+        "--progress",
+        "--hosts",
+        "16",
+        "--policy",
+        "dqplb,spray",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("runs done"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// `[fabric.sim]` first, then plugin-conf/default.toml with `engine.policy` set to `policy`.

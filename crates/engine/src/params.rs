@@ -75,9 +75,8 @@ impl FromStr for PolicyKind {
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(t))
             .ok_or_else(|| {
-                format!(
-                    "unknown policy {s:?}: expected one of dqplb, static-split, round-robin-message, single-qp"
-                )
+                let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown policy {s:?}: expected one of {}", names.join(", "))
             })
     }
 }
