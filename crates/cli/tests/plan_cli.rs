@@ -418,3 +418,31 @@ fn a_dcqcn_profile_file_is_named_as_such() {
     assert!(err.contains("`dqplb check --profile "), "{err}");
     assert!(!err.contains("unknown field"), "{err}");
 }
+
+#[test]
+fn a_fabric_sim_block_is_accepted_and_ignored() {
+    // The simulator's [fabric.sim] keys in a site file that dqplb sim --config also reads.
+    let dir = std::env::temp_dir().join(format!("dqplb-plan-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = dir.join("with.toml");
+    let without = dir.join("without.toml");
+    let base = std::fs::read_to_string(default_conf()).unwrap();
+    std::fs::write(&without, &base).unwrap();
+    std::fs::write(
+        &with,
+        format!("{base}\n[fabric.sim]\nhosts = 16\nspines = 4\ntraffic = \"ring\"\n"),
+    )
+    .unwrap();
+    let run = |p: &Path| {
+        let out = dqplb(
+            &["plan", "--config", p.to_str().unwrap(), "--format", "json"],
+            &[],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["source"] = Value::Null;
+        v
+    };
+    assert_eq!(run(&with), run(&without));
+    let _ = std::fs::remove_dir_all(&dir);
+}

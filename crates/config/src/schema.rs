@@ -70,6 +70,9 @@ pub struct FabricSection {
     /// Traffic class of the verbs control (clear-to-send) QP; -1: NCCL_IB_TC. NCCL_IB_FIFO_TC,
     /// when set, wins (a job's own setting over the site's).
     pub control_traffic_class: i32,
+    /// `[fabric.sim]`: the simulator's section (`dqplb sim --config`), accepted and ignored here.
+    #[serde(skip_serializing)]
+    pub sim: serde::de::IgnoredAny,
 }
 
 /// `fabric.transport`: RDMA (verbs) or TCP.
@@ -102,6 +105,7 @@ impl Default for FabricSection {
             max_rails: 8,
             transport: TransportKind::Auto,
             control_traffic_class: -1,
+            sim: serde::de::IgnoredAny,
         }
     }
 }
