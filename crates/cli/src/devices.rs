@@ -2,6 +2,7 @@
 //! the NCCL_IB_HCA fabric id, and whether the plugin would use the port and why not.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
@@ -333,14 +334,17 @@ pub(crate) fn run(a: &DevicesArgs) -> i32 {
     };
     if a.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            // A closed pipe (`| head`) is not an error worth a panic.
+            Ok(s) => {
+                let _ = writeln!(std::io::stdout(), "{s}");
+            }
             Err(e) => {
                 eprintln!("dqplb devices: {e}");
                 return 2;
             }
         }
     } else {
-        print!("{}", table(&report));
+        let _ = write!(std::io::stdout(), "{}", table(&report));
     }
     0
 }

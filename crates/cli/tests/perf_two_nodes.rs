@@ -121,6 +121,13 @@ fn bidir_in_gigabits_checks_both_directions() {
     ] {
         assert!(text.contains(needle), "{needle}: {text}");
     }
+    // Each direction names its own sender's connection.
+    let conns: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# plugin: "))
+        .collect();
+    assert_eq!(conns.len(), 2, "{text}");
+    assert_ne!(conns[0], conns[1], "{text}");
     assert!(s.wait().unwrap().success());
 }
 
@@ -166,4 +173,87 @@ fn the_client_names_an_absent_server() {
         err.contains("cannot connect to the server at 127.0.0.1:"),
         "{err}"
     );
+}
+
+/// A stand-in server: accepts the client, answers OK, and runs a real receiver process
+/// (`dqplb perf __role bw-recv`) with the client's options but byte checks on, relaying lines
+/// as the real server does. A client sent `--no-check` fills its buffers once (iteration 0's
+/// pattern), so every later message arrives with bytes the checking receiver counts as wrong.
+fn checking_stand_in(l: std::net::TcpListener) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    std::thread::spawn(move || {
+        let (ctl, _) = l.accept().unwrap();
+        let mut reader = BufReader::new(ctl.try_clone().unwrap());
+        let mut hello = String::new();
+        reader.read_line(&mut hello).unwrap();
+        let json = hello.trim_end().strip_prefix("DQPLB-PERF 1 ").unwrap();
+        let mut args: Vec<String> = serde_json::from_str(json).unwrap();
+        args.retain(|a| a != "--no-check");
+        let mut out = ctl.try_clone().unwrap();
+        writeln!(out, "OK").unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dqplb"))
+            .args(["perf", "__role", "bw-recv"])
+            .args(&args)
+            .env("NCCL_SOCKET_IFNAME", "lo")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut relay_out = ctl.try_clone().unwrap();
+        let up = std::thread::spawn(move || {
+            for l in stdout.lines().map_while(Result::ok) {
+                writeln!(relay_out, "0 {l}").unwrap();
+            }
+        });
+        for l in reader.lines().map_while(Result::ok) {
+            if let Some(line) = l.strip_prefix("0 ") {
+                if line.starts_with("HANDLE ") || line == "DONE" {
+                    writeln!(stdin, "{line}").unwrap();
+                    stdin.flush().unwrap();
+                }
+            }
+            if l.starts_with("END 0") {
+                break;
+            }
+        }
+        up.join().unwrap();
+        let ok = child.wait().unwrap().success();
+        writeln!(out, "END 0 {}", if ok { "ok" } else { "receiver failed" }).unwrap();
+    })
+}
+
+#[test]
+fn wrong_bytes_make_the_client_exit_1() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let stand_in = checking_stand_in(l);
+    let c = client(
+        port,
+        &[
+            "--min-bytes",
+            "4K",
+            "--max-bytes",
+            "4K",
+            "--iters",
+            "5",
+            "--no-check",
+        ],
+    );
+    stand_in.join().unwrap();
+    let text = String::from_utf8_lossy(&c.stdout).into_owned();
+    assert_eq!(
+        c.status.code(),
+        Some(1),
+        "{text}\n{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    let r = rows(&text);
+    assert_eq!(r.len(), 1, "{text}");
+    let (size, iters, wrong) = r[0];
+    assert_eq!((size, iters), (4096, 5));
+    // Warm-up (1) + 5 messages; all but the first carry iteration 0's bytes.
+    assert!(wrong > 0 && wrong <= 5 * 4096, "{text}");
+    assert!(text.contains("FAILED"), "{text}");
 }

@@ -188,7 +188,7 @@ fn start_child(
 /// both nodes ended. Prints the result; Ok(exit code).
 fn session(
     a: &PerfArgs,
-    mut info: RunInfo,
+    info: RunInfo,
     server: bool,
     mut ctl: TcpStream,
     reader: BufReader<TcpStream>,
@@ -196,7 +196,9 @@ fn session(
 ) -> Result<i32, String> {
     let roles = roles(server, a.bidir);
     let (tx, rx) = channel::<Ev>();
-    let conn = Arc::new(Mutex::new(None::<String>));
+    // Per channel: the plugin's connection line from that child's stderr.
+    let conns: Vec<Arc<Mutex<Option<String>>>> =
+        roles.iter().map(|_| Arc::new(Mutex::new(None))).collect();
     let ops = Arc::new(Mutex::new(Vec::new()));
     let peer_tx = tx.clone();
     std::thread::spawn(move || {
@@ -218,10 +220,10 @@ fn session(
     let mut children = Vec::new();
     let mut err_threads = Vec::new();
     for (chan, &role) in roles.iter().enumerate() {
-        match start_child(role, chan, a, &tx, &conn, &ops) {
+        match start_child(role, chan, a, &tx, &conns[chan], &ops) {
             Ok((c, t)) => {
                 children.push(c);
-                err_threads.push(t);
+                err_threads.push(Some(t));
             }
             Err(e) => {
                 for c in &mut children {
@@ -239,7 +241,7 @@ fn session(
     let mut errors: Vec<String> = Vec::new();
     let mut local_open = chans;
     let mut peer_ended = vec![false; chans];
-    let mut config_line = None;
+    let mut config_lines: Vec<Option<String>> = vec![None; chans];
     let send_peer = |ctl: &mut TcpStream, line: String| -> Result<(), String> {
         writeln!(ctl, "{line}")
             .and_then(|_| ctl.flush())
@@ -250,7 +252,7 @@ fn session(
         let Ok(ev) = rx.recv() else { break };
         match ev {
             Ev::Local(chan, l) => {
-                note(&l, chan, &mut rows, &mut errors, &mut config_line);
+                note(&l, chan, &mut rows, &mut errors, &mut config_lines);
                 if let Err(e) = send_peer(&mut ctl, format!("{chan} {l}")) {
                     broken = Some(e);
                     break;
@@ -261,6 +263,20 @@ fn session(
                 let st = children[chan]
                     .wait()
                     .map_err(|e| format!("waiting for the {} process: {e}", roles[chan].name()))?;
+                // The child's stderr is closing: its connection line (the sender's) goes to
+                // the peer too, so both nodes print each direction's.
+                if let Some(t) = err_threads[chan].take() {
+                    let _ = t.join();
+                }
+                let line = conns[chan].lock().ok().and_then(|g| g.clone());
+                if let Some(l) = line {
+                    let l = format!("CONFIG {l}");
+                    note(&l, chan, &mut rows, &mut errors, &mut config_lines);
+                    if let Err(e) = send_peer(&mut ctl, format!("{chan} {l}")) {
+                        broken = Some(e);
+                        break;
+                    }
+                }
                 let word = if st.success() {
                     "ok".to_string()
                 } else {
@@ -300,7 +316,7 @@ fn session(
                     broken = Some(format!("unexpected line from {peer}: {l:?}"));
                     break;
                 };
-                note(line, chan, &mut rows, &mut errors, &mut config_line);
+                note(line, chan, &mut rows, &mut errors, &mut config_lines);
                 if line.starts_with("HANDLE ") || line == "DONE" {
                     if let Some(Some(stdin)) = stdins.get_mut(chan) {
                         let _ = writeln!(stdin, "{line}").and_then(|_| stdin.flush());
@@ -327,10 +343,9 @@ fn session(
         return Err(e);
     }
     drop(stdins);
-    for t in err_threads {
+    for t in err_threads.into_iter().flatten() {
         let _ = t.join();
     }
-    info.plugin_line = config_line.or_else(|| conn.lock().ok().and_then(|g| g.clone()));
     let want = a.sizes().len();
     for (chan, r) in rows.iter().enumerate() {
         if errors.is_empty() && r.len() != want {
@@ -344,7 +359,7 @@ fn session(
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
-    print!("{}", report_text(&info, &rows, a));
+    print!("{}", report_text(&info, &rows, &config_lines, a));
     Ok(exit_code(&rows))
 }
 
@@ -379,22 +394,32 @@ fn note(
     chan: usize,
     rows: &mut [Vec<Row>],
     errors: &mut Vec<String>,
-    config: &mut Option<String>,
+    config: &mut [Option<String>],
 ) {
     if let Some(r) = Row::from_line(line) {
         rows[chan].push(r);
     } else if line.starts_with("ERROR ") {
         errors.push(format!("{}: {line}", direction(chan)));
     } else if let Some(c) = line.strip_prefix("CONFIG ") {
-        config.get_or_insert_with(|| c.to_string());
+        config[chan].get_or_insert_with(|| c.to_string());
     }
 }
 
-/// The result as both nodes print it: a table per direction; with --bidir also both together.
-fn report_text(info: &RunInfo, rows: &[Vec<Row>], a: &PerfArgs) -> String {
+/// The result as both nodes print it: a table per direction (with its sender's connection line);
+/// with --bidir also both directions together.
+fn report_text(
+    info: &RunInfo,
+    rows: &[Vec<Row>],
+    config: &[Option<String>],
+    a: &PerfArgs,
+) -> String {
     let mut out = String::new();
     for (chan, r) in rows.iter().enumerate() {
         let mut i = info.clone();
+        // The sender's connection line for this direction, else what this node's plugin logged.
+        if let Some(Some(c)) = config.get(chan) {
+            i.plugin_line = Some(c.clone());
+        }
         i.mode = format!("two nodes, {}, {}", direction(chan), info.mode);
         out.push_str(&report::bandwidth(&i, r, a.format));
     }
