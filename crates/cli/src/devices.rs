@@ -238,8 +238,8 @@ fn table(r: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<12} {:>4} {:<8} {:<8} {:<11} {:>8} {:>6} {:>6} {:>4} {:>4}  {}",
-        "device", "port", "state", "phys", "link", "rate", "mtu", "fabric", "dc", "rail", "used"
+        "{:<12} {:>4} {:<8} {:<8} {:<11} {:>8} {:>6} {:>6} {:>4} {:>4}  used",
+        "device", "port", "state", "phys", "link", "rate", "mtu", "fabric", "dc", "rail"
     );
     let opt = |v: Option<u32>| v.map_or("-".to_string(), |x| x.to_string());
     for p in &r.ports {

@@ -671,7 +671,7 @@ mod tests {
     }
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
-    const SAMPLES: [(&str, &str); 62] = [
+    const SAMPLES: [(&str, &str); 63] = [
         ("hosts", "16"),
         ("rails", "2"),
         ("hosts-per-leaf", "4"),
@@ -733,6 +733,7 @@ mod tests {
         ("dcqcn", "paper"),
         ("svg", "charts"),
         ("config", "-"),
+        ("progress", "-"),
         ("help", "-"),
     ];
 

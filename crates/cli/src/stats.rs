@@ -10,7 +10,10 @@ use std::path::PathBuf;
 pub(crate) const LONG_ABOUT: &str = "\
 Prints the per-QP statistics the plugin writes when the site config sets [stats] file (or
 NCCL_DQPLB_STATS_FILE), one file per process: segments, bytes, completions, outstanding,
-completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.";
+completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.
+The plugin rewrites a file when a send connection closes and removes it when the process's last
+one closes. --prometheus labels every series with host, pid, comm, dev, transport, peer, class and
+qp; the plugin's own textfile ([stats] textfile-dir) uses bounded labels.";
 
 /// The exit status line under `dqplb stats --help`.
 pub(crate) const EXIT: &str = "exit status: 0 printed, 2 bad usage or an unreadable file";

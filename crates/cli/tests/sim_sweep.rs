@@ -268,8 +268,9 @@ fn csv_lists_every_point_and_bad_input_exits_2() {
         (vec!["--qps", ""], "--qps"),
         (vec!["--bound-pct", "x"], "--bound-pct"),
         (
+            // Refused before the sweep runs, not when sweep.svg is written after it.
             vec!["--svg", "/proc/dqplb-no-such-dir"],
-            "/proc/dqplb-no-such-dir/sweep.svg",
+            "--svg /proc/dqplb-no-such-dir: cannot create it",
         ),
     ] {
         let mut args = vec!["sim", "sweep"];
