@@ -32,7 +32,8 @@ macro_rules! on_transport {
 }
 
 pub(super) enum ListenInner {
-    Tcp(TcpListenComm),
+    /// Boxed: the TCP listener (its pending-socket tables) is much larger than the verbs one.
+    Tcp(Box<TcpListenComm>),
     #[cfg(feature = "verbs")]
     Verbs(VerbsListenComm),
 }

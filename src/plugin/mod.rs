@@ -361,7 +361,7 @@ pub(crate) fn listen_with(
             tcp.set_traffic_class(opts.traffic_class);
             tcp.handle().encode(handle);
             tracing::info!(target: "dqplb::net", "dev {dev} listening on {}", tcp.handle().addr);
-            comm::ListenInner::Tcp(tcp)
+            comm::ListenInner::Tcp(Box::new(tcp))
         }
         #[cfg(feature = "verbs")]
         devices::DeviceKind::Verbs { ip, domain } => {
