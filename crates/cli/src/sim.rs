@@ -33,6 +33,12 @@ pub(super) struct Args {
     pub(super) alpha_update: Option<AlphaSchedule>,
     /// Whether `--step-bytes` (or the config's `step-bytes`) was given.
     pub(super) step_given: bool,
+    /// `--nccl-qps`: NCCL_IB_QPS_PER_CONNECTION of the nccl policy.
+    pub(super) nccl_qps: usize,
+    /// `--nccl-split`: the nccl policy splits each message over its QPs.
+    pub(super) nccl_split: bool,
+    /// Whether `--channels` was given (else 2 when a policy is nccl).
+    pub(super) channels_given: bool,
 }
 
 /// Why a run's configuration could not be built.
@@ -145,9 +151,16 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
             a.step_given = true;
         }
         "slots" => c.traffic.slots = num(&opt, v)?,
+        "channels" => {
+            c.traffic.channels = num(&opt, v)?;
+            a.channels_given = true;
+        }
+        "nccl-qps" => a.nccl_qps = num(&opt, v)?,
+        "nccl-split" => a.nccl_split = opts::yes(v)?,
         "placement" => {
-            c.traffic.placement = opts::placement(v)
-                .map_err(|_| format!("--placement '{v}' (contiguous or fragmented)"))?
+            c.traffic.placement = opts::placement(v).map_err(|_| {
+                format!("--placement '{v}' (contiguous, fragmented or leaf-ordered)")
+            })?
         }
         "max-steps" => c.traffic.max_steps = num(&opt, v)?,
         "p2p-batches" => {
@@ -327,6 +340,9 @@ pub(super) fn build(
         svg: None,
         alpha_update: None,
         step_given: false,
+        nccl_qps: 1,
+        nccl_split: false,
+        channels_given: false,
     };
     let mut leaves = None;
     let settings: Vec<(&str, &str)> = base
@@ -528,7 +544,7 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
     if let Some(SimSub::Sweep(sweep)) = cmd.sweep {
         return super::sim_sweep::run_cli(sweep);
     }
-    let a = match build(&cmd.config, &[], &cmd.settings.merged(&cmd.shape)) {
+    let mut a = match build(&cmd.config, &[], &cmd.settings.merged(&cmd.shape)) {
         Ok(a) => a,
         Err(e) => return e.report(&["sim"]),
     };
@@ -539,6 +555,18 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
         }
     }
     let show_progress = cmd.progress || std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Stock NCCL duplicates its ring channels: two connections per NIC pair unless told.
+    let nccl = a
+        .policies
+        .iter()
+        .any(|p| matches!(p, SimPolicy::Nccl { .. }));
+    if nccl && !a.channels_given && a.cfg.traffic.channels == 1 {
+        let mut two = a.cfg.traffic.clone();
+        two.channels = 2;
+        if two.check(&a.cfg.fabric).is_ok() {
+            a.cfg.traffic = two;
+        }
+    }
     if a.format == SimFormat::Table {
         let c = &a.cfg;
         if c.fabric.pods > 0 {
@@ -559,15 +587,28 @@ pub(crate) fn run_cli(cmd: SimCmd) -> i32 {
             c.fabric.leaves(), c.fabric.hosts_per_leaf, c.fabric.spines, c.fabric.oversub, c.fabric.host_gbps,
             c.fabric.hash.source_port, c.fabric.hash.dest_qpn, c.shape.outstanding, c.shape.segment_bytes, c.seed
         );
+        if c.traffic.channels > 1 || nccl {
+            println!(
+                "# channels {} per rank pair; nccl: {} QP(s) per channel{}",
+                c.traffic.channels,
+                a.nccl_qps,
+                if a.nccl_split { ", split" } else { "" }
+            );
+        }
     }
     let mut rows = Vec::new();
     let mut seen = Vec::new();
     for &p in &a.policies {
         for &q in &a.qps {
-            let q = if p == SimPolicy::Engine(PolicyKind::SingleQp) {
-                1
-            } else {
-                q
+            let (p, q) = match p {
+                SimPolicy::Engine(PolicyKind::SingleQp) => (p, 1),
+                SimPolicy::Nccl { split } => (
+                    SimPolicy::Nccl {
+                        split: split || a.nccl_split,
+                    },
+                    a.nccl_qps,
+                ),
+                _ => (p, q),
             };
             if !seen.contains(&(p, q)) {
                 seen.push((p, q));
@@ -672,6 +713,7 @@ mod tests {
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
     const SAMPLES: [(&str, &str); 63] = [
+    const SAMPLES: [(&str, &str); 65] = [
         ("hosts", "16"),
         ("rails", "2"),
         ("hosts-per-leaf", "4"),
@@ -702,6 +744,9 @@ mod tests {
         ("p2p-batches", "2"),
         ("step-bytes", "256K"),
         ("slots", "4"),
+        ("channels", "1"),
+        ("nccl-qps", "2"),
+        ("nccl-split", "true"),
         ("placement", "fragmented"),
         ("max-steps", "3"),
         ("background-hosts", "2"),

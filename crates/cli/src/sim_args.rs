@@ -112,10 +112,13 @@ pub(crate) fn segment32(v: &str) -> Result<u32, String> {
     u32::try_from(bytes(v)?).map_err(|_| format!("{v} does not fit 32 bits"))
 }
 
-/// `--source-port`: qpn, or a fixed port (`fixed:P` or `P`).
+/// `--source-port`: qpn, a fixed port (`fixed:P` or `P`), pinned or pinned-absolute.
 pub(crate) fn source_port(v: &str) -> Result<SourcePort, String> {
-    if v == "qpn" {
-        return Ok(SourcePort::FromQpn);
+    match v {
+        "qpn" => return Ok(SourcePort::FromQpn),
+        "pinned" => return Ok(SourcePort::Pinned),
+        "pinned-absolute" => return Ok(SourcePort::PinnedAbsolute),
+        _ => {}
     }
     let p = v.strip_prefix("fixed:").unwrap_or(v);
     num(p).map(SourcePort::Fixed)
@@ -150,7 +153,8 @@ pub(crate) fn placement(v: &str) -> Result<Placement, String> {
     match v {
         "contiguous" => Ok(Placement::Contiguous),
         "fragmented" => Ok(Placement::Fragmented),
-        _ => Err("not contiguous or fragmented".to_string()),
+        "leaf-ordered" => Ok(Placement::LeafOrdered),
+        _ => Err("not contiguous, fragmented or leaf-ordered".to_string()),
     }
 }
 
@@ -281,7 +285,10 @@ struct FabricSettings {
     /// Rate factor of the slow links (0.5)
     #[arg(long, value_name = "F", value_parser = num::<f64>, allow_negative_numbers = true)]
     slow_factor: Option<f64>,
-    /// qpn (mlx5's derivation from the QPNs, default) or a fixed port (P or fixed:P)
+    /// qpn (mlx5's derivation from the QPNs, default), a fixed port (P or fixed:P; with
+    /// --hash-dest-qpn: E-ECMP), pinned (the pinning module's relative ports: a NIC pair's QPs
+    /// on distinct spines of a power-of-two group of --spines, seed unknown) or pinned-absolute
+    /// (the switch's hash known in full: ports searched over the live group)
     #[arg(long, value_name = "P", value_parser = source_port)]
     source_port: Option<SourcePort>,
     /// E-ECMP: switches also hash the BTH destination QPN
@@ -301,9 +308,19 @@ struct EngineSettings {
     /// Single-qp, static-split, round-robin-message, dqplb, dqplb-led (least expected delay),
     /// spray, dqplb-rehash (dqplb with the engine's straggler re-hash rule), dqplb-led-rehash,
     /// lp-split (an oracle, not a NIC policy: each connection splits over its q hashed paths as
-    /// the split bound does, knowing every path; 64 sub-QPs of --outstanding each) (comma list)
+    /// the split bound does, knowing every path; 64 sub-QPs of --outstanding each), nccl (stock
+    /// NCCL: --nccl-qps QPs per channel, a whole message per QP in turn; nccl-split: each
+    /// message split over them) (comma list)
     #[arg(long, value_name = "LIST", value_parser = policies)]
     policy: Option<std::vec::Vec<SimPolicy>>,
+    /// nccl: NCCL_IB_QPS_PER_CONNECTION, QPs per channel's connection (NCCL's default 1)
+    #[arg(long, value_name = "N", value_parser = num::<usize>)]
+    nccl_qps: Option<usize>,
+    /// nccl: NCCL_IB_SPLIT_DATA_ON_QPS=1, each message split over the QPs (as --policy
+    /// nccl-split)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_name = "BOOL", value_parser = yes)]
+    nccl_split: Option<bool>,
     /// dqplb-rehash: slow = K x the connection's median latency (2)
     #[arg(long, value_name = "K", value_parser = num::<f64>, allow_negative_numbers = true)]
     rehash_ratio: Option<f64>,
@@ -345,7 +362,14 @@ struct TrafficSettings {
     /// NCCL_STEPS (8)
     #[arg(long, value_name = "N", value_parser = num::<u32>)]
     slots: Option<u32>,
-    /// contiguous (default) or fragmented (seeded random host order)
+    /// Connections per rank pair, NCCL's channels, each carrying its share of the bytes with its
+    /// own slots; every policy runs over them (NCCL connects each channel). Ring, permutation,
+    /// leaf-shift, all-to-all, incast. Default 1, or 2 when --policy names nccl (NCCL
+    /// duplicates its ring channels, src/graph/connect.cc)
+    #[arg(long, value_name = "N", value_parser = num::<u32>)]
+    channels: Option<u32>,
+    /// contiguous (default), fragmented (seeded random host order) or leaf-ordered (ranks
+    /// grouped by leaf, the leaves in a seeded random order)
     #[arg(long, value_name = "P", value_parser = placement)]
     placement: Option<Placement>,
     /// Ring only: simulate N of the 2(n-1) steps and scale the time (0 = all)
@@ -672,6 +696,44 @@ mod tests {
         );
         assert_eq!(a.config, ["a.toml", "b.toml"]);
         assert!(a.sweep.is_none());
+    }
+
+    #[test]
+    fn pinning_channels_and_the_nccl_baseline_parse() {
+        assert_eq!(source_port("qpn"), Ok(SourcePort::FromQpn));
+        assert_eq!(source_port("pinned"), Ok(SourcePort::Pinned));
+        assert_eq!(
+            source_port("pinned-absolute"),
+            Ok(SourcePort::PinnedAbsolute)
+        );
+        assert_eq!(source_port("fixed:49152"), Ok(SourcePort::Fixed(49152)));
+        assert!(source_port("pinned-relative").is_err());
+        assert_eq!(placement("leaf-ordered"), Ok(Placement::LeafOrdered));
+        let a = sim(&[
+            "--policy",
+            "nccl,dqplb-led",
+            "--channels",
+            "2",
+            "--nccl-qps",
+            "4",
+            "--nccl-split",
+            "--source-port",
+            "pinned",
+            "--placement",
+            "leaf-ordered",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.settings.merged(&a.shape),
+            pairs(&[
+                ("policy", "nccl,dqplb-led"),
+                ("channels", "2"),
+                ("nccl-qps", "4"),
+                ("nccl-split", "true"),
+                ("source-port", "pinned"),
+                ("placement", "leaf-ordered"),
+            ])
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use super::bound::{phase_bound, phase_split, Bracket};
 use super::conn::{ConnShape, PhaseRun, SimPolicy, LP_SLICES};
 use super::error::SimError;
 use super::events::Core;
+use super::pin::phase_ports;
 use super::rng::Rng;
 use super::spray::SpraySets;
 use super::timeseries::{TsKind, TsRow};
@@ -46,18 +47,21 @@ pub struct PhaseOutcome {
 }
 
 /// The fixed path of every (connection, QP), or None under spraying; counts paths per uplink.
+/// Sets the QPs' hashed ends (`run.ends`, pin.rs) first.
 pub(crate) fn qp_paths(
     rail: &Rail,
-    run: &PhaseRun,
+    run: &mut PhaseRun,
     shape: &ConnShape,
     uplink_paths: &mut [u32],
 ) -> Result<Vec<Path>, SimError> {
+    run.ends = phase_ports(rail, &run.conns, shape.qps)?;
     let mut paths = Vec::with_capacity(run.conns.len() * shape.qps);
     let first_up = rail.leaf_up(0, 0) as usize;
-    for c in &run.conns {
-        for k in 0..shape.qps as u32 {
+    for (ci, c) in run.conns.iter().enumerate() {
+        for k in 0..shape.qps {
+            let (sport, rqpn) = run.ends[ci * shape.qps + k];
             let p = rail
-                .ecmp_path(c.src as usize, c.dst as usize, c.lqpn + k, c.rqpn + k)
+                .ecmp_path_port(c.src as usize, c.dst as usize, sport, rqpn)
                 .ok_or(SimError::NoPath {
                     rail: rail.index,
                     src: c.src,
@@ -78,7 +82,7 @@ pub(crate) fn qp_paths(
 /// loads every link as that split does.
 pub(crate) fn engine_paths(
     rail: &Rail,
-    run: &PhaseRun,
+    run: &mut PhaseRun,
     shape: &ConnShape,
     uplink_paths: &mut [u32],
 ) -> Result<(Vec<Path>, Bracket), SimError> {
@@ -345,9 +349,9 @@ mod tests {
         let qpns: Vec<u32> = (0..64).map(|h| 0x100 + 977 * h).collect();
         let paths_of = |policy| {
             let (mut q, s) = (qpns.clone(), shape(policy));
-            let run = PhaseRun::new(&ph, &s, &mut q).unwrap();
+            let mut run = PhaseRun::new(&ph, &s, &mut q).unwrap();
             let mut up = vec![0; rail.leaves * rail.spines];
-            let (paths, bound) = engine_paths(&rail, &run, &s, &mut up).unwrap();
+            let (paths, bound) = engine_paths(&rail, &mut run, &s, &mut up).unwrap();
             (paths, bound, up)
         };
         let (base, b8, up8) = paths_of(SimPolicy::Engine(PolicyKind::Dqplb));

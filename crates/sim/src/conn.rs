@@ -5,6 +5,7 @@ use dqplb_engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Se
 
 use super::error::SimError;
 use super::latency::LatencyHist;
+use super::pin::{self, QpEnd};
 use super::topology::{Path, Rail};
 use super::traffic::Phase;
 
@@ -27,6 +28,13 @@ pub enum SimPolicy {
     /// on sub-QP r, which takes the path the bound gave slice r. Shows whether the bound can be
     /// reached under the mode's dynamics.
     LpSplit,
+    /// Stock NCCL's net_ib on the same fabric: each channel's connection has
+    /// NCCL_IB_QPS_PER_CONNECTION QPs (`--nccl-qps`, NCCL's default 1) and puts a whole message
+    /// on one QP, rotating per message (NCCL_IB_SPLIT_DATA_ON_QPS=0, NCCL's default), or splits
+    /// each message evenly over them (`split`, NCCL_IB_SPLIT_DATA_ON_QPS=1); every message
+    /// (NCCL step) is one RDMA write of up to NCCL_STEPS in flight. Run it with `--channels`
+    /// (the command line's default for it: 2, NCCL's duplicated ring channels).
+    Nccl { split: bool },
 }
 
 /// Sub-QPs of an `lp-split` connection: one per slice of the bound's greedy split.
@@ -46,9 +54,15 @@ impl SimPolicy {
         if s.trim().eq_ignore_ascii_case("lp-split") {
             return Ok(SimPolicy::LpSplit);
         }
-        s.parse::<PolicyKind>()
-            .map(SimPolicy::Engine)
-            .map_err(|e| format!("{e}, spray, dqplb-rehash, dqplb-led-rehash, lp-split"))
+        if s.trim().eq_ignore_ascii_case("nccl") {
+            return Ok(SimPolicy::Nccl { split: false });
+        }
+        if s.trim().eq_ignore_ascii_case("nccl-split") {
+            return Ok(SimPolicy::Nccl { split: true });
+        }
+        s.parse::<PolicyKind>().map(SimPolicy::Engine).map_err(|e| {
+            format!("{e}, spray, dqplb-rehash, dqplb-led-rehash, lp-split, nccl, nccl-split")
+        })
     }
 
     pub fn name(self) -> &'static str {
@@ -58,6 +72,8 @@ impl SimPolicy {
             SimPolicy::DqplbRehash => "dqplb-rehash",
             SimPolicy::DqplbLedRehash => "dqplb-led-rehash",
             SimPolicy::LpSplit => "lp-split",
+            SimPolicy::Nccl { split: false } => "nccl",
+            SimPolicy::Nccl { split: true } => "nccl-split",
         }
     }
 
@@ -67,6 +83,8 @@ impl SimPolicy {
             SimPolicy::Spray | SimPolicy::DqplbRehash => PolicyKind::Dqplb,
             SimPolicy::DqplbLedRehash => PolicyKind::DqplbLed,
             SimPolicy::LpSplit => PolicyKind::StaticSplit,
+            SimPolicy::Nccl { split: false } => PolicyKind::RoundRobinMessage,
+            SimPolicy::Nccl { split: true } => PolicyKind::StaticSplit,
         }
     }
 
@@ -148,6 +166,8 @@ pub struct Conn {
     /// First QPN of this connection's data QPs on the sender and on the receiver NIC.
     pub lqpn: u32,
     pub rqpn: u32,
+    /// NCCL channel of the connection (0 ..= `--channels` - 1).
+    pub channel: u32,
 }
 
 /// A phase in progress: its connections and the rules between them.
@@ -174,6 +194,9 @@ pub struct PhaseRun<'a> {
     posted_at: Vec<u64>,
     /// Post-to-release latency of every message.
     pub latency: LatencyHist,
+    /// Every hashed QP's (source port, destination QPN), `c * qps + k` (pin.rs; set with the
+    /// paths, updated by a re-pin).
+    pub ends: Vec<QpEnd>,
 }
 
 impl<'a> PhaseRun<'a> {
@@ -194,9 +217,15 @@ impl<'a> PhaseRun<'a> {
             )));
         }
         let max_messages = 2 * phase.slots as usize + 8;
+        // NCCL keeps up to NCCL_STEPS messages in flight per connection whatever its QPs: the
+        // slots bind, not a per-QP depth.
+        let outstanding = match shape.policy {
+            SimPolicy::Nccl { .. } => shape.outstanding.max(phase.slots),
+            _ => shape.outstanding,
+        };
         let params = EngineParams {
             qps: shape.engine_qps(),
-            max_outstanding: shape.outstanding,
+            max_outstanding: outstanding,
             segment_bytes: shape.segment_bytes,
             max_messages,
             policy: shape.policy.engine_policy(),
@@ -212,7 +241,7 @@ impl<'a> PhaseRun<'a> {
         let window = params.window() as u32;
         let mut conns = Vec::with_capacity(phase.pairs.len());
         let step = shape.qps as u32 + 1;
-        for &(src, dst) in phase.pairs.iter().chain(&phase.bg_pairs) {
+        for (i, &(src, dst)) in phase.pairs.iter().chain(&phase.bg_pairs).enumerate() {
             let lqpn = qpn_next[src as usize] + 1;
             qpn_next[src as usize] = (qpn_next[src as usize] + step) & 0xFF_FFFF;
             let rqpn = qpn_next[dst as usize] + 1;
@@ -232,6 +261,7 @@ impl<'a> PhaseRun<'a> {
                 sent_done: 0,
                 lqpn,
                 rqpn,
+                channel: phase.channel_of(i),
             });
         }
         let n = conns.len();
@@ -250,6 +280,7 @@ impl<'a> PhaseRun<'a> {
             rehashes: 0,
             posted_at: vec![0; n * max_messages],
             latency: LatencyHist::default(),
+            ends: Vec::new(),
         })
     }
 
@@ -258,12 +289,16 @@ impl<'a> PhaseRun<'a> {
         self.finished as usize == self.fg
     }
 
+    /// The ring's upstream connection of `c`, within its channel.
     fn up(&self, c: usize) -> usize {
-        (c + self.fg - 1) % self.fg
+        let l = self.phase.per_channel();
+        c / l * l + (c % l + l - 1) % l
     }
 
+    /// The ring's downstream connection of `c`, within its channel.
     fn down(&self, c: usize) -> usize {
-        (c + 1) % self.fg
+        let l = self.phase.per_channel();
+        c / l * l + (c % l + 1) % l
     }
 
     /// Messages connection `c` sends: the phase's, or without end for the background job.
@@ -433,13 +468,31 @@ impl<'a> PhaseRun<'a> {
     pub(crate) fn rehash_pending(&mut self, rail: &Rail, paths: &mut [Path], qps: usize) {
         while let Some((c, qp)) = self.replace.pop() {
             let (c, qp) = (c as usize, qp as usize);
-            let (l, r) = self.new_qpns(c);
-            let conn = &self.conns[c];
-            if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+            if let Some(p) = self.rehashed_path(rail, c, qp, qps) {
                 paths[c * qps + qp] = p;
             }
             self.replaced(c, qp);
         }
+    }
+
+    /// New QPNs for QP `qp` of connection `c`, its new source port (pin.rs: from the QPNs, or
+    /// re-pinned) and the path the switches give it.
+    pub(crate) fn rehashed_path(
+        &mut self,
+        rail: &Rail,
+        c: usize,
+        qp: usize,
+        qps: usize,
+    ) -> Option<Path> {
+        let (l, r) = self.new_qpns(c);
+        let (src, dst) = (self.conns[c].src as usize, self.conns[c].dst as usize);
+        let i = c * qps + qp;
+        let old = self.ends.get(i).copied().unwrap_or((0, r));
+        let end = pin::repin(rail, src, dst, old, l, r);
+        if let Some(e) = self.ends.get_mut(i) {
+            *e = end;
+        }
+        rail.ecmp_path_port(src, dst, end.0, end.1)
     }
 
     /// QP `qp` of connection `c` has its new path: the engine schedules on it again.

@@ -129,10 +129,8 @@ fn drive<const TS: bool>(
         if !run.replace.is_empty() {
             while let Some((c, qp)) = run.replace.pop() {
                 let (c, qp) = (c as usize, qp as usize);
-                let (l, r) = run.new_qpns(c);
-                let conn = &run.conns[c];
                 let f = c * qps + qp;
-                if let Some(p) = rail.ecmp_path(conn.src as usize, conn.dst as usize, l, r) {
+                if let Some(p) = run.rehashed_path(rail, c, qp, qps) {
                     if p.hops == paths[f].hops && shape.policy != SimPolicy::Spray {
                         for (i, &link) in inc.of(f).zip(p.links()) {
                             inc.link[i] = link;

@@ -1,15 +1,15 @@
 //! ECMP as switches do it: a CRC-32 over the RoCEv2 5-tuple (optionally the BTH destination QPN),
-//! with the UDP source port derived from the QP numbers the way Linux/mlx5 derive it.
+//! with the UDP source port derived from the QP numbers the way Linux/mlx5 derive it, or pinned.
 
 // Source port (Linux `include/rdma/ib_verbs.h`, used by mlx5 when the address handle's flow
 // label is 0, i.e. always for NCCL's RC QPs): `flow_label = fold(lqpn * rqpn)` with
 // `v ^= v >> 20; v ^= v >> 40; v & 0xFFFFF` (`rdma_calc_flow_label`), then
 // `sport = 0xC000 | ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14))` (`rdma_flow_label_to_udp_sport`).
 
-use crc::{Crc, CRC_32_ISO_HDLC};
+use dqplb_engine::pinning::{self, FieldLayout, FlowFields, HashFamily, HashSpec, PIN_PORT_MIN};
 
-/// UDP destination port of RoCEv2.
-pub(crate) const ROCE_UDP_DPORT: u16 = 4791;
+/// Base port of pinned QPs (relative bucket 0): the lowest port a verbs flow label reaches.
+pub(crate) const PIN_BASE: u16 = PIN_PORT_MIN;
 
 /// How a QP's UDP source port is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,30 @@ pub enum SourcePort {
     FromQpn,
     /// One port for every QP (NICs or configs that pin it): all QPs of a host pair hash alike.
     Fixed(u16),
+    /// Pinned, relative mode (pin.rs): the QPs of a NIC pair (every channel's) on distinct
+    /// buckets of a power-of-two group of `--spines`, knowing the hash family and field layout
+    /// but not the seed.
+    Pinned,
+    /// Pinned, absolute mode (pin.rs): the switch's hash known in full (seed, live group),
+    /// ports searched for distinct or balanced members.
+    PinnedAbsolute,
+}
+
+impl SourcePort {
+    /// The mode's name on the command line (`qpn`, `fixed:P`, `pinned`, `pinned-absolute`).
+    pub fn name(self) -> String {
+        match self {
+            SourcePort::FromQpn => "qpn".into(),
+            SourcePort::Fixed(p) => format!("fixed:{p}"),
+            SourcePort::Pinned => "pinned".into(),
+            SourcePort::PinnedAbsolute => "pinned-absolute".into(),
+        }
+    }
+
+    /// A pinning mode (ports chosen by the pinning module).
+    pub fn pinned(self) -> bool {
+        matches!(self, SourcePort::Pinned | SourcePort::PinnedAbsolute)
+    }
 }
 
 /// What the switches feed their hash.
@@ -37,66 +61,60 @@ impl Default for HashFields {
     }
 }
 
+impl HashFields {
+    /// The fields the switches hash, in order: the 5-tuple, then the destination QPN if hashed.
+    pub(crate) fn layout(self) -> FieldLayout {
+        if self.dest_qpn {
+            FieldLayout::five_tuple_qpn()
+        } else {
+            FieldLayout::five_tuple()
+        }
+    }
+}
+
 /// `rdma_calc_flow_label(lqpn, rqpn)`: a 20-bit flow label from the QP pair.
 pub fn flow_label(lqpn: u32, rqpn: u32) -> u32 {
-    let mut v = u64::from(lqpn) * u64::from(rqpn);
-    v ^= v >> 20;
-    v ^= v >> 40;
-    (v & 0xF_FFFF) as u32
+    pinning::qpn_flow_label(lqpn, rqpn)
 }
 
 /// `rdma_flow_label_to_udp_sport(fl)`: 0xC000..=0xFFFF.
 pub(crate) fn flow_label_to_sport(fl: u32) -> u16 {
-    let low = fl & 0x3FFF;
-    let high = fl & 0xF_C000;
-    ((low ^ (high >> 14)) | 0xC000) as u16
+    pinning::port_for_flow_label(fl)
 }
 
-/// The UDP source port a QP `lqpn` connected to `rqpn` sends from.
+/// The UDP source port a QP `lqpn` connected to `rqpn` sends from, where the port does not come
+/// from pinning (the pinned modes' ports come from pin.rs; here they fall back to the QPNs).
 pub(crate) fn udp_sport(src: SourcePort, lqpn: u32, rqpn: u32) -> u16 {
     match src {
-        SourcePort::FromQpn => flow_label_to_sport(flow_label(lqpn, rqpn)),
         SourcePort::Fixed(p) => p,
+        _ => flow_label_to_sport(flow_label(lqpn, rqpn)),
     }
 }
 
-/// CRC-32/ISO-HDLC: the IEEE 802.3 CRC-32 (polynomial 0x04C11DB7, reflected, inverted in and
-/// out), one 256-entry table.
-static CRC32: Crc<u32> = Crc::<u32>::new(&CRC_32_ISO_HDLC);
-
 /// CRC-32 (IEEE 802.3, reflected) of `bytes` from initial value `seed` (a switch's hash seed):
 /// the register starts at `!seed` and the result is inverted, so seed 0 is the plain CRC-32.
+/// The pinning module's, so that the simulator's switches and the plugin's pinning agree.
+#[cfg(test)]
 pub(crate) fn crc32(seed: u32, bytes: &[u8]) -> u32 {
-    // The crate bit-reverses a custom initial value (the algorithm is reflected) before loading
-    // it into the register: hand it the value whose reverse is `!seed`.
-    let mut d = CRC32.digest_with_initial((!seed).reverse_bits());
-    d.update(bytes);
-    d.finalize()
+    pinning::crc32(seed, bytes)
 }
 
-/// The hash a switch with `seed` computes for one RoCEv2 packet of QP `lqpn` -> `rqpn` between
-/// IPv4 addresses `sip` -> `dip`.
+/// The hash a switch with `seed` computes for one RoCEv2 packet from UDP source port `sport` to
+/// QP `rqpn` between IPv4 addresses `sip` -> `dip`.
 pub(crate) fn ecmp_hash(
     seed: u32,
     fields: HashFields,
     sip: u32,
     dip: u32,
-    lqpn: u32,
+    sport: u16,
     rqpn: u32,
 ) -> u32 {
-    let sport = udp_sport(fields.source_port, lqpn, rqpn);
-    let mut b = [0u8; 16];
-    b[0..4].copy_from_slice(&sip.to_be_bytes());
-    b[4..8].copy_from_slice(&dip.to_be_bytes());
-    b[8] = 17;
-    b[9..11].copy_from_slice(&sport.to_be_bytes());
-    b[11..13].copy_from_slice(&ROCE_UDP_DPORT.to_be_bytes());
-    if fields.dest_qpn {
-        b[13..16].copy_from_slice(&rqpn.to_be_bytes()[1..4]);
-        crc32(seed, &b)
-    } else {
-        crc32(seed, &b[..13])
+    HashSpec {
+        family: HashFamily::Crc32,
+        seed,
+        layout: fields.layout(),
     }
+    .hash(&FlowFields::roce(sip, dip, sport, rqpn))
 }
 
 #[cfg(test)]
@@ -167,11 +185,18 @@ mod tests {
             source_port: SourcePort::Fixed(0xC000),
             dest_qpn: false,
         };
-        assert_eq!(ecmp_hash(9, f, 1, 2, 10, 20), ecmp_hash(9, f, 1, 2, 11, 21));
+        let p = |l, r| udp_sport(f.source_port, l, r);
+        assert_eq!(
+            ecmp_hash(9, f, 1, 2, p(10, 20), 20),
+            ecmp_hash(9, f, 1, 2, p(11, 21), 21)
+        );
         let e = HashFields {
             dest_qpn: true,
             ..f
         };
-        assert_ne!(ecmp_hash(9, e, 1, 2, 10, 20), ecmp_hash(9, e, 1, 2, 11, 21));
+        assert_ne!(
+            ecmp_hash(9, e, 1, 2, p(10, 20), 20),
+            ecmp_hash(9, e, 1, 2, p(11, 21), 21)
+        );
     }
 }

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 // Layout: `topology` (fabric, links, paths), `tier3` (pods, cores, the fat-tree preset), `dci`
-// (each pod a data centre: the span's latency on aggregation -> core hops), `hashing` (5-tuple CRC, mlx5 source port),
+// (each pod a data centre: the span's latency on aggregation -> core hops), `hashing` (5-tuple CRC, mlx5 source port), `pin` (pinned source ports),
 // `traffic` (ring all-reduce, permutation, leaf shift, all-to-all), `cross_rail` (every rail in
 // one plane under shared spines), `conn` (engine pairs and
 // traffic rules), `events` (per-queue FIFOs under a heap of queue heads), `bmode` and `fmode`
@@ -16,7 +16,8 @@
 // P mode: `pmode` (per packet), `packet` (its parameters and counts), `nic` (DCQCN-paced QPs),
 // `switchq` (ECN queues), `pfc`, `timeseries` (its rows, CSV), `timeseries_bf` (B and F mode's
 // samples). Imports only `engine`, `dcqcn` (the
-// reaction-point model), std, serde (serde_json for `to_json`) and crc (the ECMP hash); docs in
+// reaction-point model), std and serde (serde_json for `to_json`); the ECMP hash and the source
+// ports' pinning are the engine's (`dqplb_engine::pinning`, used through `hashing` and `pin`); docs in
 // docs/records/simulation.md.
 
 pub(crate) mod bmode;
@@ -34,6 +35,7 @@ pub mod loss;
 pub(crate) mod nic;
 pub mod packet;
 pub mod pfc;
+pub(crate) mod pin;
 pub mod pmode;
 pub(crate) mod radix;
 pub mod report;

@@ -5,7 +5,6 @@ use serde::{Serialize, Serializer};
 
 use super::bmode::PhaseOutcome;
 use super::conn::{Errors, PhaseRun, SimPolicy};
-use super::hashing::SourcePort;
 use super::latency::{LatencyHist, LatencySummary};
 use super::packet::PacketSummary;
 use super::run::{Mode, SimConfig};
@@ -282,6 +281,8 @@ pub struct SimResult {
     pub host_gbps: f64,
     pub source_port: String,
     pub hash_dest_qpn: bool,
+    /// Connections per rank pair (NCCL's channels).
+    pub channels: u32,
     pub failed_links: usize,
     pub slow_links: usize,
     pub seed: u64,
@@ -379,11 +380,9 @@ impl SimResult {
             dci_oversub: (f.dci_oversub != 1.0).then_some(f.dci_oversub),
             oversub: f.oversub,
             host_gbps: f.host_gbps,
-            source_port: match f.hash.source_port {
-                SourcePort::FromQpn => "qpn".into(),
-                SourcePort::Fixed(p) => format!("fixed:{p}"),
-            },
+            source_port: f.hash.source_port.name(),
             hash_dest_qpn: f.hash.dest_qpn,
+            channels: cfg.traffic.channels,
             failed_links: f.failed_links,
             slow_links: f.slow_links,
             seed: cfg.seed,

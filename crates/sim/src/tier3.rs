@@ -225,7 +225,7 @@ impl Rail {
         &self,
         src: usize,
         dst: usize,
-        lqpn: u32,
+        sport: u16,
         rqpn: u32,
     ) -> Option<Path> {
         let (a, b) = (self.leaf_of(src), self.leaf_of(dst));
@@ -238,13 +238,13 @@ impl Rail {
         let (sip, dip) = (nic_ip(self.index, src), nic_ip(self.index, dst));
         let rail = (self.index as u32) << 16;
         let leaf_seed = 0x5eed_0000 ^ rail ^ a as u32;
-        let h = ecmp_hash(leaf_seed, self.hash, sip, dip, lqpn, rqpn);
+        let h = ecmp_hash(leaf_seed, self.hash, sip, dip, sport, rqpn);
         let s = (0..self.spines)
             .filter(|&s| ok(s))
             .nth(h as usize % n)
             .expect("member of the group");
         let agg_seed = 0xa99_0000 ^ rail ^ (pa * self.spines + s) as u32;
-        let h = ecmp_hash(agg_seed, self.hash, sip, dip, lqpn, rqpn) >> AGG_HASH_SHIFT;
+        let h = ecmp_hash(agg_seed, self.hash, sip, dip, sport, rqpn) >> AGG_HASH_SHIFT;
         let m = self.live_cores(pa, s, pb);
         Some(self.six_hops(src, dst, s, self.nth_core(pa, s, pb, h as usize % m)))
     }
@@ -289,7 +289,10 @@ mod tests {
         // aggregation takes other bits.
         let f = HashFields::default();
         let d: Vec<u32> = (0..64u32)
-            .map(|q| (ecmp_hash(1, f, 10, 20, q, q + 7) ^ ecmp_hash(2, f, 10, 20, q, q + 7)) & 3)
+            .map(|q| {
+                let p = 0xC000 | q as u16;
+                (ecmp_hash(1, f, 10, 20, p, q + 7) ^ ecmp_hash(2, f, 10, 20, p, q + 7)) & 3
+            })
             .collect();
         assert!(d.iter().all(|&x| x == d[0]));
         let r = k4();

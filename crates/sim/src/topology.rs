@@ -2,7 +2,7 @@
 //! pods, a third tier of cores), an oversubscription ratio, and seeded failed or slow links.
 
 use super::error::SimError;
-use super::hashing::{ecmp_hash, HashFields};
+use super::hashing::{ecmp_hash, udp_sport, HashFields};
 use super::rng::Rng;
 
 /// Picoseconds: the simulator's time unit (400 Gb/s moves one byte in 20 ps).
@@ -334,27 +334,39 @@ impl Rail {
         }
     }
 
-    /// The path the switches give QP `lqpn` (on `src`) -> `rqpn` (on `dst`): the source leaf
-    /// hashes the 5-tuple over its live group; None if no spine reaches the destination leaf.
+    /// The path the switches give QP `lqpn` (on `src`) -> `rqpn` (on `dst`), its source port
+    /// derived from the QPNs (or fixed): [`Rail::ecmp_path_port`].
     pub fn ecmp_path(&self, src: usize, dst: usize, lqpn: u32, rqpn: u32) -> Option<Path> {
+        let sport = udp_sport(self.hash.source_port, lqpn, rqpn);
+        self.ecmp_path_port(src, dst, sport, rqpn)
+    }
+
+    /// Hash seed of leaf `a`'s ECMP (per rail).
+    pub(crate) fn leaf_seed(&self, a: usize) -> u32 {
+        0x5eed_0000 ^ ((self.index as u32) << 16) ^ a as u32
+    }
+
+    /// The path the switches give a QP sending from UDP port `sport` (on `src`) to QP `rqpn` (on
+    /// `dst`): the source leaf hashes the 5-tuple over its live group (`hash mod` the members);
+    /// None if no spine reaches the destination leaf.
+    pub fn ecmp_path_port(&self, src: usize, dst: usize, sport: u16, rqpn: u32) -> Option<Path> {
         let (a, b) = (self.leaf_of(src), self.leaf_of(dst));
         if a == b {
             return Some(self.path_via(src, dst, 0));
         }
         if !self.same_pod(a, b) {
-            return self.core_ecmp_path(src, dst, lqpn, rqpn);
+            return self.core_ecmp_path(src, dst, sport, rqpn);
         }
         let n = self.group_len(a, b);
         if n == 0 {
             return None;
         }
-        let seed = 0x5eed_0000 ^ ((self.index as u32) << 16) ^ a as u32;
         let h = ecmp_hash(
-            seed,
+            self.leaf_seed(a),
             self.hash,
             nic_ip(self.index, src),
             nic_ip(self.index, dst),
-            lqpn,
+            sport,
             rqpn,
         );
         Some(self.path_via(src, dst, h as usize % n))

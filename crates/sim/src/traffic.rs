@@ -90,6 +90,9 @@ pub enum Placement {
     Contiguous,
     /// Ranks on a seeded random order of hosts (a fragmented allocation).
     Fragmented,
+    /// Ranks grouped by leaf (a topology-aware rank order): the leaves in a seeded random
+    /// order, each leaf's hosts in order, so ring neighbours share a leaf except once per leaf.
+    LeafOrdered,
 }
 
 impl Placement {
@@ -97,6 +100,7 @@ impl Placement {
         match self {
             Placement::Contiguous => "contiguous",
             Placement::Fragmented => "fragmented",
+            Placement::LeafOrdered => "leaf-ordered",
         }
     }
 }
@@ -121,6 +125,11 @@ pub struct TrafficSpec {
     pub background_messages: u32,
     /// Cross-rail all-to-all: batches of 8 p2p rounds NCCL's channels run at once, one phase.
     pub p2p_batches: u32,
+    /// Connections per rank pair: NCCL's channels (it duplicates its ring channels,
+    /// `ncclTopoPostset` in src/graph/connect.cc, so a NIC pair has two or more), each its own
+    /// connection with its own slots, carrying `1 / channels` of the bytes. Ring, permutation,
+    /// leaf shift, all-to-all and incast; 1 for the others.
+    pub channels: u32,
 }
 
 impl Default for TrafficSpec {
@@ -135,6 +144,7 @@ impl Default for TrafficSpec {
             background_hosts: 0,
             background_messages: BACKGROUND_ENDLESS,
             p2p_batches: 1,
+            channels: 1,
         }
     }
 }
@@ -171,6 +181,25 @@ pub struct Phase {
     /// `slots` in flight, no end.
     pub bg_pairs: Vec<(u32, u32)>,
     pub bg_messages: u32,
+    /// Connections per rank pair (NCCL's channels): `pairs` is `channels` copies of one
+    /// channel's pairs, channel by channel.
+    pub channels: u32,
+}
+
+impl Phase {
+    /// Connections of one channel (a ring's length); `pairs.len()` for one channel.
+    pub fn per_channel(&self) -> usize {
+        self.pairs.len() / self.channels.max(1) as usize
+    }
+
+    /// The channel of the collective's connection `c` (0 for the background job's).
+    pub fn channel_of(&self, c: usize) -> u32 {
+        if c < self.pairs.len() {
+            (c / self.per_channel().max(1)) as u32
+        } else {
+            0
+        }
+    }
 }
 
 impl Phase {
@@ -209,10 +238,23 @@ impl Phase {
     }
 }
 
-fn order(hosts: usize, placement: Placement, rng: &mut Rng) -> Vec<u32> {
+fn order(hosts: usize, hosts_per_leaf: usize, placement: Placement, rng: &mut Rng) -> Vec<u32> {
     let mut v: Vec<u32> = (0..hosts as u32).collect();
-    if placement == Placement::Fragmented {
-        rng.shuffle(&mut v);
+    match placement {
+        Placement::Contiguous => {}
+        Placement::Fragmented => rng.shuffle(&mut v),
+        Placement::LeafOrdered => {
+            let per = hosts_per_leaf.max(1);
+            let mut leaves: Vec<u32> = (0..hosts.div_ceil(per) as u32).collect();
+            rng.shuffle(&mut leaves);
+            v = leaves
+                .iter()
+                .flat_map(|&l| {
+                    let lo = l as usize * per;
+                    (lo..(lo + per).min(hosts)).map(|h| h as u32)
+                })
+                .collect();
+        }
     }
     v
 }
@@ -231,7 +273,7 @@ pub(crate) fn phases(
     hosts_per_dc: usize,
     rng: &mut Rng,
 ) -> Vec<Phase> {
-    let ord = order(hosts, spec.placement, rng);
+    let ord = order(hosts, hosts_per_leaf, spec.placement, rng);
     let b = if spec.background_hosts >= 2 {
         spec.background_hosts.min(hosts.saturating_sub(2))
     } else {
@@ -248,9 +290,11 @@ pub(crate) fn phases(
             .map(|i| (bg[i], bg[perm[i] as usize]))
             .collect();
     }
-    let single = |pairs: Vec<(u32, u32)>, bytes: u64| {
-        let chunk = round128(bytes);
+    let ch = spec.channels.max(1);
+    let single = |one: Vec<(u32, u32)>, bytes: u64| {
+        let chunk = round128(bytes.div_ceil(u64::from(ch)));
         let per_step = chunk.div_ceil(step) as u32;
+        let pairs: Vec<(u32, u32)> = (0..ch).flat_map(|_| one.iter().copied()).collect();
         Phase {
             pairs,
             chunk,
@@ -262,15 +306,18 @@ pub(crate) fn phases(
             slots: spec.slots,
             ring: false,
             deps: None,
-            nic_bytes: chunk,
+            nic_bytes: chunk * u64::from(ch),
             bg_pairs: bg_pairs.clone(),
             bg_messages: spec.background_messages,
+            channels: ch,
         }
     };
     match spec.kind {
         TrafficKind::Ring => {
-            let pairs = (0..n).map(|i| (at(i), at(i + 1))).collect();
-            let chunk = round128(spec.bytes.div_ceil(u64::from(n)));
+            let pairs = (0..ch)
+                .flat_map(|_| (0..n).map(|i| (at(i), at(i + 1))))
+                .collect();
+            let chunk = round128(spec.bytes.div_ceil(u64::from(n) * u64::from(ch)));
             let total = 2 * (n - 1);
             let steps = if spec.max_steps == 0 {
                 total
@@ -289,9 +336,10 @@ pub(crate) fn phases(
                 slots: spec.slots,
                 ring: true,
                 deps: None,
-                nic_bytes: chunk * u64::from(total),
+                nic_bytes: chunk * u64::from(total) * u64::from(ch),
                 bg_pairs,
                 bg_messages: spec.background_messages,
+                channels: ch,
             }]
         }
         TrafficKind::Tree => {
@@ -341,7 +389,7 @@ pub(crate) fn phases(
             // The plane's `hosts` are rails x hosts NICs; nodes in placement order.
             let h = hosts_per_dc.max(1);
             let rails = hosts / h;
-            let nodes = order(h, spec.placement, rng);
+            let nodes = order(h, hosts_per_leaf, spec.placement, rng);
             let chunk = spec.bytes.div_ceil((h * rails) as u64);
             super::cross_rail::all_to_all_phases(&nodes, rails, spec.p2p_batches as usize)
                 .into_iter()
@@ -370,6 +418,22 @@ impl TrafficSpec {
     /// What the traffic needs of the fabric: `cross-dc` two or more full pods and no second job;
     /// `--max-steps` only for the ring (a tree's pipeline has no steps to scale).
     pub fn check(&self, f: &super::topology::FabricSpec) -> Result<(), SimError> {
+        let multi = matches!(
+            self.kind,
+            TrafficKind::Ring
+                | TrafficKind::Permutation
+                | TrafficKind::LeafShift
+                | TrafficKind::AllToAll
+                | TrafficKind::Incast
+        );
+        if self.channels == 0 || (self.channels > 1 && !multi) || self.channels > 64 {
+            return Err(SimError::Config(format!(
+                "--channels {} : 1 ..= 64, and above 1 for ring, permutation, leaf-shift, \
+                 all-to-all and incast only (not {})",
+                self.channels,
+                self.kind.name()
+            )));
+        }
         if self.max_steps != 0 && self.kind != TrafficKind::Ring {
             return Err(SimError::Config(format!(
                 "--max-steps {} applies to --traffic ring only, not {}",
@@ -438,6 +502,62 @@ mod tests {
     }
 
     #[test]
+    fn channels_copy_the_ring_with_a_share_of_the_bytes_each() {
+        let one = TrafficSpec {
+            bytes: 10 << 20,
+            ..TrafficSpec::default()
+        };
+        let two = TrafficSpec {
+            channels: 2,
+            ..one.clone()
+        };
+        let p1 = phases(&one, 4, 2, 4, &mut Rng::new(1)).remove(0);
+        let p2 = phases(&two, 4, 2, 4, &mut Rng::new(1)).remove(0);
+        assert_eq!(p2.pairs.len(), 8);
+        assert_eq!(p2.pairs[..4], p1.pairs[..]);
+        assert_eq!(p2.pairs[4..], p1.pairs[..]);
+        assert_eq!(p2.chunk, p1.chunk / 2);
+        assert_eq!(p2.nic_bytes, p1.nic_bytes);
+        assert_eq!(
+            (p2.per_channel(), p2.channel_of(3), p2.channel_of(4)),
+            (4, 0, 1)
+        );
+        // A permutation: each connection twice, half the bytes each.
+        let perm = TrafficSpec {
+            kind: TrafficKind::Permutation,
+            ..two.clone()
+        };
+        let pp = phases(&perm, 4, 2, 4, &mut Rng::new(1)).remove(0);
+        assert_eq!(
+            (pp.pairs.len(), pp.chunk, pp.nic_bytes),
+            (8, 5 << 20, 10 << 20)
+        );
+        // Channels only where the traffic has them.
+        let f = super::super::topology::FabricSpec::default();
+        assert!(two.check(&f).is_ok());
+        let tree = TrafficSpec {
+            kind: TrafficKind::Tree,
+            ..two
+        };
+        let e = tree.check(&f).unwrap_err().to_string();
+        assert!(e.contains("--channels 2"), "{e}");
+    }
+
+    #[test]
+    fn leaf_ordered_keeps_each_leaf_together() {
+        let ord = order(12, 4, Placement::LeafOrdered, &mut Rng::new(5));
+        let mut sorted = ord.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..12).collect::<Vec<u32>>());
+        for block in ord.chunks(4) {
+            let leaf = block[0] / 4;
+            assert_eq!(block, &[leaf * 4, leaf * 4 + 1, leaf * 4 + 2, leaf * 4 + 3]);
+        }
+        // The leaves' order is drawn: not all seeds keep 0, 1, 2.
+        assert!((1..20).any(|s| order(12, 4, Placement::LeafOrdered, &mut Rng::new(s))[0] != 0));
+    }
+
+    #[test]
     fn a_step_of_many_messages_goes_round_in_passes_of_half_the_slots() {
         // 4 ranks, 9 messages per step, 8 slots: passes of 4, 4 and 1 message per step.
         let spec = TrafficSpec {
@@ -486,7 +606,7 @@ mod tests {
         };
         let mut rng = Rng::new(7);
         let p = &phases(&spec, 4, 2, 4, &mut rng)[0];
-        let ord = order(4, Placement::Fragmented, &mut Rng::new(7));
+        let ord = order(4, 32, Placement::Fragmented, &mut Rng::new(7));
         let (ranks, deps) = double_tree(4);
         let mapped: Vec<_> = ranks
             .iter()

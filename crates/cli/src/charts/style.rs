@@ -167,6 +167,7 @@ pub(crate) fn sim_policy_colour(p: SimPolicy) -> RGBColor {
         SimPolicy::DqplbLedRehash => RGBColor(0xff, 0x9d, 0xa7),
         SimPolicy::Spray => RGBColor(0x59, 0xa1, 0x4f),
         SimPolicy::LpSplit => RGBColor(0xed, 0xc9, 0x48),
+        SimPolicy::Nccl { .. } => RGBColor(0x3b, 0x3b, 0x3b),
     }
 }
 
