@@ -178,7 +178,7 @@ pub struct Phase {
     /// bytes, or for the all-reduces NCCL's bus bytes, 2(n-1) x bytes/n.
     pub nic_bytes: u64,
     /// The background job's connections (after `pairs` in the run): `step_bytes` messages,
-    /// `slots` in flight, no end.
+    /// `slots` in flight, no end; `channels` connections per pair as the collective's.
     pub bg_pairs: Vec<(u32, u32)>,
     pub bg_messages: u32,
     /// Connections per rank pair (NCCL's channels): `pairs` is `channels` copies of one
@@ -192,12 +192,14 @@ impl Phase {
         self.pairs.len() / self.channels.max(1) as usize
     }
 
-    /// The channel of the collective's connection `c` (0 for the background job's).
+    /// The channel of connection `c`: the collective's, then the background job's (`bg_pairs`
+    /// likewise `channels` copies of one channel's pairs).
     pub fn channel_of(&self, c: usize) -> u32 {
+        let ch = self.channels.max(1) as usize;
         if c < self.pairs.len() {
             (c / self.per_channel().max(1)) as u32
         } else {
-            0
+            ((c - self.pairs.len()) / (self.bg_pairs.len() / ch).max(1)) as u32
         }
     }
 }
@@ -283,14 +285,15 @@ pub(crate) fn phases(
     let n = fg.len() as u32;
     let at = |i: u32| fg[(i % n) as usize];
     let step = spec.step_bytes.max(128);
+    let ch = spec.channels.max(1);
     let mut bg_pairs = Vec::new();
     if bg.len() >= 2 {
+        // The second job runs the same NCCL: as many channels per pair.
         let perm = derangement(bg.len(), rng);
-        bg_pairs = (0..bg.len())
-            .map(|i| (bg[i], bg[perm[i] as usize]))
+        bg_pairs = (0..ch)
+            .flat_map(|_| (0..bg.len()).map(|i| (bg[i], bg[perm[i] as usize])))
             .collect();
     }
-    let ch = spec.channels.max(1);
     let single = |one: Vec<(u32, u32)>, bytes: u64| {
         let chunk = round128(bytes.div_ceil(u64::from(ch)));
         let per_step = chunk.div_ceil(step) as u32;
@@ -521,6 +524,18 @@ mod tests {
         assert_eq!(
             (p2.per_channel(), p2.channel_of(3), p2.channel_of(4)),
             (4, 0, 1)
+        );
+        // A second job runs as many channels.
+        let bg = TrafficSpec {
+            background_hosts: 4,
+            ..two.clone()
+        };
+        let pb = phases(&bg, 8, 2, 8, &mut Rng::new(1)).remove(0);
+        assert_eq!((pb.pairs.len(), pb.bg_pairs.len()), (8, 8));
+        assert_eq!(pb.bg_pairs[..4], pb.bg_pairs[4..]);
+        assert_eq!(
+            (pb.channel_of(8), pb.channel_of(11), pb.channel_of(12)),
+            (0, 0, 1)
         );
         // A permutation: each connection twice, half the bytes each.
         let perm = TrafficSpec {
