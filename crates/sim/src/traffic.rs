@@ -126,7 +126,7 @@ pub struct TrafficSpec {
     /// Cross-rail all-to-all: batches of 8 p2p rounds NCCL's channels run at once, one phase.
     pub p2p_batches: u32,
     /// Connections per rank pair: NCCL's channels (it duplicates its ring channels,
-    /// `ncclTopoPostset` in src/graph/connect.cc, so a NIC pair has two or more), each its own
+    /// `ncclTopoPreset` in src/graph/connect.cc, so a NIC pair has two or more), each its own
     /// connection with its own slots, carrying `1 / channels` of the bytes. Ring, permutation,
     /// leaf shift, all-to-all and incast; 1 for the others.
     pub channels: u32,
