@@ -125,7 +125,11 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "slow-factor" => c.fabric.slow_factor = num(&opt, v)?,
         "source-port" => {
             c.fabric.hash.source_port =
-                opts::source_port(v).map_err(|e| format!("--source-port: {e}"))?
+                opts::source_port(v).map_err(|e| format!("--source-port: {e}"))?;
+            // `fixed` alone is E-ECMP: one source port, the destination QPN hashed.
+            if v == "fixed" {
+                c.fabric.hash.dest_qpn = true;
+            }
         }
         "hash-dest-qpn" => c.fabric.hash.dest_qpn = opts::yes(v)?,
         "policy" => a.policies = opts::policies(v)?,
@@ -781,6 +785,28 @@ mod tests {
         ("progress", "-"),
         ("help", "-"),
     ];
+
+    #[test]
+    fn fixed_alone_is_e_ecmp_unless_a_later_setting_says_otherwise() {
+        let a = build(&[], &[], &[("source-port".into(), "fixed".into())]).unwrap();
+        assert_eq!(
+            a.cfg.fabric.hash.source_port,
+            dqplb_sim::SourcePort::Fixed(49152)
+        );
+        assert!(a.cfg.fabric.hash.dest_qpn);
+        let a = build(
+            &[],
+            &[],
+            &[
+                ("source-port".into(), "fixed".into()),
+                ("hash-dest-qpn".into(), "no".into()),
+            ],
+        )
+        .unwrap();
+        assert!(!a.cfg.fabric.hash.dest_qpn, "a later setting wins");
+        let a = build(&[], &[], &[("source-port".into(), "fixed:49153".into())]).unwrap();
+        assert!(!a.cfg.fabric.hash.dest_qpn);
+    }
 
     #[test]
     fn every_option_is_a_setting_and_both_take_the_same_values() {

@@ -118,6 +118,9 @@ pub(crate) fn source_port(v: &str) -> Result<SourcePort, String> {
         "qpn" => return Ok(SourcePort::FromQpn),
         "pinned" => return Ok(SourcePort::Pinned),
         "pinned-absolute" => return Ok(SourcePort::PinnedAbsolute),
+        // E-ECMP's usual setting: one port (the lowest verbs reaches); the command line also
+        // switches --hash-dest-qpn on for it (sim.rs).
+        "fixed" => return Ok(SourcePort::Fixed(0xC000)),
         _ => {}
     }
     let p = v.strip_prefix("fixed:").unwrap_or(v);
@@ -286,7 +289,7 @@ struct FabricSettings {
     #[arg(long, value_name = "F", value_parser = num::<f64>, allow_negative_numbers = true)]
     slow_factor: Option<f64>,
     /// qpn (mlx5's derivation from the QPNs, default), a fixed port (P or fixed:P; with
-    /// --hash-dest-qpn: E-ECMP), pinned (the pinning module's relative ports: a NIC pair's QPs
+    /// --hash-dest-qpn: E-ECMP; fixed alone: 49152 and --hash-dest-qpn), pinned (the pinning module's relative ports: a NIC pair's QPs
     /// on distinct spines of a power-of-two group of --spines, seed unknown) or pinned-absolute
     /// (the switch's hash known in full: ports searched over the live group)
     #[arg(long, value_name = "P", value_parser = source_port)]
@@ -707,6 +710,7 @@ mod tests {
             Ok(SourcePort::PinnedAbsolute)
         );
         assert_eq!(source_port("fixed:49152"), Ok(SourcePort::Fixed(49152)));
+        assert_eq!(source_port("fixed"), Ok(SourcePort::Fixed(49152)));
         assert!(source_port("pinned-relative").is_err());
         assert_eq!(placement("leaf-ordered"), Ok(Placement::LeafOrdered));
         let a = sim(&[
