@@ -716,8 +716,7 @@ mod tests {
     }
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
-    const SAMPLES: [(&str, &str); 63] = [
-    const SAMPLES: [(&str, &str); 65] = [
+    const SAMPLES: [(&str, &str); 66] = [
         ("hosts", "16"),
         ("rails", "2"),
         ("hosts-per-leaf", "4"),
