@@ -55,7 +55,7 @@ fn init_says_which_transport_and_never_falls_back_silently() {
     assert_eq!(file, "src/plugin/mod.rs");
     // (where libibverbs is missing too, the reason adds "; libibverbs.so.1 not loadable (...)")
     let want = format!(
-        "NET/DQPLB : dqplb-net {}; config <embedded default>; policy dqplb; transport TCP (no RDMA device found",
+        "NET/DQPLB : dqplb-net {}; config <embedded default>; policy dqplb-led; transport TCP (no RDMA device found",
         nccl_net_dqplb::VERSION
     );
     assert!(
