@@ -31,7 +31,8 @@ CHILD_ENV = {
 #: Removed from the children's environment: the alias would conflict with the transport above.
 CHILD_UNSET = ("NCCL_DQPLB_TRANSPORT",)
 
-_INIT_LINE = re.compile(r"DQPLB (\S+ \([^)]*\)) using config (.*?) \(policy")
+#: The plugin's init INFO line: "NET/DQPLB : dqplb-net 0.1.0 (<hash>); config <source>; policy ...".
+_INIT_LINE = re.compile(r"NET/DQPLB : dqplb-net (\S+ \([^)]*\)); config (.*?); policy ")
 
 
 def counter_bytes(nbytes, first):
