@@ -12,7 +12,7 @@ use dqplb_engine::PolicyKind;
 use dqplb_sim::timeseries;
 use dqplb_sim::{
     run, ConnShape, FabricSpec, Mode, PacketSpec, SimConfig, SimPolicy, SimResult, TrafficKind,
-    TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_REHASH,
+    TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_DEPTH, SIM_REHASH,
 };
 
 use crate::sim_args::{self as opts, SimCmd, SimFormat, SimSub};
@@ -81,6 +81,7 @@ fn defaults() -> SimConfig {
             outstanding: 2,
             segment_bytes: 128 * 1024,
             rehash: SIM_REHASH,
+            depth: None,
         },
         mode: Mode::Fluid,
         seed: 1,
@@ -144,6 +145,9 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "rehash-window" => c.shape.rehash.window = num(&opt, v)?,
         "rehash-cooldown-us" => c.shape.rehash.cooldown = num::<u64>(&opt, v)? * 1_000_000,
         "rehash-budget" => c.shape.rehash.budget = num(&opt, v)?,
+        "depth-ratio" => c.shape.depth.get_or_insert(SIM_DEPTH).ratio = num(&opt, v)?,
+        "depth-raised" => c.shape.depth.get_or_insert(SIM_DEPTH).raised = num(&opt, v)?,
+        "depth-hold" => c.shape.depth.get_or_insert(SIM_DEPTH).hold = num(&opt, v)?,
         "segment" => {
             c.shape.segment_bytes = u32::try_from(units::bytes(v)?)
                 .map_err(|_| format!("--segment {v} does not fit 32 bits"))?
@@ -742,6 +746,9 @@ mod tests {
         ("rehash-window", "8"),
         ("rehash-cooldown-us", "20"),
         ("rehash-budget", "2"),
+        ("depth-ratio", "1.4"),
+        ("depth-raised", "4"),
+        ("depth-hold", "2"),
         ("traffic", "tree"),
         ("bytes", "4M"),
         ("p2p-batches", "2"),

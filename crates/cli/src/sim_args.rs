@@ -336,6 +336,16 @@ struct EngineSettings {
     /// ... at most N per ms (4)
     #[arg(long, value_name = "N", value_parser = num::<u32>)]
     rehash_budget: Option<u32>,
+    /// Depth rule (any of the three installs it): raise each QP's window while the slowest
+    /// QP's latency is K x the connection's median (1.5)
+    #[arg(long, value_name = "K", value_parser = num::<f64>, allow_negative_numbers = true)]
+    depth_ratio: Option<f64>,
+    /// ... to D segments per QP (3)
+    #[arg(long, value_name = "D", value_parser = num::<u32>)]
+    depth_raised: Option<u32>,
+    /// ... back to --outstanding after H checks (16 completions each) without divergence (4)
+    #[arg(long, value_name = "H", value_parser = num::<u32>)]
+    depth_hold: Option<u32>,
 }
 
 /// `dqplb sim` settings, traffic: the collective or pattern and its sizes.

@@ -33,6 +33,7 @@ fn config(k: usize, policy: &str, qps: usize, mode: Mode, bytes: u64) -> SimConf
             outstanding: 8,
             segment_bytes: 256 * 1024,
             rehash: dqplb_sim::SIM_REHASH,
+            depth: None,
         },
         mode,
         seed: 1,

@@ -30,6 +30,7 @@ fn sim(policy: &str, mode: Mode, kind: TrafficKind, seed: u64) -> SimResult {
             outstanding: 2,
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
+            depth: None,
         },
         mode,
         seed,

@@ -41,6 +41,7 @@ fn incast(senders: usize, bytes: u64, buffer: u64) -> SimConfig {
             outstanding: 1,
             segment_bytes: bytes as u32,
             rehash: SIM_REHASH,
+            depth: None,
         },
         mode: Mode::Packet,
         seed: 1,

@@ -44,6 +44,7 @@ fn config(
             outstanding: 2,
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
+            depth: None,
         },
         mode: Mode::Burst,
         seed: 1,

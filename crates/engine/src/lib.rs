@@ -50,6 +50,7 @@ pub mod imm;
 pub mod pinning;
 pub mod policy;
 
+mod depth;
 mod error;
 mod params;
 mod paths;
@@ -57,6 +58,7 @@ mod receiver;
 mod sender;
 mod stats;
 
+pub use depth::{DepthRule, DEPTH_EVERY};
 pub use error::{EngineError, ProtocolError};
 pub use params::{
     EngineParams, PolicyKind, MAX_MESSAGES, MAX_OUTSTANDING, MAX_QPS, MAX_SEGMENT_BYTES,

@@ -1,6 +1,7 @@
 //! The sending side of one connection: a message ring cut lazily into segments, per-QP in-flight
 //! rings fed by the policy, FIFO completions per QP, and in-order release of message tokens.
 
+use super::depth::{DepthAdapt, DepthRule};
 use super::imm::{self, seq_distance};
 use super::params::{check_initial_seq, REORDER_SLACK};
 use super::paths::{PathEvent, RehashRule, Straggler};
@@ -80,6 +81,8 @@ pub struct Sender {
     span: u32,
     stride_shift: u32,
     stride_mask: u32,
+    /// Segments in flight per QP now: `max_outstanding`, or the depth rule's raised depth.
+    depth: u32,
     max_outstanding: u32,
     qps: usize,
     /// Message ring, power-of-two capacity >= max_messages.
@@ -100,6 +103,7 @@ pub struct Sender {
     reported: Room,
     max_messages: usize,
     straggler: Option<Straggler>,
+    depth_rule: Option<DepthAdapt>,
 }
 
 impl Sender {
@@ -123,6 +127,7 @@ impl Sender {
         Ok(Sender {
             routes,
             qps: p.qps,
+            depth: p.max_outstanding,
             max_outstanding: p.max_outstanding,
             max_messages: p.max_messages,
             msgs: vec![Msg::default(); msg_cap],
@@ -146,6 +151,7 @@ impl Sender {
             reported: Room::default(),
             resend: VecDeque::with_capacity(stride as usize),
             straggler: None,
+            depth_rule: None,
         })
     }
 
@@ -266,7 +272,7 @@ impl Sender {
             len,
         };
         st.on_post(len);
-        if st.outstanding == self.max_outstanding {
+        if st.outstanding == self.depth {
             self.room.clear(qp);
         }
         self.outstanding += 1;
@@ -291,7 +297,7 @@ impl Sender {
         self.segs[(qp << self.stride_shift) | pos as usize] = seg;
         st.on_post(seg.len);
         st.resent += 1;
-        if st.outstanding == self.max_outstanding {
+        if st.outstanding == self.depth {
             self.room.clear(qp);
         }
         self.outstanding += 1;
@@ -309,6 +315,47 @@ impl Sender {
         rule.validate()?;
         self.straggler = Some(Straggler::new(rule, self.qps));
         Ok(())
+    }
+
+    /// Installs the depth rule: the per-QP window rises to `rule.raised` while the QPs'
+    /// latencies diverge. Allocates its state and the deeper in-flight rings now, so it must
+    /// come before the first message is posted.
+    pub fn set_depth_rule(&mut self, rule: DepthRule) -> Result<(), EngineError> {
+        rule.validate(self.max_outstanding)?;
+        if !self.is_idle() || self.outstanding != 0 {
+            return super::error::bad_param(
+                "depth rule",
+                self.messages() as u64,
+                "must be installed before the first message is posted",
+            );
+        }
+        let stride = rule.raised.next_power_of_two();
+        if stride > self.stride_mask + 1 {
+            self.segs = vec![Seg::default(); self.qps * stride as usize];
+            self.stride_shift = stride.trailing_zeros();
+            self.stride_mask = stride - 1;
+            self.qp_head.iter_mut().for_each(|h| *h = 0);
+        }
+        self.depth_rule = Some(DepthAdapt::new(rule, self.qps));
+        Ok(())
+    }
+
+    /// Segments in flight allowed per QP now (`max_outstanding` unless the depth rule raised it).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// The per-QP window becomes `depth`: QPs below it get room, QPs at or above it lose it.
+    #[cold]
+    fn set_depth(&mut self, depth: u32) {
+        self.depth = depth;
+        for q in 0..self.qps {
+            if self.stats[q].outstanding < depth && !self.blocked.has(q) {
+                self.room.set(q);
+            } else {
+                self.room.clear(q);
+            }
+        }
     }
 
     /// QPs that may carry new segments (neither draining nor failed).
@@ -464,7 +511,7 @@ impl Sender {
         let head = self.qp_head[qp];
         let seg = self.segs[(qp << self.stride_shift) | head as usize];
         self.qp_head[qp] = (head + 1) & self.stride_mask;
-        if st.outstanding == self.max_outstanding && !self.blocked.has(qp) {
+        if st.outstanding == self.depth && !self.blocked.has(qp) {
             self.room.set(qp);
         }
         let latency = now.saturating_sub(seg.posted_at);
@@ -478,6 +525,17 @@ impl Sender {
                     self.draining.set(q);
                     self.block(q);
                 }
+            }
+        }
+        if let Some(d) = &mut self.depth_rule {
+            let eligible = Room::all(self.qps).without(self.blocked);
+            if let Some(raise) = d.on_complete(&self.stats, eligible) {
+                let depth = if raise {
+                    d.raised_depth()
+                } else {
+                    self.max_outstanding
+                };
+                self.set_depth(depth);
             }
         }
         Ok(())
@@ -544,5 +602,6 @@ impl Sender {
             + self.stats.len() * size_of::<QpStats>()
             + self.resend.capacity() * size_of::<Seg>()
             + self.straggler.as_ref().map_or(0, |s| s.footprint_bytes())
+            + self.depth_rule.as_ref().map_or(0, |d| d.footprint_bytes())
     }
 }

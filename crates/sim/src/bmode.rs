@@ -325,6 +325,7 @@ mod tests {
             outstanding: 2,
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
+            depth: None,
         }
     }
 

@@ -1,7 +1,9 @@
 //! One phase's connections, each a real engine `Sender`/`Receiver` pair, and the traffic rules
 //! that feed them: ring and tree dependencies, NCCL's receive slots, exactly-once in-order checks.
 
-use dqplb_engine::{EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit};
+use dqplb_engine::{
+    DepthRule, EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit,
+};
 
 use super::error::SimError;
 use super::latency::LatencyHist;
@@ -104,6 +106,9 @@ pub struct ConnShape {
     /// Installed under [`SimPolicy::DqplbRehash`] and [`SimPolicy::DqplbLedRehash`] (times in
     /// picoseconds).
     pub rehash: RehashRule,
+    /// The engine's depth rule (`--depth-ratio`, `--depth-raised`, `--depth-hold`), on every
+    /// engine policy when set.
+    pub depth: Option<DepthRule>,
 }
 
 impl ConnShape {
@@ -126,6 +131,14 @@ pub const SIM_REHASH: RehashRule = RehashRule {
     cooldown: 50_000_000,
     budget: 4,
     budget_period: 1_000_000_000,
+};
+
+/// The depth rule `--depth-ratio`, `--depth-raised` or `--depth-hold` start from: 1.5x the
+/// median, 3 segments per QP, back after 4 calm checks.
+pub const SIM_DEPTH: DepthRule = DepthRule {
+    ratio: 1.5,
+    raised: 3,
+    hold: 4,
 };
 
 /// Counts of things that must stay zero.
@@ -249,6 +262,11 @@ impl<'a> PhaseRun<'a> {
             let mut sender = Sender::new(&params)?;
             if shape.policy.rehashes() {
                 sender.set_rehash_rule(shape.rehash)?;
+            }
+            if let (Some(rule), SimPolicy::Engine(_) | SimPolicy::DqplbRehash | SimPolicy::DqplbLedRehash) =
+                (shape.depth, shape.policy)
+            {
+                sender.set_depth_rule(rule)?;
             }
             conns.push(Conn {
                 src,

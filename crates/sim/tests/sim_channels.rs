@@ -34,6 +34,7 @@ fn config(policy: SimPolicy, channels: u32, mode: Mode, source_port: SourcePort)
             outstanding: 2,
             segment_bytes: 32 * 1024,
             rehash: dqplb_sim::SIM_REHASH,
+            depth: None,
         },
         mode,
         seed: 1,

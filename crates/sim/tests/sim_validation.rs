@@ -40,6 +40,7 @@ fn config(
             outstanding: 8,
             segment_bytes: 2 << 20,
             rehash: dqplb_sim::SIM_REHASH,
+            depth: None,
         },
         mode,
         seed: 1,
