@@ -263,8 +263,10 @@ impl<'a> PhaseRun<'a> {
             if shape.policy.rehashes() {
                 sender.set_rehash_rule(shape.rehash)?;
             }
-            if let (Some(rule), SimPolicy::Engine(_) | SimPolicy::DqplbRehash | SimPolicy::DqplbLedRehash) =
-                (shape.depth, shape.policy)
+            if let (
+                Some(rule),
+                SimPolicy::Engine(_) | SimPolicy::DqplbRehash | SimPolicy::DqplbLedRehash,
+            ) = (shape.depth, shape.policy)
             {
                 sender.set_depth_rule(rule)?;
             }
