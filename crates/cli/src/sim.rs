@@ -720,7 +720,7 @@ mod tests {
     }
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
-    const SAMPLES: [(&str, &str); 66] = [
+    const SAMPLES: [(&str, &str); 69] = [
         ("hosts", "16"),
         ("rails", "2"),
         ("hosts-per-leaf", "4"),
