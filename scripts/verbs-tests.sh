@@ -1,9 +1,11 @@
 #!/bin/bash
 # Runs the verbs test suite on real libibverbs code inside one Soft-RoCE VM boot: sets the VM up
 # (cached), builds tests/verbs_*.rs and the NCCL harness and emulator (release, against the release
-# plugin .so) on the host, runs them, the layer's throughput probe and perftest ib_write_bw in that
-# boot, checks every shipped step reported and ran tests, and that the plugin steps moved packets
-# over rxe0.  Exit 0 all passed, 1 a step failed or went missing, 2 the VM gave no result, 77
+# plugin .so) and the dqplb binary on the host, runs them, the layer's throughput probe, perftest
+# ib_write_bw, `dqplb devices` (rxe0 listed ACTIVE and used with its RoCE v2 GID, table and JSON)
+# and a two-process `dqplb perf --server` / `--client` over verbs (one way and --bidir, bytes
+# checked) in that boot, checks every shipped step reported and ran tests, and that the plugin
+# steps moved packets over rxe0.  Exit 0 all passed, 1 a step failed or went missing, 2 the VM gave no result, 77
 # skipped (loudly) only when this host can never run the VM (not root).
 # Env: DQPLB_REQUIRE_VM=1 turns even that skip into a failure (CI); HARNESS=0 skips the NCCL-call-
 #      pattern harness and emulator (run over rxe0; ~2.5 min); PERFTEST=quick (default, 1 MiB),
@@ -101,19 +103,20 @@ case ${PERFTEST:-quick} in # step names as scripts/softroce/guest-suite.sh write
     done <"${BENCH_STEPS:-$VM/bench-steps.txt}"
     ;;
 esac
-# dqplb perf --transport verbs runs in the same boot as perftest (the ratio is what counts)
-if [ "${PERFTEST:-quick}" != 0 ]; then
-  cargo build --release --bin dqplb --quiet || { echo "verbs-tests: FAILED: cargo build --release --bin dqplb" >&2; exit 1; }
-  mkdir -p "$share/perf"
-  must cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
-  if [ "${PERFTEST:-quick}" = bench ]; then
-    must cp "${BENCH_STEPS:-$VM/bench-steps.txt}" "$share/bench-steps.txt"
-    [ -n "${BENCH_BASE:-}" ] && must cp "$BENCH_BASE" "$share/perf/dqplb-base"
-  fi
-  ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
-    [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
-  done
+# the dqplb binary, in every run: dqplb devices on rxe0 and a two-process dqplb perf --server /
+# --client over verbs (one way and --bidir); with PERFTEST also dqplb perf --transport verbs in
+# the same boot as perftest (the ratio is what counts)
+expected+=(dqplb_devices dqplb_devices_json dqplb_perf_2proc_verbs dqplb_perf_2proc_verbs_bidir)
+cargo build --release --bin dqplb --quiet || { echo "verbs-tests: FAILED: cargo build --release --bin dqplb" >&2; exit 1; }
+mkdir -p "$share/perf"
+must cp "${CARGO_TARGET_DIR:-target}/release/dqplb" "$share/perf/dqplb"
+if [ "${PERFTEST:-quick}" = bench ]; then
+  must cp "${BENCH_STEPS:-$VM/bench-steps.txt}" "$share/bench-steps.txt"
+  [ -n "${BENCH_BASE:-}" ] && must cp "$BENCH_BASE" "$share/perf/dqplb-base"
 fi
+ldd "$share/perf/dqplb" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+  [ -e "$VM/initramfs-root/usr/lib/x86_64-linux-gnu/${lib##*/}" ] || cp -L "$lib" "$share/lib/"
+done
 printf 'PERFTEST=%s\nPROBE_REPS=%s\nBENCH_IB_TIMEOUT=%s\n' "${PERFTEST:-quick}" "${PROBE_REPS:-2}" \
   "${BENCH_IB_TIMEOUT:-14}" >"$share/suite.env"
 must cp "$VM/guest-suite.sh" "$share/guest-run.sh"
@@ -135,12 +138,53 @@ step_ok() { # step_ok STEP RC: the guest's rc, plus what its log must show
   local step=$1 src=$2 log=$share/logs/$1.log
   [ "$src" = 0 ] || { echo "  -> exit status $src"; return 1; }
   case $step in
-    perftest_* | dqplb_perf_* | dqplb_base_*) ;;
+    perftest_* | dqplb_perf_* | dqplb_base_* | dqplb_devices*) ;;
     probe) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> the probe ran no test"; return 1; } ;;
     *) grep -qE 'test result: ok\. [1-9][0-9]* passed' "$log" || { echo "  -> ran no test"; return 1; } ;;
   esac
   case $step in
-    nccl_harness | nccl_emulator)
+    dqplb_devices_json)
+      # the document itself, field by field (the guest has no python: it grepped the lines)
+      python3 - "$log" <<'PY' || return 1
+import json, sys
+def fail(why):
+    print("  -> " + why)
+    sys.exit(1)
+text, checks = open(sys.argv[1]).read().split("\n---- checks: SOFTROCE_GID_INDEX=")
+gid_index = checks.split("\n")[0]
+ports = [p for p in json.loads(text)["ports"] if p["device"] == "rxe0" and p["port"] == 1]
+if len(ports) != 1:
+    fail("rxe0 port 1 is not listed exactly once")
+p = ports[0]
+gids = [g for g in p["gids"] if g["index"] == p["selected_gid"]]
+bad = [what for what, ok in [
+    ("state ACTIVE", p["state"] == "ACTIVE"),
+    ("used: yes", p["used"] is True and p["reason"] is None),
+    ("link layer Ethernet", p["link_layer"] == "Ethernet"),
+    ("selected GID index " + gid_index, str(p["selected_gid"]) == gid_index),
+    ("selected GID RoCE v2 10.77.0.1 on dummy0", len(gids) == 1 and gids[0]["kind"] == "RoCE v2"
+     and gids[0]["address"] == "10.77.0.1" and gids[0]["netdev"] == "dummy0"),
+] if not ok]
+if bad:
+    fail("rxe0 in dqplb devices --json lacks: " + ", ".join(bad))
+print("  rxe0 port 1: %s, used, GID %s %s %s on %s" % (p["state"], gids[0]["index"], gids[0]["kind"],
+      gids[0]["address"], gids[0]["netdev"]))
+PY
+      ;;
+    dqplb_perf_2proc_*)
+      # every size of the sweep, in each direction, on both processes: 20 iterations, 0 wrong
+      local dirs=1 want
+      [ "$step" = dqplb_perf_2proc_verbs_bidir ] && dirs=2
+      want=$((3 * dirs))
+      awk -v want="$want" '
+        /^---- server/ { side = 1; next }
+        !/^#/ && NF == 8 { n[side]++; if ($4 != 20 || $8 != 0) bad++ }
+        END {
+          printf "  rows: client %d, server %d (want %d each), wrong or short rows %d\n", n[0], n[1], want, bad
+          exit !(n[0] == want && n[1] == want && !bad)
+        }' "$log" || { echo "  -> not every size moved 20 checked iterations on both sides"; return 1; }
+      ;;&
+    nccl_harness | nccl_emulator | dqplb_perf_2proc_*)
       # proof that the plugin used rxe0, not TCP: rxe0's sent_pkts grew during the step
       read -r before after <"$share/logs/$step.rxe" || { echo "  -> no rxe0 counter record"; return 1; }
       echo "  rxe0 sent_pkts during $step: $before -> $after"
@@ -153,6 +197,8 @@ while read -r step src secs; do
   echo "==================== $step (rc=$src, ${secs}s) ===================="
   case $step in
     perftest_*) sed -n '/#bytes/,/^-----/p' "$share/logs/$step.log" ;;
+    dqplb_devices*) cat "$share/logs/$step.log" ;;
+    dqplb_perf_2proc_*) cat "$share/logs/$step.log" ;;
     dqplb_perf_* | dqplb_base_*) grep -E '^#  |^ +[0-9]+ |^ +(plugin|raw-tcp) |ops per message' "$share/logs/$step.log" ;;
     probe) grep -E 'probe|Gb/s|test result' "$share/logs/probe.log" ;;
     nccl_harness | nccl_emulator) grep -E '^test .*(ok|FAILED|ignored)$|test result' "$share/logs/$step.log" ;;

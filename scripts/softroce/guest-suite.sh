@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM from the 9p share (copied there as guest-run.sh by verbs-tests.sh):
-# every test binary in bin/, the layer's throughput probe, and perftest ib_write_bw baselines.
+# every test binary in bin/, the layer's throughput probe, perftest ib_write_bw baselines, and
+# the dqplb binary (perf/dqplb): devices, perf over verbs in one and in two processes.
 # Writes logs/<step>.log and one "step rc seconds" line per step to results.txt; exits 1 when any
 # step failed. rxe0's sent_pkts counter is recorded around each plugin step (logs/<step>.rxe).
 # PERFTEST=bench runs bench-steps.txt instead of the perftest baselines.
@@ -159,6 +160,85 @@ if [ "${PERFTEST:-quick}" = bench ] && [ -f bench-steps.txt ]; then
       dqbase) [ -x perf/dqplb-base ] && DQPLB_BIN=perf/dqplb-base dqperf "$name" $args ;;
     esac
   done 3<bench.list
+fi
+# The operator's command on rxe0 (perf/dqplb ships with every run): `dqplb devices` must list
+# rxe0 port 1 ACTIVE and used, its RoCE v2 GID (10.77.0.1 on dummy0, index $SOFTROCE_GID_INDEX)
+# selected, in the table and in --json; each step's log holds the output, then the failed checks.
+want() { # want FILE REGEX WHAT: fails, naming WHAT, unless a line of FILE matches REGEX
+  grep -Eq "$2" "$1" || { echo "devices-check: FAILED: no $3 (no line matches /$2/)" && return 1; }
+}
+devices_table() {
+  ./perf/dqplb devices >/tmp/devices.out 2>&1
+  drc=$?
+  cat /tmp/devices.out
+  echo "---- checks: SOFTROCE_GID_INDEX=$SOFTROCE_GID_INDEX"
+  [ $drc = 0 ] || { echo "devices-check: FAILED: exit status $drc" && return 1; }
+  want /tmp/devices.out '^rxe0 +1 +ACTIVE .* yes$' "rxe0 port 1 ACTIVE, used: yes" || return 1
+  want /tmp/devices.out "^ +gid +$SOFTROCE_GID_INDEX RoCE v2 +::ffff:10\.77\.0\.1 +10\.77\.0\.1 on dummy0  <- selected$" \
+    "RoCE v2 GID $SOFTROCE_GID_INDEX (10.77.0.1 on dummy0) selected" || return 1
+  echo "devices-check: ok"
+}
+devices_json() {
+  ./perf/dqplb devices --json >/tmp/devices.json 2>&1
+  drc=$?
+  cat /tmp/devices.json
+  echo "---- checks: SOFTROCE_GID_INDEX=$SOFTROCE_GID_INDEX"
+  [ $drc = 0 ] || { echo "devices-check: FAILED: exit status $drc" && return 1; }
+  want /tmp/devices.json '^ *"device": "rxe0",$' '"device": "rxe0"' || return 1
+  want /tmp/devices.json '^ *"state": "ACTIVE",$' '"state": "ACTIVE"' || return 1
+  want /tmp/devices.json '^ *"kind": "RoCE v2",$' '"kind": "RoCE v2"' || return 1
+  want /tmp/devices.json '^ *"address": "10\.77\.0\.1",$' '"address": "10.77.0.1"' || return 1
+  want /tmp/devices.json "^ *\"selected_gid\": $SOFTROCE_GID_INDEX,\$" "\"selected_gid\": $SOFTROCE_GID_INDEX" || return 1
+  want /tmp/devices.json '^ *"used": true,$' '"used": true' || return 1
+  echo "devices-check: ok"
+}
+# A two-process run as on two nodes: `dqplb perf --server` in the background, `dqplb perf --client
+# 10.77.0.1` (rxe0's address; TCP control connection) sending its options, both processes' plugin
+# over verbs on rxe0, every received byte checked; the log holds the client's then the server's
+# output. plugin_step records rxe0's packet counter around it.
+perf2() { # perf2 ARGS...: the client's options
+  rm -f /tmp/perf2.server.log
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 ./perf/dqplb perf --server --port 0 >/tmp/perf2.server.log 2>&1 &
+  srv=$!
+  port=
+  for _i in $(seq 1 60); do
+    port=$(sed -n 's/.*listening on 0\.0\.0\.0:\([0-9][0-9]*\) .*/\1/p' /tmp/perf2.server.log)
+    [ -n "$port" ] && break
+    sleep 1
+  done
+  if [ -z "$port" ]; then
+    echo "perf2: FAILED: the server printed no port"
+    kill $srv 2>/dev/null
+    wait $srv
+    cat /tmp/perf2.server.log
+    return 1
+  fi
+  NCCL_SOCKET_IFNAME=lo NCCL_IB_TIMEOUT=14 timeout 600 ./perf/dqplb perf --client 10.77.0.1 --port "$port" \
+    --transport verbs "$@"
+  crc=$?
+  [ $crc = 0 ] || kill $srv 2>/dev/null
+  wait $srv
+  prc=$?
+  echo "---- server (exit status $prc)"
+  cat /tmp/perf2.server.log
+  [ $crc = 0 ] && [ $prc = 0 ]
+}
+plain_step() { # plain_step NAME CMD...
+  name=$1
+  shift
+  t=$(now)
+  echo "guest-suite: running $name"
+  "$@" >"logs/$name.log" 2>&1
+  record "$name" $? "$t"
+}
+if [ -x perf/dqplb ]; then
+  plain_step dqplb_devices devices_table
+  plain_step dqplb_devices_json devices_json
+  PERF2="--qps 4 --min-bytes 4K --max-bytes 1M --step-factor 16 --iters 20 --warmup 2"
+  # shellcheck disable=SC2086 # PERF2 is an option list
+  plugin_step dqplb_perf_2proc_verbs perf2 $PERF2
+  # shellcheck disable=SC2086
+  plugin_step dqplb_perf_2proc_verbs_bidir perf2 $PERF2 --bidir
 fi
 # rxe's own counters (drops, retries, RNR) explain slow or stalled runs
 for c in /sys/class/infiniband/"$SOFTROCE_DEV"/ports/1/hw_counters/*; do
