@@ -9,7 +9,8 @@
 #   bash scripts/setup-deps.sh           libibverbs-dev (a layout test compiles C against
 #                                        infiniband/verbs.h), python3, iproute2 (ip, tc),
 #                                        util-linux (unshare), binutils (readelf, nm, objdump),
-#                                        and the toolchain's rustfmt and clippy
+#                                        nftables and ethtool (the fault suite's loss and rate
+#                                        cases), and the toolchain's rustfmt and clippy
 #   bash scripts/setup-deps.sh --portable  python3 with venv (scripts/build.sh --portable puts zig
 #                                        and cargo-zigbuild from PyPI into target/tools/)
 #
@@ -25,7 +26,7 @@ case "${1:-}" in
   --test | "") mode=test ;;
   --portable) mode=portable ;;
   -h | --help)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -40,7 +41,7 @@ pkgs=(gcc libc6-dev ca-certificates)
 pkgs+=(libclang-dev)
 
 if [ "$mode" = test ]; then
-  pkgs+=(libibverbs-dev python3 iproute2 util-linux binutils)
+  pkgs+=(libibverbs-dev python3 iproute2 util-linux binutils nftables ethtool)
 fi
 if [ "$mode" = portable ]; then
   # Debian's python3 keeps venv/ensurepip in python3-venv; another python3 on PATH may have them
