@@ -333,6 +333,8 @@ fn memory(cfg: &dqplb_config::SiteConfig, c: &ClassPlan) -> Result<Memory, Strin
 struct PlanReport {
     source: String,
     overrides: Vec<Override>,
+    /// The config loader's warnings (unknown NCCL_DQPLB_* variables), also printed on stderr.
+    warnings: Vec<String>,
     policy: &'static str,
     hca_third_field: &'static str,
     max_rails: u32,
@@ -419,6 +421,7 @@ fn build_report(
                 value: value.clone(),
             })
             .collect(),
+        warnings: loaded.warnings.clone(),
         policy: cfg.engine.policy.as_str(),
         hca_third_field: cfg.fabric.hca_third_field.as_str(),
         max_rails: cfg.fabric.max_rails,
@@ -592,12 +595,13 @@ pub(crate) fn profile_file_hint(path: &Path) -> Option<String> {
     ))
 }
 
-/// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok(stdout text) or Err(message).
+/// Runs `dqplb plan` with an injected NCCL_IB_HCA lookup; Ok((stdout text, the config loader's
+/// warnings)) or Err(message).
 fn plan_output(
     a: &PlanArgs,
     ib_hca_env: Option<String>,
     buffsize_env: Option<String>,
-) -> Result<String, String> {
+) -> Result<(String, Vec<String>), String> {
     let loaded = match &a.config {
         Some(path) => load_path(Path::new(path), &process_env_vars())
             .map_err(|e| profile_file_hint(Path::new(path)).unwrap_or_else(|| e.to_string())),
@@ -614,12 +618,13 @@ fn plan_output(
         None => None,
     };
     let report = build_report(loaded, hca, buffsize_env.as_deref())?;
-    match a.format {
+    let text = match a.format {
         Format::Json => serde_json::to_string_pretty(&report)
             .map(|j| j + "\n")
-            .map_err(|e| format!("cannot encode JSON: {e}")),
-        Format::Table => Ok(render_table(&report)),
-    }
+            .map_err(|e| format!("cannot encode JSON: {e}"))?,
+        Format::Table => render_table(&report),
+    };
+    Ok((text, report.warnings))
 }
 
 /// `dqplb plan [--config F] [--hca STRING] [--format table|json]`; returns the exit code.
@@ -629,7 +634,10 @@ pub(crate) fn run(a: &PlanArgs) -> i32 {
         std::env::var("NCCL_IB_HCA").ok(),
         std::env::var("NCCL_BUFFSIZE").ok(),
     ) {
-        Ok(text) => {
+        Ok((text, warnings)) => {
+            for w in &warnings {
+                eprintln!("dqplb plan: warning: {w}");
+            }
             print!("{text}");
             0
         }

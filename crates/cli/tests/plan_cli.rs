@@ -446,3 +446,39 @@ fn a_fabric_sim_block_is_accepted_and_ignored() {
     assert_eq!(run(&with), run(&without));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn unknown_dqplb_variables_are_warned_on_stderr_and_listed_in_json() {
+    let conf = default_conf();
+    let warning = "NCCL_DQPLB_QPSS=8: unknown variable, ignored; did you mean NCCL_DQPLB_QPS?";
+    let table = dqplb(
+        &["plan", "--config", &conf],
+        &[("NCCL_DQPLB_QPSS", "8")],
+    );
+    assert_eq!(
+        table.status.code(),
+        Some(0),
+        "stderr: {}",
+        text(&table.stderr)
+    );
+    assert_eq!(
+        text(&table.stderr),
+        format!("dqplb plan: warning: {warning}\n")
+    );
+    let json = dqplb(
+        &["plan", "--config", &conf, "--format", "json"],
+        &[("NCCL_DQPLB_QPSS", "8")],
+    );
+    assert_eq!(json.status.code(), Some(0), "stderr: {}", text(&json.stderr));
+    assert_eq!(
+        text(&json.stderr),
+        format!("dqplb plan: warning: {warning}\n")
+    );
+    let v: Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
+    assert_eq!(v["warnings"], serde_json::json!([warning]));
+    // Without one: an empty list and nothing on stderr.
+    let clean = dqplb(&["plan", "--config", &conf, "--format", "json"], &[]);
+    assert_eq!(text(&clean.stderr), "");
+    let v: Value = serde_json::from_slice(&clean.stdout).expect("JSON on stdout");
+    assert_eq!(v["warnings"], serde_json::json!([]));
+}
