@@ -1054,7 +1054,8 @@ pub(super) unsafe extern "C" fn init_ctx(
     )
 }
 
-/// v11+ finalize(ctx): frees the communicator's context and the connects it left unfinished.
+/// v11+ finalize(ctx): frees the communicator's context and the connects it left unfinished;
+/// the last one also removes the process's stats files.
 pub(super) unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     guard(
         "finalize",
@@ -1069,6 +1070,14 @@ pub(super) unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
             tracing::info!(target: "dqplb::init", "communicator {:#x}: context {} finalized ({dropped} unfinished connects dropped)",
                 c.comm_id, c.serial);
             drop(c);
+            // The process's last communicator is gone: its stats files go too, even when NCCL
+            // (or a leak) left send comms open, so a clean exit leaves none behind.
+            if plugin::state::live_contexts() == 0 {
+                let n = plugin::telemetry::remove_files();
+                if n > 0 {
+                    tracing::info!(target: "dqplb::stats", "last communicator finalized: {n} stats file(s) removed");
+                }
+            }
             Ok(())
         },
         || {},

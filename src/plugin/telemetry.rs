@@ -1,9 +1,10 @@
 //! Per-QP telemetry without a thread: send comms publish their engine counters into a process
 //! registry from NCCL's own calls, at most once per interval, and the stats file is rewritten from it.
-//! A closing comm rewrites it at once; the last one to close removes it (and the textfile).
+//! A closing comm rewrites it at once; the last one to close removes it (and the textfile), and
+//! so does the last communicator's finalize (v11+) with comms still open.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -77,6 +78,10 @@ static REGISTRY: Mutex<Vec<Weak<Slot>>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Nanoseconds since `epoch()` before which nobody rewrites the file.
 static NEXT_WRITE: AtomicU64 = AtomicU64::new(0);
+/// Every stats file and textfile path a comm of this process may write, for `remove_files`.
+static PATHS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Set by `remove_files`: comms left open write no file until a new comm is made.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
 
 fn epoch() -> Instant {
     static E: OnceLock<Instant> = OnceLock::new();
@@ -170,6 +175,15 @@ impl CommTelemetry {
             qps: vec![blank; qps],
         }));
         lock(&REGISTRY).push(Arc::downgrade(&slot));
+        {
+            let mut paths = lock(&PATHS);
+            FINALIZED.store(false, Ordering::Release);
+            for p in file.iter().chain(textfile.iter().map(|t| &t.path)) {
+                if !paths.contains(p) {
+                    paths.push(p.clone());
+                }
+            }
+        }
         Some(CommTelemetry {
             slot,
             file,
@@ -233,8 +247,12 @@ impl CommTelemetry {
         }
     }
 
-    /// Rewrites the stats file and the textfile from the registry; failures are logged.
+    /// Rewrites the stats file and the textfile from the registry (not after `remove_files`);
+    /// failures are logged.
     fn write(&self) {
+        if FINALIZED.load(Ordering::Acquire) {
+            return;
+        }
         if let Some(path) = &self.file {
             if let Err(e) = write_file(path) {
                 tracing::warn!(target: "dqplb::stats", "stats file {}: {e}", path.display());
@@ -276,13 +294,7 @@ impl CommTelemetry {
             .iter()
             .chain(self.textfile.iter().map(|t| &t.path));
         for path in paths {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    tracing::warn!(target: "dqplb::stats", "removing {}: {e}", path.display())
-                }
-            }
+            remove(path);
         }
     }
 
@@ -291,6 +303,29 @@ impl CommTelemetry {
     pub(crate) fn id(&self) -> u64 {
         lock(&self.slot).id
     }
+}
+
+/// Removes `path`; a missing file is fine, another failure is logged.
+fn remove(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(target: "dqplb::stats", "removing {}: {e}", path.display()),
+    }
+}
+
+/// The process is done with the plugin (the last communicator finalized) while send comms may
+/// still be open: removes every stats file and textfile this process wrote; the comms still
+/// open write no file again (a comm made later does). Returns how many paths were tried.
+pub(crate) fn remove_files() -> usize {
+    let mut guard = lock(&PATHS);
+    FINALIZED.store(true, Ordering::Release);
+    let paths = std::mem::take(&mut *guard);
+    drop(guard);
+    for p in &paths {
+        remove(p);
+    }
+    paths.len()
 }
 
 /// Every live send comm's latest published counters.

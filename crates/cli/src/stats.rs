@@ -12,8 +12,11 @@ Prints the per-QP statistics the plugin writes when the site config sets [stats]
 NCCL_DQPLB_STATS_FILE), one file per process: segments, bytes, completions, outstanding,
 completion latency (EWMA and log2-histogram percentiles), resends, re-hashes and path failures.
 The plugin rewrites a file when a send connection closes and removes it when the process's last
-one closes. --prometheus labels every series with host, pid, comm, dev, transport, peer, class and
-qp; the plugin's own textfile ([stats] textfile-dir) uses bounded labels.";
+one closes (or its last communicator is finalized). A file whose process no longer runs on this
+host (killed or crashed before it could remove it) is reported as stale: on stderr, in the table's
+header and as process: not running in --json. --prometheus labels every series with host, pid,
+comm, dev, transport, peer, class and qp; the plugin's own textfile ([stats] textfile-dir) uses
+bounded labels.";
 
 /// The exit status line under `dqplb stats --help`.
 pub(crate) const EXIT: &str = "exit status: 0 printed, 2 bad usage or an unreadable file";
@@ -48,9 +51,23 @@ pub(crate) fn run(a: &StatsArgs) -> i32 {
         _ => Format::Table,
     };
     let mut parsed = Vec::new();
+    let mut states = Vec::new();
+    let here = this_host();
     for f in &a.files {
         match read_file(f) {
-            Ok(s) => parsed.push(s),
+            Ok(s) => {
+                let st = process_state(&s, &here);
+                if st == Process::NotRunning {
+                    eprintln!(
+                        "dqplb stats: {}: stale: process {} on {} is not running (killed or crashed before removing the file)",
+                        f.display(),
+                        s.pid,
+                        s.host
+                    );
+                }
+                parsed.push(s);
+                states.push(st);
+            }
             Err(e) => {
                 eprintln!("dqplb stats: {e}");
                 return 2;
@@ -58,12 +75,57 @@ pub(crate) fn run(a: &StatsArgs) -> i32 {
         }
     }
     let out = match format {
-        Format::Table => table(&parsed),
-        Format::Json => json(&parsed),
+        Format::Table => table(&parsed, &states),
+        Format::Json => json(&parsed, &states),
         Format::Prometheus => prometheus(&parsed),
     };
     print!("{out}");
     0
+}
+
+/// Whether the process that wrote a stats file still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Process {
+    Running,
+    /// On this host, and no process with its pid runs (or only its zombie is left).
+    NotRunning,
+    /// Written on another host: not checked.
+    OtherHost,
+}
+
+impl Process {
+    fn word(self) -> &'static str {
+        match self {
+            Process::Running => "running",
+            Process::NotRunning => "not running",
+            Process::OtherHost => "other host",
+        }
+    }
+}
+
+/// This host's name as the plugin writes it into the file.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `/proc/<pid>/stat`: absent, or state Z (zombie) / X (dead), means the process is gone.
+fn process_state(f: &StatsFile, here: &str) -> Process {
+    if f.host != here {
+        return Process::OtherHost;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", f.pid)) else {
+        return Process::NotRunning;
+    };
+    // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+    match stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+    {
+        Some("Z" | "X" | "x") => Process::NotRunning,
+        _ => Process::Running,
+    }
 }
 
 /// The latency (ns) below which fraction `p` of the histogram's samples fall, as the upper edge
@@ -88,16 +150,21 @@ fn us(ns: Option<u64>) -> String {
     ns.map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1000.0))
 }
 
-fn table(files: &[StatsFile]) -> String {
+fn table(files: &[StatsFile], states: &[Process]) -> String {
     let mut o = String::new();
-    for f in files {
+    for (f, st) in files.iter().zip(states) {
         let _ = writeln!(
             o,
-            "# pid {} on {}, written {}, {} send connection(s)",
+            "# pid {} on {}, written {}, {} send connection(s){}",
             f.pid,
             f.host,
             rfc3339_utc(f.written_unix_ms),
-            f.comms.len()
+            f.comms.len(),
+            if *st == Process::NotRunning {
+                "; STALE: the process is not running"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(
             o,
@@ -174,15 +241,17 @@ fn json_comm(c: &CommEntry) -> String {
     )
 }
 
-fn json(files: &[StatsFile]) -> String {
+fn json(files: &[StatsFile], states: &[Process]) -> String {
     let fs: Vec<String> = files
         .iter()
-        .map(|f| {
+        .zip(states)
+        .map(|(f, st)| {
             let comms: Vec<String> = f.comms.iter().map(json_comm).collect();
             format!(
-                "{{\"pid\":{},\"host\":{},\"written_unix_ms\":{},\"comms\":[{}]}}",
+                "{{\"pid\":{},\"host\":{},\"process\":{},\"written_unix_ms\":{},\"comms\":[{}]}}",
                 f.pid,
                 js(&f.host),
+                js(st.word()),
                 f.written_unix_ms,
                 comms.join(",")
             )
