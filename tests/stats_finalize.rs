@@ -98,8 +98,14 @@ fn the_last_finalize_removes_the_files_of_comms_left_open() {
     assert!(prom.exists(), "textfile after the first message");
     // Another communicator still lives: the files stay.
     finalize(first);
-    assert!(path.exists(), "a finalize before the last removed the stats file");
-    assert!(prom.exists(), "a finalize before the last removed the textfile");
+    assert!(
+        path.exists(),
+        "a finalize before the last removed the stats file"
+    );
+    assert!(
+        prom.exists(),
+        "a finalize before the last removed the textfile"
+    );
     // The last one goes with the comm still open: both files go.
     finalize(second);
     assert!(!path.exists(), "the last finalize left the stats file");

@@ -451,10 +451,7 @@ fn a_fabric_sim_block_is_accepted_and_ignored() {
 fn unknown_dqplb_variables_are_warned_on_stderr_and_listed_in_json() {
     let conf = default_conf();
     let warning = "NCCL_DQPLB_QPSS=8: unknown variable, ignored; did you mean NCCL_DQPLB_QPS?";
-    let table = dqplb(
-        &["plan", "--config", &conf],
-        &[("NCCL_DQPLB_QPSS", "8")],
-    );
+    let table = dqplb(&["plan", "--config", &conf], &[("NCCL_DQPLB_QPSS", "8")]);
     assert_eq!(
         table.status.code(),
         Some(0),
@@ -469,7 +466,12 @@ fn unknown_dqplb_variables_are_warned_on_stderr_and_listed_in_json() {
         &["plan", "--config", &conf, "--format", "json"],
         &[("NCCL_DQPLB_QPSS", "8")],
     );
-    assert_eq!(json.status.code(), Some(0), "stderr: {}", text(&json.stderr));
+    assert_eq!(
+        json.status.code(),
+        Some(0),
+        "stderr: {}",
+        text(&json.stderr)
+    );
     assert_eq!(
         text(&json.stderr),
         format!("dqplb plan: warning: {warning}\n")

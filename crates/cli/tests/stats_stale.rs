@@ -174,7 +174,10 @@ fn a_killed_processs_file_is_reported_stale() {
     // Killed but not yet reaped: a zombie is not running.
     let start = Instant::now();
     while proc_state(pid).as_deref() != Some("Z") {
-        assert!(start.elapsed() < DEADLINE, "the child never became a zombie");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the child never became a zombie"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     check("zombie");
