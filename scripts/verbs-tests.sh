@@ -177,6 +177,7 @@ PY
       [ "$step" = dqplb_perf_2proc_verbs_bidir ] && dirs=2
       want=$((3 * dirs))
       awk -v want="$want" '
+        BEGIN { side = 0 }
         /^---- server/ { side = 1; next }
         !/^#/ && NF == 8 { n[side]++; if ($4 != 20 || $8 != 0) bad++ }
         END {
