@@ -325,6 +325,10 @@ impl PerfArgs {
             v.push(k.to_string());
             v.push(val);
         };
+        // The server of a two-node run takes the client's transport from this list.
+        if self.verbs() {
+            push("--transport", "verbs".to_string());
+        }
         if let Some(p) = self.policy {
             push("--policy", p.as_str().to_string());
         }
@@ -477,6 +481,9 @@ mod tests {
 
     #[test]
     fn args_round_trip() {
+        // --transport verbs travels too (the two-node server runs the client's options).
+        let v = perf("--transport verbs --qps 2").unwrap();
+        assert_eq!(perf(&v.to_args().join(" ")).unwrap(), v);
         let line = "--policy single-qp --qps 3 --outstanding 9 --units Gb/s --segment 64K --min-bytes 1K --max-bytes 1M --iters 7 --warmup 2 --inflight 8 --raw-tcp --raw-threads one --no-check --recv-idle-us 50 --send-idle-us 7";
         let a = perf(line).unwrap();
         assert_eq!((a.recv_idle_us, a.send_idle_us), (50, 7));
