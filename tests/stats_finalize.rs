@@ -3,60 +3,14 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::time::{Duration, Instant};
 
-use dqplb_transport::UserBuf;
 use nccl_net_dqplb::ffi::sys::ncclResult_t;
 use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v11;
-use nccl_net_dqplb::plugin::{self, telemetry};
+use nccl_net_dqplb::plugin::telemetry;
 
-const DEADLINE: Duration = Duration::from_secs(30);
-
-fn pair(dev: i32) -> (plugin::SendComm, plugin::RecvComm) {
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(dev, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(dev, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    (send.unwrap(), recv.unwrap())
-}
-
-fn one_message(send: &mut plugin::SendComm, recv: &mut plugin::RecvComm, len: usize) {
-    let mut src: Vec<u8> = (0..len).map(|i| (i * 3 + 7) as u8).collect();
-    let mut dst = vec![0u8; len];
-    let rreq = recv
-        .irecv(&[(UserBuf::from_slice(&mut dst), 1)], &[None])
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    let sreq = loop {
-        if let Some(r) = send.isend(UserBuf::from_slice(&mut src), 1, None).unwrap() {
-            break r;
-        }
-        recv.test(rreq).unwrap();
-        assert!(start.elapsed() < DEADLINE, "isend never accepted");
-    };
-    let (mut sd, mut rd) = (None, None);
-    while sd.is_none() || rd.is_none() {
-        if sd.is_none() {
-            sd = send.test(sreq).unwrap();
-        }
-        if rd.is_none() {
-            rd = recv.test(rreq).unwrap();
-        }
-        assert!(start.elapsed() < DEADLINE, "message never completed");
-    }
-    assert_eq!((sd, rd), (Some(len), Some(len)));
-    assert!(dst == src, "payload differs");
-}
+#[path = "../crates/cli/tests/common/plugin_pair.rs"]
+mod plugin_pair;
+use plugin_pair::{one_message, pair};
 
 fn init_ctx(comm_id: u64) -> *mut c_void {
     let init = ncclNetPlugin_v11.0.init.unwrap();
@@ -111,7 +65,7 @@ fn the_last_finalize_removes_the_files_of_comms_left_open() {
     assert!(!path.exists(), "the last finalize left the stats file");
     assert!(!prom.exists(), "the last finalize left the textfile");
     // The comm left open still works and writes no file again, not even at its close.
-    std::thread::sleep(Duration::from_millis(1100));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     one_message(&mut send, &mut recv, 5000);
     drop(send);
     drop(recv);

@@ -1,56 +1,11 @@
 //! The statistics file and the node exporter textfile at close: a closing send comm rewrites
 //! them at once with its final counters; the last one to close removes both.
 
-use dqplb_transport::UserBuf;
+#[path = "common/plugin_pair.rs"]
+mod plugin_pair;
+
 use nccl_net_dqplb::plugin::{self, telemetry};
-use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-fn pair(dev: i32) -> (plugin::SendComm, plugin::RecvComm) {
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(dev, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(dev, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    (send.unwrap(), recv.unwrap())
-}
-
-fn one_message(send: &mut plugin::SendComm, recv: &mut plugin::RecvComm, len: usize) {
-    let mut src: Vec<u8> = (0..len).map(|i| (i * 5 + 1) as u8).collect();
-    let mut dst = vec![0u8; len];
-    let rreq = recv
-        .irecv(&[(UserBuf::from_slice(&mut dst), 1)], &[None])
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    let sreq = loop {
-        if let Some(r) = send.isend(UserBuf::from_slice(&mut src), 1, None).unwrap() {
-            break r;
-        }
-        recv.test(rreq).unwrap();
-        assert!(start.elapsed() < DEADLINE, "isend never accepted");
-    };
-    let (mut sd, mut rd) = (None, None);
-    while sd.is_none() || rd.is_none() {
-        if sd.is_none() {
-            sd = send.test(sreq).unwrap();
-        }
-        if rd.is_none() {
-            rd = recv.test(rreq).unwrap();
-        }
-        assert!(start.elapsed() < DEADLINE, "message never completed");
-    }
-    assert!(dst == src, "payload differs");
-}
+use plugin_pair::{one_message, pair};
 
 /// One test function: init and the environment are process-wide.
 #[test]

@@ -2,42 +2,12 @@
 //! (no thread), and `dqplb stats` prints exactly the counters the send comm holds, as a table,
 //! JSON and Prometheus text.
 
-use dqplb_transport::UserBuf;
+#[path = "common/plugin_pair.rs"]
+mod plugin_pair;
+
 use nccl_net_dqplb::plugin::{self, telemetry};
+use plugin_pair::{one_message, pair};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// One message of `len` bytes through the pair; returns once both sides report it.
-fn one_message(send: &mut plugin::SendComm, recv: &mut plugin::RecvComm, len: usize) {
-    let mut src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
-    let mut dst = vec![0u8; len];
-    let rreq = recv
-        .irecv(&[(UserBuf::from_slice(&mut dst), 1)], &[None])
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    let sreq = loop {
-        if let Some(r) = send.isend(UserBuf::from_slice(&mut src), 1, None).unwrap() {
-            break r;
-        }
-        recv.test(rreq).unwrap();
-        assert!(start.elapsed() < DEADLINE, "isend never accepted");
-    };
-    let (mut sd, mut rd) = (None, None);
-    while sd.is_none() || rd.is_none() {
-        if sd.is_none() {
-            sd = send.test(sreq).unwrap();
-        }
-        if rd.is_none() {
-            rd = recv.test(rreq).unwrap();
-        }
-        assert!(start.elapsed() < DEADLINE, "message never completed");
-    }
-    assert_eq!((sd, rd), (Some(len), Some(len)));
-    assert!(dst == src, "payload differs");
-}
 
 /// One test function: init and the environment are process-wide.
 #[test]
@@ -51,27 +21,14 @@ fn stats_file_shows_the_send_comms_counters() {
     std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_QPS", "3");
     std::env::set_var("NCCL_DQPLB_CLASS_CROSS_RAIL_QPS", "3");
     plugin::init(None).expect("init");
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(0, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(0, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
+    let (mut send, mut recv) = pair(0);
     for len in [1 << 20, 3 << 19, 4096] {
         one_message(&mut send, &mut recv, len);
     }
     let before = send.qp_stats().to_vec();
     // The file is rewritten at most once a second: after a second, the first test() of one more
     // (zero-byte) message publishes the counters, that message's segment possibly in flight.
-    std::thread::sleep(Duration::from_millis(1100));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     one_message(&mut send, &mut recv, 0);
     let after = send.qp_stats().to_vec();
     let path = telemetry::expand_path(template.to_str().unwrap());

@@ -1,8 +1,11 @@
 //! A process killed with SIGKILL cannot remove its stats file: `dqplb stats` reports such a file
 //! as stale (its pid not running: zombie or gone), never as a live process's counters.
 
-use dqplb_transport::UserBuf;
+#[path = "common/plugin_pair.rs"]
+mod plugin_pair;
+
 use nccl_net_dqplb::plugin::{self, telemetry};
+use plugin_pair::{one_message, pair};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,44 +23,8 @@ fn child_writes_its_file_and_waits() {
     std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
     std::env::set_var("NCCL_DQPLB_STATS_FILE", &template);
     plugin::init(None).expect("init");
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(0, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(0, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "handshake timed out");
-    }
-    let (mut send, mut recv) = (send.unwrap(), recv.unwrap());
-    let mut src = vec![7u8; 4096];
-    let mut dst = vec![0u8; 4096];
-    let rreq = recv
-        .irecv(&[(UserBuf::from_slice(&mut dst), 1)], &[None])
-        .unwrap()
-        .unwrap();
-    let sreq = loop {
-        if let Some(r) = send.isend(UserBuf::from_slice(&mut src), 1, None).unwrap() {
-            break r;
-        }
-        recv.test(rreq).unwrap();
-        assert!(start.elapsed() < DEADLINE, "isend never accepted");
-    };
-    let (mut sd, mut rd) = (None, None);
-    while sd.is_none() || rd.is_none() {
-        if sd.is_none() {
-            sd = send.test(sreq).unwrap();
-        }
-        if rd.is_none() {
-            rd = recv.test(rreq).unwrap();
-        }
-        assert!(start.elapsed() < DEADLINE, "message never completed");
-    }
-    assert!(dst == src);
+    let (mut send, mut recv) = pair(0);
+    one_message(&mut send, &mut recv, 4096);
     let path = telemetry::expand_path(&template);
     assert!(path.exists(), "no stats file at {}", path.display());
     loop {
