@@ -12,6 +12,7 @@ pub(crate) mod repath;
 pub mod send;
 mod warns;
 pub mod wire;
+pub mod workers;
 
 pub use connect::{TcpConnector, HANDSHAKE_TIMEOUT};
 pub use handle::{ListenHandle, HANDLE_BYTES};

@@ -10,6 +10,7 @@ use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
     ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
+use super::workers::{Pool, ThreadPlan, MIN_CHUNK_BYTES};
 use super::TcpOptions;
 use crate::common::{Grp, RecvCore, Requests};
 use crate::slots::{RecvSizes, MAX_RECVS};
@@ -53,6 +54,15 @@ struct DataRx {
     blackhole_mid_segment: bool,
     /// Test hook: the stream is read only every `slow_every`-th pass (0: every pass).
     slow_every: u32,
+    /// The rest of the current segment's payload is being read by a helper thread.
+    handed: bool,
+}
+
+impl DataRx {
+    /// Whether a test hook watches this stream's reads (those stay on the calling thread).
+    fn hooked(&self) -> bool {
+        self.blackholed || self.blackhole_mid_segment || self.slow_every > 0
+    }
 }
 
 /// One buffer of a posted receive and what the sender's segments placed into it so far.
@@ -117,6 +127,11 @@ pub struct TcpRecvComm {
     /// Progress passes so far (the `debug_slow_stream` hook reads a slow stream every n-th).
     passes: u32,
     owner: super::Owner,
+    /// Helper threads for large payloads (started with the first one); see `workers`.
+    plan: ThreadPlan,
+    helpers: Option<Pool>,
+    /// Helpers could not be started: the calling thread reads everything.
+    helpers_failed: bool,
 }
 
 impl TcpRecvComm {
@@ -147,6 +162,7 @@ impl TcpRecvComm {
             .peer_addr()
             .map_err(|e| NetError::io("accepted control stream has no peer address", &e))?;
         let rx = RecvCore::new(params, &peer, format!("receive comm from {peer}"))?;
+        let ctrl_local_ip = ctrl.local_addr().ok().map(|a| a.ip());
         let n = params.max_messages as usize;
         let cap = params.outstanding as usize * ACK_BYTES;
         let data: Vec<DataRx> = data_streams(peer, data, |sock, name| DataRx {
@@ -161,6 +177,7 @@ impl TcpRecvComm {
             blackholed: false,
             blackhole_mid_segment: false,
             slow_every: 0,
+            handed: false,
         });
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         // The re-path listener on the address the sender reached us at; its port is the first
@@ -202,6 +219,9 @@ impl TcpRecvComm {
             hold_replacements: false,
             passes: 0,
             owner: super::Owner::this_process(),
+            plan: ThreadPlan::from_env(ctrl_local_ip),
+            helpers: None,
+            helpers_failed: false,
         })
     }
 
@@ -211,6 +231,17 @@ impl TcpRecvComm {
 
     pub fn max_requests(&self) -> usize {
         self.rx.slots.len()
+    }
+
+    /// Helper threads for this comm's data streams (before its first large payload; the default
+    /// comes from NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD, see `workers::ThreadPlan`).
+    pub fn set_thread_plan(&mut self, plan: ThreadPlan) {
+        self.plan = plan;
+    }
+
+    /// Helper threads running for this comm (0 until its first large payload).
+    pub fn helper_threads(&self) -> usize {
+        self.helpers.as_ref().map_or(0, Pool::threads)
     }
 
     /// Posts one receive buffer (a group of one); see [`TcpRecvComm::irecv_group`].
@@ -312,7 +343,7 @@ impl Requests for TcpRecvComm {
             let d = &self.data[qp];
             let skip =
                 d.blackholed || (d.slow_every > 0 && !self.passes.is_multiple_of(d.slow_every));
-            if self.ready.readable(qp + 1) && !skip {
+            if (self.ready.readable(qp + 1) || d.handed) && !skip {
                 if let Some(e) = self.read_stream(qp)? {
                     self.stream_failed(qp, e);
                 }
@@ -353,6 +384,15 @@ impl Requests for TcpRecvComm {
                     self.ctrl_name, p.placed, p.end
                 )));
             }
+            // A helper still reading a second copy of a segment into this buffer lets go of it
+            // before the receive goes back to NCCL; the rest of that copy is dropped.
+            for qp in 0..self.data.len() {
+                if let RxState::Payload { seg, .. } = self.data[qp].state {
+                    if self.data[qp].handed && seg.slot == token {
+                        self.cancel_handed(qp);
+                    }
+                }
+            }
             self.bufs[token as usize].done = true;
             self.rx.complete(token, size);
         }
@@ -379,12 +419,57 @@ impl TcpRecvComm {
             return;
         }
         tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); the sender resends its segments on the other streams", d.name);
+        if d.handed {
+            self.cancel_handed(qp);
+        }
+        let d = &mut self.data[qp];
         d.state = RxState::Closed;
         d.acks.clear();
         d.acks_pos = 0;
         d.start = 0;
         d.end = 0;
         self.ready.ignore(qp + 1);
+    }
+
+    /// Takes the payload stream `qp` handed to a helper back (waiting only for the helper to
+    /// let go, within one non-blocking read); what it placed counts, the rest is dropped.
+    #[cold]
+    fn cancel_handed(&mut self, qp: usize) {
+        use std::os::fd::AsRawFd;
+        let d = &mut self.data[qp];
+        d.handed = false;
+        let moved = match &mut self.helpers {
+            Some(p) => p.cancel(qp, d.sock.as_raw_fd()),
+            None => 0,
+        };
+        if let RxState::Payload { seg, got } = d.state {
+            d.state = RxState::Discard {
+                seg,
+                got: got + moved,
+            };
+        }
+    }
+
+    /// Starts the helper threads (once, with the comm's first large payload).
+    #[cold]
+    fn start_helpers(&mut self) {
+        use std::os::fd::AsRawFd;
+        self.helpers_failed = true;
+        let n = self.plan.for_streams(self.data.len());
+        if n == 0 {
+            return;
+        }
+        let fds: Vec<_> = self.data.iter().map(|d| d.sock.as_raw_fd()).collect();
+        match Pool::start(&fds, false, n, 1, "rx") {
+            Ok(p) => {
+                tracing::info!(target: "dqplb::net", "{}: {} helper thread(s) for {} data streams", self.ctrl_name, p.threads(), fds.len());
+                self.helpers = Some(p);
+                self.helpers_failed = false;
+            }
+            Err(e) => {
+                tracing::warn!(target: "dqplb::net", "{}: no helper threads ({e}): the calling thread reads every stream", self.ctrl_name)
+            }
+        }
     }
 
     /// Reads every segment available on one data stream (at most `outstanding` can be in
@@ -442,9 +527,53 @@ impl TcpRecvComm {
                     // still arriving (the sender gave this stream up as stalled and resent): the
                     // rest is dropped, its receive may already be back with NCCL.
                     if self.rx.engine.is_duplicate(seg.imm) {
-                        d.state = RxState::Discard { seg, got };
+                        if d.handed {
+                            self.cancel_handed(qp);
+                        } else {
+                            d.state = RxState::Discard { seg, got };
+                        }
                         continue;
                     }
+                    if d.handed {
+                        let Some(p) = &mut self.helpers else {
+                            return Err(NetError::internal(format!("{}: payload handed to no helper", d.name)));
+                        };
+                        match p.completed(qp) {
+                            Ok(0) => return Ok(None),
+                            Ok(_) => {
+                                d.handed = false;
+                                got = len;
+                                d.state = RxState::Payload { seg, got };
+                            }
+                            Err(e) => {
+                                d.handed = false;
+                                return Ok(Some(NetError::io(&format!("{}: read", d.name), &e.to_io())));
+                            }
+                        }
+                    }
+                    if got < len && d.start == d.end && len - got >= MIN_CHUNK_BYTES && !d.hooked() {
+                        if self.helpers.is_none() && !self.helpers_failed {
+                            self.start_helpers();
+                        }
+                        let d = &mut self.data[qp];
+                        if let (Some(p), Some(Posted { buf, .. })) =
+                            (&mut self.helpers, posted(&self.rx, &self.bufs, seg.slot))
+                        {
+                            let dst = buf
+                                .slice_mut(seg.offset as usize + got, len - got)
+                                .ok_or_else(|| {
+                                    NetError::internal(format!("{}: payload outside its buffer", d.name))
+                                })?;
+                            // SAFETY: the receive buffer stays posted until this segment is placed
+                            // (its receive cannot complete without it), or the lane is cancelled
+                            // first (duplicate, completion by another copy, failure, drop).
+                            if unsafe { p.post(qp, &[], dst.as_mut_ptr(), dst.len()) } {
+                                d.handed = true;
+                                return Ok(None);
+                            }
+                        }
+                    }
+                    let d = &mut self.data[qp];
                     if got < len {
                         let Some(Posted { buf, .. }) = posted(&self.rx, &self.bufs, seg.slot)
                         else {
@@ -586,7 +715,15 @@ impl TcpRecvComm {
         let d = &mut self.data[q];
         // The sender replaces a stream only once nothing is due on it (drained) or it failed: what
         // the old one still held is stale.
+        if d.handed {
+            self.cancel_handed(q);
+        }
+        let d = &mut self.data[q];
         d.sock = r.sock;
+        if let Some(p) = &mut self.helpers {
+            use std::os::fd::AsRawFd;
+            p.cancel(q, d.sock.as_raw_fd());
+        }
         d.state = RxState::Header;
         d.start = 0;
         d.end = 0;
@@ -696,6 +833,8 @@ impl Drop for TcpRecvComm {
     /// Announcements still queued go out if the socket takes them now (never blocks): a sender
     /// may match sends to receives posted just before the close.
     fn drop(&mut self) {
+        // Helpers stop and are joined before the streams close and the buffers go back.
+        self.helpers = None;
         let _ = drain(
             &self.ctrl,
             &mut self.ctrl_out,

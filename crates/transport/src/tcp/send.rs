@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 
 use super::io::{data_streams, fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
+use super::workers::{Pool, ThreadPlan, MIN_CHUNK_BYTES};
 use super::wire::{
     decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
     SEG_HEADER_BYTES,
@@ -44,6 +45,8 @@ struct DataTx {
     /// The stream failed (reset, error, or closed with segments due): the engine resends what
     /// was in flight on it over the other streams and gives it nothing new.
     dead: bool,
+    /// Segments at the front of `queue` handed to a helper thread (written by it, in order).
+    handed: usize,
 }
 
 /// An in-flight send: its buffer and the receive buffer id the peer announced for it.
@@ -98,6 +101,11 @@ pub struct TcpSendComm {
     /// Without that answer this long (ns after the comm was made), the comm fails; 0: never.
     handshake_timeout: u64,
     owner: super::Owner,
+    /// Helper threads for large segments (started with the first one); see `workers`.
+    plan: ThreadPlan,
+    helpers: Option<Pool>,
+    /// Helpers could not be started: the calling thread writes everything.
+    helpers_failed: bool,
 }
 
 /// Replacements of one data stream after failures before it is left dead.
@@ -128,6 +136,7 @@ impl TcpSendComm {
             .peer_addr()
             .map_err(|e| NetError::io("connected control stream has no peer address", &e))?;
         let tx = SendCore::new(params, &peer, format!("send comm to {peer}"))?;
+        let ctrl_local_ip = ctrl.local_addr().ok().map(|a| a.ip());
         let cap = params.outstanding as usize;
         let data: Vec<DataTx> = data_streams(peer, data, |sock, name| DataTx {
             sock,
@@ -138,6 +147,7 @@ impl TcpSendComm {
             unacked: VecDeque::with_capacity(cap),
             closed: false,
             dead: false,
+            handed: 0,
         });
         let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         Ok(TcpSendComm {
@@ -164,6 +174,9 @@ impl TcpSendComm {
             refused: None,
             owner: super::Owner::this_process(),
             handshake_timeout: super::connect::HANDSHAKE_TIMEOUT.as_nanos() as u64,
+            plan: ThreadPlan::from_env(ctrl_local_ip),
+            helpers: None,
+            helpers_failed: false,
         })
     }
 
@@ -184,6 +197,17 @@ impl TcpSendComm {
     /// comm fails; 0: wait for ever. Default [`super::connect::HANDSHAKE_TIMEOUT`].
     pub fn set_handshake_timeout_ms(&mut self, ms: u64) {
         self.handshake_timeout = ms.saturating_mul(1_000_000);
+    }
+
+    /// Helper threads for this comm's data streams (before its first large segment; the default
+    /// comes from NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD, see `workers::ThreadPlan`).
+    pub fn set_thread_plan(&mut self, plan: ThreadPlan) {
+        self.plan = plan;
+    }
+
+    /// Helper threads running for this comm (0 until its first large segment).
+    pub fn helper_threads(&self) -> usize {
+        self.helpers.as_ref().map_or(0, Pool::threads)
     }
 
     /// NCCL's profiler handle of the next isend (0: none); its segments' events hang under it.
@@ -432,6 +456,16 @@ impl TcpSendComm {
     fn read_stream_acks(&mut self, qp: usize, now: u64) -> NetResult<Option<NetError>> {
         let d = &mut self.data[qp];
         while !d.closed {
+            if d.unacked.is_empty() && d.handed > 0 {
+                // The ack may come before the helper's completion is seen: take completions first,
+                // and leave the ack in the socket until the segment it names has one.
+                if let Err(e) = harvest(d, &mut self.helpers, qp) {
+                    return Ok(Some(e));
+                }
+                if d.unacked.is_empty() {
+                    break;
+                }
+            }
             let Some(&(want, ev)) = d.unacked.front() else {
                 // No ack is due: only EOF may arrive; anything else is a protocol error.
                 let mut probe = [0u8; 1];
@@ -546,6 +580,10 @@ impl TcpSendComm {
             let old = d.sock.local_addr().ok();
             let new = sock.local_addr().ok();
             d.sock = sock;
+            if let Some(p) = &mut self.helpers {
+                p.cancel(qp, d.sock.as_raw_fd());
+            }
+            d.handed = 0;
             d.queue.clear();
             d.unacked.clear();
             d.ack_got = 0;
@@ -607,6 +645,13 @@ impl TcpSendComm {
         d.dead = true;
         d.closed = true;
         d.ack_got = 0;
+        if d.handed > 0 {
+            // The helper lets go of the stream and of the send buffers before the engine resends.
+            if let Some(p) = &mut self.helpers {
+                p.cancel(qp, d.sock.as_raw_fd());
+            }
+            d.handed = 0;
+        }
         for seg in d.queue.drain(..) {
             self.tx.events.stop(seg.ev);
         }
@@ -693,13 +738,64 @@ impl TcpSendComm {
         Ok(())
     }
 
-    /// Writes what data stream `qp` takes now. Ok(Some(e)): the stream failed.
+    /// Starts the helper threads (once, with the comm's first large segment).
+    #[cold]
+    fn start_helpers(&mut self) {
+        let n = self.plan.for_streams(self.data.len());
+        if n == 0 {
+            self.helpers_failed = true;
+            return;
+        }
+        let fds: Vec<_> = self.data.iter().map(|d| d.sock.as_raw_fd()).collect();
+        let depth = self.tx.params.outstanding as usize;
+        match Pool::start(&fds, true, n, depth, "tx") {
+            Ok(p) => {
+                tracing::info!(target: "dqplb::net", "{}: {} helper thread(s) for {} data streams", self.ctrl_name, p.threads(), fds.len());
+                self.helpers = Some(p);
+            }
+            Err(e) => {
+                tracing::warn!(target: "dqplb::net", "{}: no helper threads ({e}): the calling thread writes every stream", self.ctrl_name);
+                self.helpers_failed = true;
+            }
+        }
+    }
+
+    /// Writes what data stream `qp` takes now: segments of at least MIN_CHUNK_BYTES go to a helper
+    /// thread, smaller ones are written here once no helper task is ahead of them on the stream.
+    /// Ok(Some(e)): the stream failed.
     fn write_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
-        let d = &mut self.data[qp];
-        if d.dead {
+        if self.data[qp].dead {
             return Ok(None);
         }
-        while let Some(seg) = d.queue.front_mut() {
+        if self.helpers.is_none()
+            && !self.helpers_failed
+            && self.data[qp].queue.iter().any(|s| s.len >= MIN_CHUNK_BYTES)
+        {
+            self.start_helpers();
+        }
+        if let Err(e) = harvest(&mut self.data[qp], &mut self.helpers, qp) {
+            return Ok(Some(e));
+        }
+        let d = &mut self.data[qp];
+        while let Some(seg) = d.queue.get_mut(d.handed) {
+            if seg.written == 0 && seg.len >= MIN_CHUNK_BYTES {
+                if let Some(p) = &mut self.helpers {
+                    let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
+                        NetError::internal(format!("{}: segment outside its send buffer", d.name))
+                    })?;
+                    // SAFETY: the send buffer stays valid until its request completes (after
+                    // every segment's ack), or the lane is cancelled first (stream_failed, drop).
+                    if !unsafe { p.post(qp, &seg.hdr, payload.as_ptr() as *mut u8, payload.len()) } {
+                        break;
+                    }
+                    d.handed += 1;
+                    continue;
+                }
+            }
+            if d.handed > 0 {
+                // A helper writes the segments ahead of this one: the stream's bytes stay in order.
+                break;
+            }
             let total = SEG_HEADER_BYTES + seg.len;
             let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
                 NetError::internal(format!("{}: segment outside its send buffer", d.name))
@@ -728,6 +824,27 @@ impl TcpSendComm {
     }
 }
 
+/// Moves the segments a helper finished writing on stream `qp` from `queue` to `unacked`.
+/// Err: the helper's write failed (the stream failed).
+fn harvest(d: &mut DataTx, helpers: &mut Option<Pool>, qp: usize) -> Result<(), NetError> {
+    if d.handed == 0 {
+        return Ok(());
+    }
+    let Some(p) = helpers else { return Ok(()) };
+    match p.completed(qp) {
+        Ok(n) => {
+            for _ in 0..n {
+                if let Some(seg) = d.queue.pop_front() {
+                    d.unacked.push_back((seg.imm, seg.ev));
+                }
+            }
+            d.handed -= n;
+            Ok(())
+        }
+        Err(e) => Err(NetError::io(&format!("{}: write", d.name), &e.to_io())),
+    }
+}
+
 /// The receiver closed a data stream: fine when nothing of ours is still due on it.
 fn close_stream(d: &mut DataTx) -> NetResult<()> {
     if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_got != 0 {
@@ -746,6 +863,8 @@ impl Drop for TcpSendComm {
     /// forked children or not); segments still queued or unacknowledged end their profiler
     /// events with the comm.
     fn drop(&mut self) {
+        // Helpers stop and are joined before the streams close and the buffers go back.
+        self.helpers = None;
         self.owner.shutdown(&self.ctrl);
         for d in &self.data {
             self.owner.shutdown(&d.sock);

@@ -1028,3 +1028,86 @@ fn a_stale_copy_finishing_after_its_resend_is_dropped() {
         "the stale copy was not dropped as a duplicate"
     );
 }
+
+/// Parameters whose segments are large enough for the helper threads (workers::MIN_CHUNK_BYTES).
+fn helper_params(qps: u16) -> ConnParams {
+    ConnParams {
+        segment_bytes: 128 << 10,
+        ..params(PolicyKind::Dqplb, qps)
+    }
+}
+
+fn helper_pair(qps: u16, threads: u32) -> (TcpSendComm, TcpRecvComm) {
+    let (mut s, mut r) = pair(helper_params(qps));
+    let plan = workers::ThreadPlan {
+        threads,
+        streams_per_thread: 1,
+    };
+    s.set_thread_plan(plan);
+    r.set_thread_plan(plan);
+    (s, r)
+}
+
+/// Helper threads start with the first segment of at least 64 KiB (not before, not for small
+/// ones), move every byte in place (odd sizes, segments cut anywhere, small segments written
+/// by the calling thread between helper ones) and are gone once the comms are dropped.
+#[test]
+fn helper_threads_start_lazily_and_move_bytes_exactly() {
+    let (mut s, mut r) = helper_pair(4, 2);
+    transfer(&mut s, &mut r, &[0, 1, 4095, 65535], 0);
+    assert_eq!((s.helper_threads(), r.helper_threads()), (0, 0));
+    let sizes = [
+        (4 << 20) + 1,
+        1 << 20,
+        65536,
+        (128 << 10) + 65535,
+        3,
+        (1 << 20) + 7,
+    ];
+    transfer(&mut s, &mut r, &sizes, 16);
+    assert_eq!((s.helper_threads(), r.helper_threads()), (2, 2));
+    let names = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .filter(|n| n.starts_with("dqplb-tx") || n.starts_with("dqplb-rx"))
+            .collect()
+    };
+    assert!(names().len() >= 4, "{:?}", names());
+    drop(s);
+    drop(r);
+    // Other tests' comms may run helpers meanwhile; this pair's were joined by the drops above
+    // (Pool::drop), which the workers module's own tests check by joining.
+}
+
+/// With NCCL_SOCKET_NTHREADS=0 semantics (threads 0) the calling thread moves everything.
+#[test]
+fn zero_helper_threads_keep_every_stream_on_the_calling_thread() {
+    let (mut s, mut r) = helper_pair(2, 0);
+    transfer(&mut s, &mut r, &[(2 << 20) + 3, 1 << 20], 0);
+    assert_eq!((s.helper_threads(), r.helper_threads()), (0, 0));
+}
+
+/// A stream reset under a helper thread mid-transfer: the helper reports the failure, lets go of
+/// the stream, the engine resends on the other streams and every message arrives byte-exact.
+#[test]
+fn a_reset_stream_under_a_helper_is_survived_byte_exact() {
+    let sizes = vec![(1 << 20) + 129; 24];
+    let (mut s, mut r) = helper_pair(4, 2);
+    transfer_with_fault(&mut s, &mut r, &sizes, 0, 4, |s, r| {
+        let s0 = s.qp_stats()[2].segments;
+        for _ in 0..1_000_000 {
+            if s.qp_stats()[2].segments > s0 {
+                break;
+            }
+            s.progress().unwrap();
+        }
+        reset_stream(r.data_stream_fds()[2]);
+    });
+    assert_eq!((s.helper_threads(), r.helper_threads()), (2, 2));
+    let st = s.qp_stats();
+    assert_eq!(st[2].failures, 1, "{st:?}");
+    assert_eq!(st[0].failures + st[1].failures + st[3].failures, 0);
+    assert!(st.iter().map(|q| q.resent).sum::<u64>() >= 1, "{st:?}");
+}
