@@ -155,6 +155,16 @@ impl Readiness {
         Readiness { fds }
     }
 
+    /// Also watches `fd` (a listener: readable when a connection waits); returns its index.
+    pub(crate) fn watch(&mut self, fd: std::os::fd::RawFd) -> usize {
+        self.fds.push(libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        self.fds.len() - 1
+    }
+
     /// Refreshes readiness without blocking.
     pub(crate) fn poll(&mut self) -> NetResult<()> {
         loop {

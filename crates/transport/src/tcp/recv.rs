@@ -10,7 +10,7 @@ use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
     ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
-use super::workers::{Pool, ThreadPlan, MIN_CHUNK_BYTES};
+use super::workers::{hand_off_min, Pool, ThreadPlan};
 use super::TcpOptions;
 use crate::common::{Grp, RecvCore, Requests};
 use crate::slots::{RecvSizes, MAX_RECVS};
@@ -127,6 +127,8 @@ pub struct TcpRecvComm {
     /// Progress passes so far (the `debug_slow_stream` hook reads a slow stream every n-th).
     passes: u32,
     owner: super::Owner,
+    /// Index of the re-path listener in `ready` (usize::MAX: none).
+    repath_at: usize,
     /// Helper threads for large payloads (started with the first one); see `workers`.
     plan: ThreadPlan,
     helpers: Option<Pool>,
@@ -179,7 +181,8 @@ impl TcpRecvComm {
             slow_every: 0,
             handed: false,
         });
-        let ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
+        let mut ready =
+            Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         // The re-path listener on the address the sender reached us at; its port is the first
         // control frame (protocol 4).
         let repath = ctrl
@@ -200,7 +203,14 @@ impl TcpRecvComm {
                 None
             }
         };
+        // The re-path listener is polled with the streams: accept(2) runs only when a replacement
+        // waits, not once per progress pass.
+        let repath_at = repath.as_ref().map_or(usize::MAX, |l| {
+            use std::os::fd::AsRawFd;
+            ready.watch(l.as_raw_fd())
+        });
         Ok(TcpRecvComm {
+            repath_at,
             rx,
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
@@ -315,10 +325,13 @@ impl Requests for TcpRecvComm {
 
     fn step(&mut self) -> NetResult<()> {
         self.passes = self.passes.wrapping_add(1);
-        if self.repath.is_some() && !self.hold_replacements {
+        self.ready.poll()?;
+        if self.repath.is_some()
+            && !self.hold_replacements
+            && (self.ready.readable(self.repath_at) || !self.replacements.is_empty())
+        {
             self.accept_replacements();
         }
-        self.ready.poll()?;
         drain(
             &self.ctrl,
             &mut self.ctrl_out,
@@ -475,6 +488,9 @@ impl TcpRecvComm {
     /// Reads every segment available on one data stream (at most `outstanding` can be in
     /// flight). Ok(Some(e)): the stream failed; Err: a protocol violation.
     fn read_stream(&mut self, qp: usize) -> NetResult<Option<NetError>> {
+        // A read that returned less than it asked for emptied the socket: the next read of this
+        // pass would only say EAGAIN, so the pass ends there (the next poll says when more came).
+        let mut drained = false;
         loop {
             let d = &mut self.data[qp];
             match d.state {
@@ -484,9 +500,16 @@ impl TcpRecvComm {
                         d.stage.copy_within(d.start..d.end, 0);
                         d.end -= d.start;
                         d.start = 0;
+                        if drained {
+                            return Ok(None);
+                        }
+                        let ask = STAGE_BYTES - d.end;
                         match read_some(&mut d.sock, &mut d.stage[d.end..], &d.name) {
                             Err(e) => return Ok(Some(e)),
-                            Ok(Read::Data(n)) => d.end += n,
+                            Ok(Read::Data(n)) => {
+                                drained = n < ask;
+                                d.end += n;
+                            }
                             Ok(Read::WouldBlock) => return Ok(None),
                             Ok(Read::Eof) if d.end == 0 => {
                                 d.state = RxState::Closed;
@@ -551,7 +574,7 @@ impl TcpRecvComm {
                             }
                         }
                     }
-                    if got < len && d.start == d.end && len - got >= MIN_CHUNK_BYTES && !d.hooked() {
+                    if got < len && d.start == d.end && len - got >= hand_off_min() && !d.hooked() {
                         if self.helpers.is_none() && !self.helpers_failed {
                             self.start_helpers();
                         }
@@ -604,10 +627,20 @@ impl TcpRecvComm {
                                 d.end = 0;
                             }
                             let into: &mut [u8] = if direct { dst } else { &mut d.stage[..] };
+                            if drained {
+                                return Ok(None);
+                            }
+                            let ask = into.len();
                             match read_some(&mut d.sock, into, &d.name) {
                                 Err(e) => return Ok(Some(e)),
-                                Ok(Read::Data(n)) if direct => got += n,
-                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::Data(n)) if direct => {
+                                    drained = n < ask;
+                                    got += n;
+                                }
+                                Ok(Read::Data(n)) => {
+                                    drained = n < ask;
+                                    d.end = n;
+                                }
                                 Ok(Read::WouldBlock) => return Ok(None),
                                 Ok(Read::Eof) => {
                                     return Ok(Some(NetError::remote(format!(
@@ -648,9 +681,15 @@ impl TcpRecvComm {
                         } else {
                             d.start = 0;
                             d.end = 0;
+                            if drained {
+                                return Ok(None);
+                            }
                             match read_some(&mut d.sock, &mut d.stage[..], &d.name) {
                                 Err(e) => return Ok(Some(e)),
-                                Ok(Read::Data(n)) => d.end = n,
+                                Ok(Read::Data(n)) => {
+                                    drained = n < STAGE_BYTES;
+                                    d.end = n;
+                                }
                                 Ok(Read::WouldBlock) => return Ok(None),
                                 Ok(Read::Eof) => {
                                     return Ok(Some(NetError::remote(format!(

@@ -218,6 +218,12 @@ impl Inbox {
         self.warns.warn(who, line);
     }
 
+    /// No stream is waiting for its hello and no complete hello is queued: a pass needs to look
+    /// at the listener only when poll(2) finds it readable.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.hellos.is_empty()
+    }
+
     /// Streams waiting for their hello (tests).
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 
 use super::io::{data_streams, fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
-use super::workers::{Pool, ThreadPlan, MIN_CHUNK_BYTES};
+use super::workers::{hand_off_min, Pool, ThreadPlan};
 use super::wire::{
     decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
     SEG_HEADER_BYTES,
@@ -35,8 +35,11 @@ struct DataTx {
     sock: TcpStream,
     name: StreamName,
     queue: VecDeque<TxSeg>,
-    ack: [u8; ACK_BYTES],
-    ack_got: usize,
+    /// Acknowledgements read ahead: valid bytes are `ack[ack_start..ack_end]` (one read takes
+    /// every ack waiting on the stream).
+    ack: [u8; ACK_STAGE],
+    ack_start: usize,
+    ack_end: usize,
     /// Immediates (and profiler events) of segments fully written and not yet acknowledged,
     /// oldest first.
     unacked: VecDeque<(u32, usize)>,
@@ -108,6 +111,9 @@ pub struct TcpSendComm {
     helpers_failed: bool,
 }
 
+/// Bytes of acknowledgements one read takes at most (64 acks).
+const ACK_STAGE: usize = 64 * ACK_BYTES;
+
 /// Replacements of one data stream after failures before it is left dead.
 const MAX_FAILURE_REPATHS: u32 = 3;
 
@@ -142,8 +148,9 @@ impl TcpSendComm {
             sock,
             name,
             queue: VecDeque::with_capacity(cap),
-            ack: [0; ACK_BYTES],
-            ack_got: 0,
+            ack: [0; ACK_STAGE],
+            ack_start: 0,
+            ack_end: 0,
             unacked: VecDeque::with_capacity(cap),
             closed: false,
             dead: false,
@@ -455,63 +462,64 @@ impl TcpSendComm {
     /// (an I/O error, or the receiver closed it with segments due); Err: a protocol violation.
     fn read_stream_acks(&mut self, qp: usize, now: u64) -> NetResult<Option<NetError>> {
         let d = &mut self.data[qp];
+        // A read that returned less than it asked for emptied the socket (see recv.rs).
+        let mut drained = false;
         while !d.closed {
-            if d.unacked.is_empty() && d.handed > 0 {
-                // The ack may come before the helper's completion is seen: take completions first,
-                // and leave the ack in the socket until the segment it names has one.
-                if let Err(e) = harvest(d, &mut self.helpers, qp) {
-                    return Ok(Some(e));
+            while d.ack_end - d.ack_start >= ACK_BYTES {
+                if d.unacked.is_empty() && d.handed > 0 {
+                    // The ack may come before the helper's completion is seen: take completions
+                    // first, and keep the ack staged until the segment it names has one.
+                    if let Err(e) = harvest(d, &mut self.helpers, qp) {
+                        return Ok(Some(e));
+                    }
                 }
-                if d.unacked.is_empty() {
-                    break;
+                let Some(&(want, ev)) = d.unacked.front() else {
+                    if d.handed > 0 {
+                        return Ok(None);
+                    }
+                    return Err(NetError::remote(format!(
+                        "{}: bytes arrived while no written segment awaits an acknowledgement",
+                        d.name
+                    )));
+                };
+                let mut a = [0u8; ACK_BYTES];
+                a.copy_from_slice(&d.ack[d.ack_start..d.ack_start + ACK_BYTES]);
+                d.ack_start += ACK_BYTES;
+                let imm =
+                    decode_ack(&a).map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                if imm != want {
+                    return Err(NetError::remote(format!(
+                        "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
+                        d.name
+                    )));
                 }
+                d.unacked.pop_front();
+                self.tx.events.stop(ev);
+                self.tx.engine.completed(qp, now).map_err(|e| {
+                    NetError::remote(format!(
+                        "{}: acknowledgement without a segment in flight: {e}",
+                        d.name
+                    ))
+                })?;
             }
-            let Some(&(want, ev)) = d.unacked.front() else {
-                // No ack is due: only EOF may arrive; anything else is a protocol error.
-                let mut probe = [0u8; 1];
-                match read_some(&mut d.sock, &mut probe, &d.name) {
-                    Err(e) => return Ok(Some(e)),
-                    Ok(Read::WouldBlock) => break,
-                    Ok(Read::Eof) => {
-                        if let Err(e) = close_stream(d) {
-                            return Ok(Some(e));
-                        }
-                    }
-                    Ok(Read::Data(_)) => {
-                        return Err(NetError::remote(format!(
-                            "{}: bytes arrived while no written segment awaits an acknowledgement",
-                            d.name
-                        )))
-                    }
-                }
-                continue;
-            };
-            match fill(&mut d.sock, &mut d.ack, &mut d.ack_got, &d.name) {
+            if drained {
+                break;
+            }
+            d.ack.copy_within(d.ack_start..d.ack_end, 0);
+            d.ack_end -= d.ack_start;
+            d.ack_start = 0;
+            let ask = ACK_STAGE - d.ack_end;
+            match read_some(&mut d.sock, &mut d.ack[d.ack_end..], &d.name) {
                 Err(e) => return Ok(Some(e)),
-                Ok(Fill::Partial) => break,
-                Ok(Fill::Eof) => {
+                Ok(Read::WouldBlock) => break,
+                Ok(Read::Eof) => {
                     if let Err(e) = close_stream(d) {
                         return Ok(Some(e));
                     }
                 }
-                Ok(Fill::Full) => {
-                    d.ack_got = 0;
-                    let imm = decode_ack(&d.ack)
-                        .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                    if imm != want {
-                        return Err(NetError::remote(format!(
-                            "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
-                            d.name
-                        )));
-                    }
-                    d.unacked.pop_front();
-                    self.tx.events.stop(ev);
-                    self.tx.engine.completed(qp, now).map_err(|e| {
-                        NetError::remote(format!(
-                            "{}: acknowledgement without a segment in flight: {e}",
-                            d.name
-                        ))
-                    })?;
+                Ok(Read::Data(n)) => {
+                    drained = n < ask;
+                    d.ack_end += n;
                 }
             }
         }
@@ -586,7 +594,8 @@ impl TcpSendComm {
             d.handed = 0;
             d.queue.clear();
             d.unacked.clear();
-            d.ack_got = 0;
+            d.ack_start = 0;
+            d.ack_end = 0;
             d.closed = false;
             d.dead = false;
             self.ready.replace(qp + 1, &d.sock);
@@ -644,7 +653,8 @@ impl TcpSendComm {
         }
         d.dead = true;
         d.closed = true;
-        d.ack_got = 0;
+        d.ack_start = 0;
+        d.ack_end = 0;
         if d.handed > 0 {
             // The helper lets go of the stream and of the send buffers before the engine resends.
             if let Some(p) = &mut self.helpers {
@@ -769,7 +779,7 @@ impl TcpSendComm {
         }
         if self.helpers.is_none()
             && !self.helpers_failed
-            && self.data[qp].queue.iter().any(|s| s.len >= MIN_CHUNK_BYTES)
+            && self.data[qp].queue.iter().any(|s| s.len >= hand_off_min())
         {
             self.start_helpers();
         }
@@ -778,7 +788,7 @@ impl TcpSendComm {
         }
         let d = &mut self.data[qp];
         while let Some(seg) = d.queue.get_mut(d.handed) {
-            if seg.written == 0 && seg.len >= MIN_CHUNK_BYTES {
+            if seg.written == 0 && seg.len >= hand_off_min() {
                 if let Some(p) = &mut self.helpers {
                     let payload = seg.buf.slice(seg.off, seg.len).ok_or_else(|| {
                         NetError::internal(format!("{}: segment outside its send buffer", d.name))
@@ -847,7 +857,7 @@ fn harvest(d: &mut DataTx, helpers: &mut Option<Pool>, qp: usize) -> Result<(), 
 
 /// The receiver closed a data stream: fine when nothing of ours is still due on it.
 fn close_stream(d: &mut DataTx) -> NetResult<()> {
-    if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_got != 0 {
+    if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_end > d.ack_start {
         return Err(NetError::remote(format!(
             "{}: peer closed the connection with {} segment(s) unacknowledged",
             d.name,

@@ -29,6 +29,18 @@ pub const MAX_SOCKETS: u32 = 64;
 /// never cuts a message into tasks smaller than 64 KiB).
 pub const MIN_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Smallest segment handed to a helper: MIN_CHUNK_BYTES, or NCCL_DQPLB_DEBUG_TCP_HELPER_MIN_BYTES.
+pub(crate) fn hand_off_min() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("NCCL_DQPLB_DEBUG_TCP_HELPER_MIN_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(MIN_CHUNK_BYTES)
+            .max(1)
+    })
+}
+
 /// How many helper threads a comm uses for its data streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadPlan {

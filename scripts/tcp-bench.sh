@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# TCP transport against plain TCP on the same streams: `dqplb perf` through the plugin (helper
+# threads as configured, and with NCCL_SOCKET_NTHREADS=0) and `dqplb perf --raw-tcp` (one
+# blocking thread per stream), run in turn size by size so all see the same machine load.
+# Prints bandwidth (GB/s, median of the pairs) and CPU seconds per GB moved (user + system of both
+# processes, /usr/bin/time) for 64 KiB .. 64 MiB and 1 and N streams.
+#   --quick      CI guard: 64 MiB over 4 streams, 3 pairs; fails when the plugin's median is below
+#                TCP_BENCH_MIN_RATIO (default 0.5) of plain TCP's.
+#   --pairs N    runs of each kind per size (default 3)
+#   --streams L  comma list of stream counts (default 1,4)
+#   --sizes L    space-separated message sizes in bytes (default 64 KiB, 1, 4 and 64 MiB)
+#   --pin CPUS   run every process on these CPUs (taskset -c CPUS), e.g. 0,1 for a 2-core machine
+#   --bin PATH   the dqplb binary (default target/release/dqplb, built if missing)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0 pairs=3 streams=1,4 bin=target/release/dqplb pin=()
+sizes="65536 1048576 4194304 67108864"
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --quick) quick=1; sizes=67108864; streams=4; shift ;;
+        --pairs) pairs=$2; shift 2 ;;
+        --streams) streams=$2; shift 2 ;;
+        --sizes) sizes=$2; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --pin) pin=(taskset -c "$2"); shift 2 ;;
+        *) echo "tcp-bench: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+if [[ ! -x $bin ]]; then
+    cargo build --release --locked -p dqplb-cli >&2 || exit 1
+fi
+[[ -x /usr/bin/time ]] || { echo "tcp-bench: SKIPPED: /usr/bin/time (GNU time) not installed"; exit 77; }
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# iterations: about 512 MiB per run, 10..4000; warm-up a tenth (at least 1, at most 20).
+iters_for() { local n=$(( (512 << 20) / $1 )); (( n < 10 )) && n=10; (( n > 4000 )) && n=4000; echo "$n"; }
+
+# run KIND SIZE STREAMS -> "GBps CPU_s_per_GB" (or "fail")
+run() {
+    local kind=$1 size=$2 qps=$3 it wu extra=() env=()
+    it=$(iters_for "$size"); wu=$(( it / 10 )); (( wu < 1 )) && wu=1; (( wu > 20 )) && wu=20
+    case $kind in
+        plugin) ;;
+        main) env=(NCCL_SOCKET_NTHREADS=0) ;;
+        raw) extra=(--raw-tcp) ;;
+    esac
+    if ! env NCCL_DEBUG=WARN "${env[@]}" /usr/bin/time -f "CPU %U %S" -o "$out/time" \
+        "${pin[@]}" "$bin" perf "${extra[@]}" --qps "$qps" --min-bytes "$size" --max-bytes "$size" \
+        --iters "$it" --warmup "$wu" --no-check --format csv > "$out/csv" 2> "$out/err"; then
+        echo fail; head -c 600 "$out/err" | sed 's/^/    /' >&2; return
+    fi
+    awk -F, -v it="$it" -v wu="$wu" -v size="$size" '
+        FNR == 1 && FILENAME ~ /time$/ { cpu = $0; sub(/^CPU /, "", cpu); split(cpu, c, " ") }
+        FILENAME ~ /csv$/ && $1 == size { bw = $6 }
+        END { gb = size * (it + wu) / 1e9; printf "%.3f %.3f\n", bw, (c[1] + c[2]) / gb }
+    ' "$out/time" "$out/csv"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "# tcp-bench: plugin (helper threads as configured), plugin with NCCL_SOCKET_NTHREADS=0,"
+echo "# plain TCP with a thread per stream; $pairs alternating runs per size; medians."
+printf "# %7s %9s | %8s %8s %8s | %8s %8s %8s | %6s\n" streams size "plugin" "no-help" "plain" \
+    "plugin" "no-help" "plain" "ratio"
+printf "# %7s %9s | %8s %8s %8s | %8s %8s %8s | %6s\n" "" "(B)" "(GB/s)" "(GB/s)" "(GB/s)" \
+    "(cpu s/GB)" "" "" "pl/tcp"
+worst=""
+for qps in ${streams//,/ }; do
+    for size in $sizes; do
+        : > "$out/plugin"; : > "$out/main"; : > "$out/raw"; : > "$out/ratio"
+        kinds=(plugin raw main)
+        [[ $quick == 1 ]] && kinds=(plugin raw)
+        for ((p = 0; p < pairs; p++)); do
+            declare -A got=()
+            for k in "${kinds[@]}"; do
+                got[$k]=$(run "$k" "$size" "$qps")
+                echo "${got[$k]}" >> "$out/$k"
+            done
+            read -r a _ <<< "${got[plugin]}"; read -r b _ <<< "${got[raw]}"
+            if [[ $a != fail && $b != fail ]]; then
+                awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }' >> "$out/ratio"
+            fi
+            unset got
+        done
+        col() {
+            [[ -s $out/$1 ]] || { echo "-"; return; }
+            grep -v fail "$out/$1" | awk -v f="$2" '{ print $f }' | median
+        }
+        ratio=$(median < "$out/ratio")
+        printf "  %7s %9s | %8s %8s %8s | %8s %8s %8s | %6s\n" "$qps" "$size" \
+            "$(col plugin 1)" "$(col main 1)" "$(col raw 1)" \
+            "$(col plugin 2)" "$(col main 2)" "$(col raw 2)" "${ratio:-n/a}"
+        [[ -z $ratio ]] && ratio=0
+        worst=$(awk -v w="${worst:-99}" -v r="$ratio" 'BEGIN { print (r < w) ? r : w }')
+    done
+done
+
+if [[ $quick == 1 ]]; then
+    min=${TCP_BENCH_MIN_RATIO:-0.5}
+    if awk -v w="$worst" -v m="$min" 'BEGIN { exit !(w >= m) }'; then
+        echo "tcp-bench: ok: plugin / plain TCP = $worst at 64 MiB over 4 streams (guard >= $min)"
+    else
+        echo "tcp-bench: FAILED: plugin / plain TCP = $worst at 64 MiB over 4 streams (guard >= $min)" >&2
+        exit 1
+    fi
+fi
