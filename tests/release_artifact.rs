@@ -142,6 +142,10 @@ unsafe fn close_pair(n: &NetV8, p: Pair) {
 fn setup_env() {
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     std::env::set_var("NCCL_DQPLB_TRANSPORT", "tcp");
+    // Two TCP helper threads per comm over four streams: they start with the first segment of
+    // at least 64 KiB and must be joined by the close like every other plugin thread.
+    std::env::set_var("NCCL_SOCKET_NTHREADS", "2");
+    std::env::set_var("NCCL_DQPLB_QPS", "4");
     std::env::remove_var("NCCL_DQPLB_DEBUG_PANIC");
 }
 
@@ -160,7 +164,15 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
             assert_eq!(n.devices.unwrap()(&mut ndev), SUCCESS);
             assert!(ndev >= 1);
             let p = connect_pair(n);
+            let idle = threads();
+            transfer(n, &p, 3);
+            assert_eq!(threads(), idle, "cycle {cycle}: a thread for a 3-byte message");
             transfer(n, &p, 1 << 20);
+            assert_eq!(
+                threads(),
+                idle + 4,
+                "cycle {cycle}: two helper threads per comm after a 1 MiB message"
+            );
             transfer(n, &p, 3);
             close_pair(n, p);
         }

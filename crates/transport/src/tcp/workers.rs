@@ -50,10 +50,6 @@ pub struct ThreadPlan {
     pub streams_per_thread: u32,
 }
 
-/// Our default when neither variable is set and the NIC is not one NCCL tunes for: one helper
-/// per two data streams, at least one (measured in docs/performance.md "TCP helper threads").
-pub const DEFAULT_STREAMS_PER_THREAD: u32 = 2;
-
 impl ThreadPlan {
     /// No helper threads.
     pub const OFF: ThreadPlan = ThreadPlan {
@@ -61,10 +57,12 @@ impl ThreadPlan {
         streams_per_thread: 1,
     };
 
-    /// net_socket's ncclNetSocketGetNsockNthread (NCCL 2.5 .. 2.27, src/transport/net_socket.cc)
+    /// net_socket's ncclNetSocketGetNsockNthread (src/transport/net_socket.cc; these limits and
+    /// vendors from NCCL 2.5 through 2.2x, where an unknown NIC gets 0 threads; 2.4 gave it 1)
     /// over the variables' values (None: unset or -2, auto) and the NIC's PCI vendor. Auto: AWS
-    /// ENA (0x1d0f) 2 threads x 8 streams, gVNIC (0x1ae0) 4 x 1, as NCCL; elsewhere our default
-    /// (NCCL's is 0 threads there). Returns the plan and the warnings NCCL would print.
+    /// ENA (0x1d0f) 2 threads x 8 sockets, gVNIC (0x1ae0) 4 x 1, else 0 threads (the calling
+    /// thread moves every byte: on a 2-core host helpers lost to it, docs/performance.md).
+    /// Returns the plan and the warnings NCCL would print.
     pub fn resolve(
         nthreads: Option<i64>,
         nsocks: Option<i64>,
@@ -72,48 +70,40 @@ impl ThreadPlan {
     ) -> (ThreadPlan, Vec<String>) {
         let mut warn = Vec::new();
         let (auto_nt, auto_ns) = match vendor.map(str::trim) {
-            Some("0x1d0f") => (Some(2), 8),
-            Some("0x1ae0") => (Some(4), 1),
-            _ => (None, DEFAULT_STREAMS_PER_THREAD),
+            Some("0x1d0f") => (2, 8),
+            Some("0x1ae0") => (4, 1),
+            _ => (0, 1),
         };
         let nt = match nthreads {
             Some(n) if n > i64::from(MAX_THREADS) => {
                 warn.push(format!("NCCL_SOCKET_NTHREADS={n} is greater than the maximum allowed, setting to {MAX_THREADS}"));
-                Some(MAX_THREADS)
+                MAX_THREADS
             }
-            Some(n) if n >= 0 => Some(n as u32),
+            Some(n) if n >= 0 => n as u32,
             _ => auto_nt,
         };
         let mut ns = match nsocks {
             Some(n) if n >= 1 => n.min(i64::from(MAX_SOCKETS)) as u32,
             _ => auto_ns,
         };
-        if let Some(t) = nt {
-            if t > 0 && t * ns > MAX_SOCKETS {
-                ns = MAX_SOCKETS / t;
-                warn.push(format!("the total number of sockets is greater than the maximum allowed, setting NCCL_NSOCKS_PERTHREAD to {ns}"));
-            }
+        if nt > 0 && nt * ns > MAX_SOCKETS {
+            ns = MAX_SOCKETS / nt;
+            warn.push(format!("the total number of sockets is greater than the maximum allowed, setting NCCL_NSOCKS_PERTHREAD to {ns}"));
         }
-        // Auto without a known NIC: the stream count decides (see `for_streams`).
         (
             ThreadPlan {
-                threads: nt.unwrap_or(u32::MAX),
+                threads: nt,
                 streams_per_thread: ns.max(1),
             },
             warn,
         )
     }
 
-    /// The threads a comm with `streams` data streams starts: the plan's count (u32::MAX: auto,
-    /// one per `streams_per_thread` streams), never more than there are streams.
+    /// The threads a comm with `streams` data streams starts: the plan's count, never more than
+    /// there are streams (our stream count is the plan's QPs, not threads x sockets per thread:
+    /// stream i is served by thread i % threads, as net_socket deals its sockets).
     pub fn for_streams(&self, streams: usize) -> usize {
-        let s = streams as u32;
-        let t = if self.threads == u32::MAX {
-            s.div_ceil(self.streams_per_thread.max(1)).max(1)
-        } else {
-            self.threads
-        };
-        t.min(s).min(MAX_THREADS) as usize
+        self.threads.min(streams as u32).min(MAX_THREADS) as usize
     }
 
     /// The plan from NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD and the vendor of the interface
@@ -559,11 +549,14 @@ mod tests {
 
     #[test]
     fn resolve_follows_net_socket() {
-        // Unset, no known NIC: our default (one thread per two streams).
-        let (p, w) = ThreadPlan::resolve(None, None, None);
+        // Unset, no known NIC: no helpers (NCCL 2.5+).
+        let (p, w) = ThreadPlan::resolve(None, None, Some("0x8086"));
         assert!(w.is_empty());
-        assert_eq!(p.for_streams(4), 2);
-        assert_eq!(p.for_streams(1), 1);
+        assert_eq!(p, ThreadPlan::OFF);
+        assert_eq!(ThreadPlan::resolve(None, None, None).0.for_streams(4), 0);
+        // Set: that many, never more than the streams.
+        let (p, _) = ThreadPlan::resolve(Some(4), None, None);
+        assert_eq!((p.for_streams(8), p.for_streams(2)), (4, 2));
         // AWS ENA: 2 x 8; gVNIC 4 x 1.
         let (p, _) = ThreadPlan::resolve(None, None, Some("0x1d0f\n"));
         assert_eq!((p.threads, p.streams_per_thread), (2, 8));
