@@ -10,11 +10,11 @@
 #   --streams L  comma list of stream counts (default 1,4)
 #   --sizes L    space-separated message sizes in bytes (default 64 KiB, 1, 4 and 64 MiB)
 #   --pin CPUS   run every process on these CPUs (taskset -c CPUS), e.g. 0,1 for a 2-core machine
-#   --bin PATH   the dqplb binary (default target/release/dqplb, built if missing)
+#   --bin PATH   the dqplb binary (default: cargo build --release -p dqplb-cli, then target/release/dqplb)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-quick=0 pairs=3 streams=1,4 bin=target/release/dqplb pin=()
+quick=0 pairs=3 streams=1,4 bin=target/release/dqplb bin_given=0 pin=()
 sizes="65536 1048576 4194304 67108864"
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -22,13 +22,13 @@ while [[ $# -gt 0 ]]; do
         --pairs) pairs=$2; shift 2 ;;
         --streams) streams=$2; shift 2 ;;
         --sizes) sizes=$2; shift 2 ;;
-        --bin) bin=$2; shift 2 ;;
+        --bin) bin=$2; bin_given=1; shift 2 ;;
         --pin) pin=(taskset -c "$2"); shift 2 ;;
         *) echo "tcp-bench: unknown option $1" >&2; exit 2 ;;
     esac
 done
-if [[ ! -x $bin ]]; then
-    cargo build --release --locked -p dqplb-cli >&2 || exit 1
+if [[ $bin_given == 0 ]]; then
+    cargo build --release --locked --quiet -p dqplb-cli >&2 || exit 1
 fi
 [[ -x /usr/bin/time ]] || { echo "tcp-bench: SKIPPED: /usr/bin/time (GNU time) not installed"; exit 77; }
 

@@ -309,7 +309,11 @@ impl Pool {
         // SAFETY: slot p is outside done..posted, so the helper does not read it (see Shared).
         unsafe { *l.tasks[p % l.tasks.len()].get() = t };
         l.posted.store(p + 1, Ordering::SeqCst);
-        self.wake(l.worker);
+        // A helper still busy with an older task of this lane stores its `done` after this load in
+        // the SeqCst order, then loads `posted` and finds this task: no wake-up (syscall) needed.
+        if l.done.load(Ordering::SeqCst) == p {
+            self.wake(l.worker);
+        }
         true
     }
 
@@ -484,7 +488,7 @@ fn run(s: &Shared, me: usize) {
             }
             loop {
                 let d = l.done.load(Ordering::Relaxed);
-                if d == l.posted.load(Ordering::Acquire) {
+                if d == l.posted.load(Ordering::SeqCst) {
                     break;
                 }
                 // SAFETY: slot d is inside done..posted: the caller does not write it (Shared).
@@ -493,7 +497,7 @@ fn run(s: &Shared, me: usize) {
                 match step_task(l, &t) {
                     Ok(true) => {
                         l.offset.store(0, Ordering::Relaxed);
-                        l.done.store(d + 1, Ordering::Release);
+                        l.done.store(d + 1, Ordering::SeqCst);
                         moved = true;
                     }
                     Ok(false) => {
