@@ -166,7 +166,11 @@ fn no_thread_outlives_close_and_every_entry_contains_panics() {
             let p = connect_pair(n);
             let idle = threads();
             transfer(n, &p, 3);
-            assert_eq!(threads(), idle, "cycle {cycle}: a thread for a 3-byte message");
+            assert_eq!(
+                threads(),
+                idle,
+                "cycle {cycle}: a thread for a 3-byte message"
+            );
             transfer(n, &p, 1 << 20);
             assert_eq!(
                 threads(),

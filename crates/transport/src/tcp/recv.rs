@@ -181,8 +181,7 @@ impl TcpRecvComm {
             slow_every: 0,
             handed: false,
         });
-        let mut ready =
-            Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
+        let mut ready = Readiness::new(std::iter::once(&ctrl).chain(data.iter().map(|d| &d.sock)));
         // The re-path listener on the address the sender reached us at; its port is the first
         // control frame (protocol 4).
         let repath = ctrl
@@ -559,7 +558,10 @@ impl TcpRecvComm {
                     }
                     if d.handed {
                         let Some(p) = &mut self.helpers else {
-                            return Err(NetError::internal(format!("{}: payload handed to no helper", d.name)));
+                            return Err(NetError::internal(format!(
+                                "{}: payload handed to no helper",
+                                d.name
+                            )));
                         };
                         match p.completed(qp) {
                             Ok(0) => return Ok(None),
@@ -570,7 +572,10 @@ impl TcpRecvComm {
                             }
                             Err(e) => {
                                 d.handed = false;
-                                return Ok(Some(NetError::io(&format!("{}: read", d.name), &e.to_io())));
+                                return Ok(Some(NetError::io(
+                                    &format!("{}: read", d.name),
+                                    &e.to_io(),
+                                )));
                             }
                         }
                     }
@@ -585,7 +590,10 @@ impl TcpRecvComm {
                             let dst = buf
                                 .slice_mut(seg.offset as usize + got, len - got)
                                 .ok_or_else(|| {
-                                    NetError::internal(format!("{}: payload outside its buffer", d.name))
+                                    NetError::internal(format!(
+                                        "{}: payload outside its buffer",
+                                        d.name
+                                    ))
                                 })?;
                             // SAFETY: the receive buffer stays posted until this segment is placed
                             // (its receive cannot complete without it), or the lane is cancelled

@@ -8,11 +8,11 @@ use std::os::fd::AsRawFd;
 
 use super::io::{data_streams, fill, read_some, write_some, Fill, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
-use super::workers::{hand_off_min, Pool, ThreadPlan};
 use super::wire::{
     decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
     SEG_HEADER_BYTES,
 };
+use super::workers::{hand_off_min, Pool, ThreadPlan};
 use crate::common::{Outgoing, Requests, SendCore};
 use crate::events::EventDescr;
 use crate::slots::{Match, Target, MAX_RECVS};
@@ -485,8 +485,8 @@ impl TcpSendComm {
                 let mut a = [0u8; ACK_BYTES];
                 a.copy_from_slice(&d.ack[d.ack_start..d.ack_start + ACK_BYTES]);
                 d.ack_start += ACK_BYTES;
-                let imm =
-                    decode_ack(&a).map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
+                let imm = decode_ack(&a)
+                    .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
                 if imm != want {
                     return Err(NetError::remote(format!(
                         "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
@@ -795,7 +795,8 @@ impl TcpSendComm {
                     })?;
                     // SAFETY: the send buffer stays valid until its request completes (after
                     // every segment's ack), or the lane is cancelled first (stream_failed, drop).
-                    if !unsafe { p.post(qp, &seg.hdr, payload.as_ptr() as *mut u8, payload.len()) } {
+                    if !unsafe { p.post(qp, &seg.hdr, payload.as_ptr() as *mut u8, payload.len()) }
+                    {
                         break;
                     }
                     d.handed += 1;

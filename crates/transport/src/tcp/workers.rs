@@ -383,7 +383,9 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         for w in 0..self.shared.sleepers.len() {
-            self.shared.sleepers[w].sleeping.store(true, Ordering::SeqCst);
+            self.shared.sleepers[w]
+                .sleeping
+                .store(true, Ordering::SeqCst);
             self.wake(w);
         }
         for h in self.handles.drain(..) {
@@ -451,7 +453,9 @@ fn step_task(l: &Lane, t: &Task) -> Result<bool, i32> {
         if r == 0 {
             return Err(EOF);
         }
-        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
         if e == libc::EINTR {
             continue;
         }
@@ -532,7 +536,9 @@ fn run(s: &Shared, me: usize) {
                     || (l.error.load(Ordering::SeqCst) == 0
                         && l.cancel.load(Ordering::SeqCst) == RUN
                         && l.posted.load(Ordering::SeqCst) != l.done.load(Ordering::Relaxed)
-                        && !fds[1..].iter().any(|p| p.fd == l.fd.load(Ordering::Relaxed)))
+                        && !fds[1..]
+                            .iter()
+                            .any(|p| p.fd == l.fd.load(Ordering::Relaxed)))
             });
         if !fresh {
             // SAFETY: fds is a valid pollfd array of its length.
