@@ -467,7 +467,11 @@ impl TcpRecvComm {
     fn start_helpers(&mut self) {
         use std::os::fd::AsRawFd;
         self.helpers_failed = true;
-        let n = self.plan.for_streams(self.data.len());
+        let n = if super::workers::side_enabled(false) {
+            self.plan.for_streams(self.data.len())
+        } else {
+            0
+        };
         if n == 0 {
             return;
         }

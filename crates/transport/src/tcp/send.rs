@@ -212,6 +212,17 @@ impl TcpSendComm {
         self.plan = plan;
     }
 
+    #[cfg(test)]
+    /// Test hook: the helpers publish finished segments `us` microseconds late.
+    pub(crate) fn debug_helper_delay(&mut self, us: u64) {
+        if self.helpers.is_none() {
+            self.start_helpers();
+        }
+        if let Some(p) = &self.helpers {
+            p.debug_delay_done(us);
+        }
+    }
+
     /// Helper threads running for this comm (0 until its first large segment).
     pub fn helper_threads(&self) -> usize {
         self.helpers.as_ref().map_or(0, Pool::threads)
@@ -448,7 +459,11 @@ impl TcpSendComm {
     /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
     fn read_acks(&mut self, now: u64) -> NetResult<()> {
         for qp in 0..self.data.len() {
-            if !self.ready.readable(qp + 1) || self.data[qp].dead {
+            let d = &self.data[qp];
+            // Acks staged while the segment they name was still with a helper are taken from the
+            // stage even when the socket has nothing new.
+            let staged = d.ack_end - d.ack_start >= ACK_BYTES;
+            if !(self.ready.readable(qp + 1) || staged) || d.dead {
                 continue;
             }
             if let Some(e) = self.read_stream_acks(qp, now)? {
@@ -751,7 +766,11 @@ impl TcpSendComm {
     /// Starts the helper threads (once, with the comm's first large segment).
     #[cold]
     fn start_helpers(&mut self) {
-        let n = self.plan.for_streams(self.data.len());
+        let n = if super::workers::side_enabled(true) {
+            self.plan.for_streams(self.data.len())
+        } else {
+            0
+        };
         if n == 0 {
             self.helpers_failed = true;
             return;

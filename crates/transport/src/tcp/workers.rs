@@ -41,6 +41,19 @@ pub(crate) fn hand_off_min() -> usize {
     })
 }
 
+/// Which sides start helpers: NCCL_DQPLB_DEBUG_TCP_HELPER_SIDES = send, recv or both (default).
+pub(crate) fn side_enabled(send: bool) -> bool {
+    static SIDES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let v = SIDES.get_or_init(|| {
+        std::env::var("NCCL_DQPLB_DEBUG_TCP_HELPER_SIDES").unwrap_or_else(|_| "both".into())
+    });
+    match v.as_str() {
+        "send" => send,
+        "recv" => !send,
+        _ => true,
+    }
+}
+
 /// How many helper threads a comm uses for its data streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadPlan {
@@ -186,6 +199,8 @@ struct Shared {
     lanes: Vec<Lane>,
     sleepers: Vec<Sleeper>,
     stop: AtomicBool,
+    /// Test hook: microseconds a helper waits between finishing a task and publishing it.
+    delay_done_us: std::sync::atomic::AtomicU64,
 }
 
 // SAFETY: a task slot is written by the caller only while it is outside `done..posted` (not the
@@ -262,6 +277,7 @@ impl Pool {
             lanes,
             sleepers,
             stop: AtomicBool::new(false),
+            delay_done_us: std::sync::atomic::AtomicU64::new(0),
         });
         let mut pool = Pool {
             shared,
@@ -276,6 +292,13 @@ impl Pool {
             pool.handles.push(h);
         }
         Ok(pool)
+    }
+
+    #[cfg(test)]
+    /// Test hook: helpers publish each finished task `us` microseconds late (so the peer's ack
+    /// for a segment arrives before its completion is seen).
+    pub(crate) fn debug_delay_done(&self, us: u64) {
+        self.shared.delay_done_us.store(us, Ordering::Relaxed);
     }
 
     pub(crate) fn threads(&self) -> usize {
@@ -500,6 +523,10 @@ fn run(s: &Shared, me: usize) {
                 let before = l.offset.load(Ordering::Relaxed);
                 match step_task(l, &t) {
                     Ok(true) => {
+                        let delay = s.delay_done_us.load(Ordering::Relaxed);
+                        if delay > 0 {
+                            std::thread::sleep(std::time::Duration::from_micros(delay));
+                        }
                         l.offset.store(0, Ordering::Relaxed);
                         l.done.store(d + 1, Ordering::SeqCst);
                         moved = true;
