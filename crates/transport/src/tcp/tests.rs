@@ -1109,7 +1109,13 @@ fn a_reset_stream_under_a_helper_is_survived_byte_exact() {
     let st = s.qp_stats();
     assert_eq!(st[2].failures, 1, "{st:?}");
     assert_eq!(st[0].failures + st[1].failures + st[3].failures, 0);
-    assert!(st.iter().map(|q| q.resent).sum::<u64>() >= 1, "{st:?}");
+    // What was resent depends on what stream 2 still had unacknowledged at the reset (possibly
+    // nothing): the messages' bytes, checked by `transfer_with_fault`, are what must hold.
+    let resent: u64 = st.iter().map(|q| q.resent).sum();
+    assert!(
+        resent <= 4,
+        "more resent than one stream's outstanding: {st:?}"
+    );
 }
 
 /// Acknowledgements that arrive before the sender sees its helper finish the segment they name
