@@ -59,8 +59,11 @@ fn accepted_config(cfg: &SiteConfig, sel: u8) {
     let rails = cfg.fabric.max_rails;
     // Same rail, another rail, another data centre.
     let local = u32::from(sel) % rails.max(1);
-    for remote in [local, local + 1, local + rails] {
-        match conn_params(cfg, local, remote) {
+    for (remote, tcp) in [local, local + 1, local + rails]
+        .into_iter()
+        .flat_map(|r| [(r, false), (r, true)])
+    {
+        match conn_params(cfg, local, remote, tcp) {
             Err(e) => panic!("accepted config gives no connection parameters: {e}"),
             Ok((class, p)) => {
                 if let Err(e) = p.validate() {

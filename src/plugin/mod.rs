@@ -312,18 +312,24 @@ pub(crate) fn policy_kind(p: dqplb_config::PolicyName) -> PolicyKind {
     }
 }
 
-/// Engine parameters for a connection from `local` to `remote` fabricIds, from the class plan.
+/// Engine parameters for a connection from `local` to `remote` fabricIds, from the class plan
+/// (over TCP, the plan at the TCP segment: `SiteConfig::tcp_plan`).
 pub fn conn_params(
     cfg: &SiteConfig,
     local: u32,
     remote: u32,
+    tcp: bool,
 ) -> NetResult<(ConnClass, ConnParams)> {
     let rails = cfg.fabric.max_rails;
     let class = dqplb_config::classify(
         &dqplb_config::FabricId::from_id(local, rails),
         &dqplb_config::FabricId::from_id(remote, rails),
     );
-    let plan = cfg.plan(class);
+    let plan = if tcp {
+        cfg.tcp_plan(class)
+    } else {
+        cfg.plan(class)
+    };
     let params = ConnParams {
         qps: u16::try_from(plan.qps)
             .map_err(|_| NetError::invalid_argument(format!("{} QPs do not fit", plan.qps)))?,
@@ -427,7 +433,8 @@ pub(crate) fn connect_with(
         .get(&id)
         .is_some_and(|(started_for, _, _)| *started_for == h)
     {
-        let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
+        let tcp = matches!(d.kind, devices::DeviceKind::Tcp { .. });
+        let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
         let c = match &d.kind {
             devices::DeviceKind::Tcp { ip } => {
                 let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
@@ -504,7 +511,8 @@ pub(crate) fn connect_with(
             if let Some(cell) = opts.pattern {
                 comm.use_patterns(cell, &g.config, dev)?;
             }
-            let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id)?;
+            let tcp = matches!(d.kind, devices::DeviceKind::Tcp { .. });
+            let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
             let spec = g.config.class.get(class);
             comm.set_stall_timeout_ms(spec.stall_timeout_ms);
             comm.set_event_device(dev);

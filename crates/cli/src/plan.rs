@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use dqplb_config::load::{load_from_process_env, load_path, process_env_vars};
-use dqplb_config::{classify, ClassPlan, FabricId, HcaList, LoadedConfig, PolicyName};
+use dqplb_config::{classify, ClassPlan, ConnClass, FabricId, HcaList, LoadedConfig, PolicyName};
 
 /// The exit status line under `dqplb plan --help`.
 pub(crate) const EXIT: &str =
@@ -349,6 +349,9 @@ struct PlanReport {
     pinning: Vec<PinningPlan>,
     /// Per class, in the same order.
     memory: Vec<Memory>,
+    /// Per class, in the same order: the plan of a TCP connection (its segment, `[tcp]
+    /// segment-bytes`; verbs connections use `classes`).
+    tcp: Vec<ClassPlan>,
 }
 
 fn device_label(name: &str, port: Option<u32>) -> String {
@@ -433,6 +436,7 @@ fn build_report(
         steering: steer,
         pinning,
         memory,
+        tcp: ConnClass::ALL.map(|c| cfg.tcp_plan(c)).to_vec(),
     })
 }
 
@@ -494,7 +498,7 @@ fn render_table(r: &PlanReport) -> String {
         }
     }
     // One steering entry per class, in the same order.
-    for ((c, steer), mem) in r.classes.iter().zip(&r.steering).zip(&r.memory) {
+    for (((c, steer), mem), tcp) in r.classes.iter().zip(&r.steering).zip(&r.memory).zip(&r.tcp) {
         let status = if !c.within_budget {
             "OVER BUDGET"
         } else if c.budget_note.is_some() {
@@ -520,6 +524,13 @@ fn render_table(r: &PlanReport) -> String {
         }
         let _ = writeln!(s, "  {:<12} {depth})", "outstanding");
         let _ = writeln!(s, "  {:<12} {} B", "segment", c.segment_bytes);
+        if tcp.segment_bytes != c.segment_bytes || tcp.outstanding != c.outstanding {
+            let _ = writeln!(
+                s,
+                "  {:<12} {} B segments, {} outstanding, {} B window ([tcp] segment-bytes)",
+                "over TCP", tcp.segment_bytes, tcp.outstanding, tcp.inflight_bytes
+            );
+        }
         let _ = writeln!(
             s,
             "  {:<12} {} B of {} B budget ({status})",

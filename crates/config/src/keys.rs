@@ -160,7 +160,7 @@ pub(crate) const PATTERN_POLICY_NAMES: &[&str] = &[
     "single-qp",
 ];
 
-const OTHER: [KeySpec; 24] = [
+const OTHER: [KeySpec; 25] = [
     key(
         "fabric.hca-third-field",
         KeyKind::Choice(&["fabric-id", "rail:plane"]),
@@ -184,6 +184,14 @@ const OTHER: [KeySpec; 24] = [
     key("tcp.nodelay", KeyKind::Bool),
     key("tcp.fabric-id", int(0, 1 << 24)),
     key("tcp.src-port-base", int(0, 65000)),
+    key(
+        "tcp.segment-bytes",
+        KeyKind::Int {
+            min: 0,
+            max: SEGMENT_MAX,
+            multiple_of: 4096,
+        },
+    ),
     key("stats.log-on-close", KeyKind::Bool),
     key("stats.log-interval-ms", int(0, 86_400_000)),
     key("stats.file", KeyKind::Text { max_len: 4096 }),
@@ -420,7 +428,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 70);
+        assert_eq!(paths.len(), 71);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

@@ -15,6 +15,7 @@ pub mod pinning;
 pub mod plan;
 pub mod schema;
 mod spans;
+pub mod tcp_segment;
 mod validate;
 
 pub use clip::clip;

@@ -412,6 +412,10 @@ pub struct TcpSection {
     /// When non-zero, the connecting side binds stream i (0 = control) to source port base + i,
     /// so each data stream can be shaped or traced by port (scripts/paths-bench.sh).
     pub src_port_base: u16,
+    /// Segment of TCP connections whose class sets no `segment-bytes` and does not pin paths,
+    /// lowered so the window stays within half of NCCL's data in flight (`tcp_segment`); 0: the
+    /// engine's segment.
+    pub segment_bytes: u64,
 }
 
 impl Default for TcpSection {
@@ -421,6 +425,7 @@ impl Default for TcpSection {
             nodelay: true,
             fabric_id: 0,
             src_port_base: 0,
+            segment_bytes: super::tcp_segment::DEFAULT_TCP_SEGMENT_BYTES,
         }
     }
 }

@@ -110,7 +110,11 @@ pub(super) fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
     let loaded =
         dqplb_config::load::load_with(&lookup, &vars, std::path::Path::new(dqplb_config::ETC_PATH))
             .map_err(|e| blame_option(a, &format!("plugin configuration: {e}")))?;
-    let plan = loaded.config.plan(dqplb_config::ConnClass::SameRail);
+    let plan = if a.verbs() {
+        loaded.config.plan(dqplb_config::ConnClass::SameRail)
+    } else {
+        loaded.config.tcp_plan(dqplb_config::ConnClass::SameRail)
+    };
     let mode = if a.raw_tcp && a.raw_one_thread() {
         "raw TCP streams (no plugin), one polling thread"
     } else if a.raw_tcp {

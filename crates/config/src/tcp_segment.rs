@@ -1,0 +1,109 @@
+//! The segment of TCP connections: larger than a verbs segment, because each TCP segment costs
+//! syscalls, a wake-up and an acknowledgement on both sides, yet small enough that DQPLB steers.
+
+use super::pinning::PathPinning;
+use super::plan::{ClassPlan, ConnClass};
+use super::schema::{SiteConfig, NCCL_STEPS, NCCL_STEP_BYTES};
+
+/// `[tcp] segment-bytes` by default: a 512 KiB NCCL step in two segments. On a 2-core loopback
+/// run (`dqplb perf --qps 4`, 512 KiB messages) 256 KiB segments move 1.47x the bytes per second
+/// of 64 KiB ones (docs/records/benchmarks.md, "TCP segment size").
+pub const DEFAULT_TCP_SEGMENT_BYTES: u64 = 256 * 1024;
+
+/// The window (data QPs x outstanding x segment) a larger TCP segment may reach: half of what
+/// NCCL keeps in flight per connection (NCCL_STEPS x 512 KiB = 4 MiB), so a slow stream's window
+/// still fills while the others have work and the engine moves segments off it.
+pub const TCP_WINDOW_CAP_BYTES: u64 = NCCL_STEPS * NCCL_STEP_BYTES / 2;
+
+/// TCP segments are multiples of this (a page).
+const TCP_SEGMENT_ALIGN: u64 = 4096;
+
+impl SiteConfig {
+    /// The segment a TCP connection of `class` uses: the class's own `segment-bytes` or pinned
+    /// segment when it has one, else `[tcp] segment-bytes` (0: the engine's segment) lowered to
+    /// keep the class's window within [`TCP_WINDOW_CAP_BYTES`], and never below the engine's.
+    pub fn tcp_segment_bytes_for(&self, class: ConnClass) -> u64 {
+        let spec = self.class.get(class);
+        let base = self.segment_bytes_for(class);
+        if spec.segment_bytes.is_some()
+            || spec.path_pinning != PathPinning::Off
+            || self.tcp.segment_bytes == 0
+        {
+            return base;
+        }
+        let p = self.plan(class);
+        let slots = u64::from(p.qps)
+            .saturating_mul(u64::from(p.outstanding))
+            .max(1);
+        let window = TCP_WINDOW_CAP_BYTES.min(self.engine.inflight_budget_bytes);
+        let cap = window / slots / TCP_SEGMENT_ALIGN * TCP_SEGMENT_ALIGN;
+        base.max(self.tcp.segment_bytes.min(cap))
+    }
+
+    /// The plan of a TCP connection of `class`: the class's plan (QPs and outstanding depth as
+    /// over verbs: a TCP stream needs at least as many segments in flight to stay busy while
+    /// acknowledgements come back) with the TCP segment.
+    pub fn tcp_plan(&self, class: ConnClass) -> ClassPlan {
+        let mut p = self.plan(class);
+        p.segment_bytes = self.tcp_segment_bytes_for(class);
+        p.inflight_bytes = u64::from(p.qps)
+            .saturating_mul(u64::from(p.outstanding))
+            .saturating_mul(p.segment_bytes);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_str;
+
+    #[test]
+    fn the_embedded_default_gets_256k_same_rail_and_capped_other_classes() {
+        let c = SiteConfig::default();
+        // same-rail 4 QPs x 2: 2 MiB / 8 = 256 KiB, the [tcp] default itself.
+        assert_eq!(c.tcp_segment_bytes_for(ConnClass::SameRail), 262_144);
+        // cross-rail 8 QPs x 2: 2 MiB / 16 = 128 KiB.
+        assert_eq!(c.tcp_segment_bytes_for(ConnClass::CrossRail), 131_072);
+        // cross-dc 16 QPs x 3: 2 MiB / 48 = 43,690 -> 40,960, below the engine's 64 KiB.
+        assert_eq!(c.tcp_segment_bytes_for(ConnClass::CrossDc), 65_536);
+        for class in ConnClass::ALL {
+            let p = c.tcp_plan(class);
+            assert_eq!(p.segment_bytes, c.tcp_segment_bytes_for(class));
+            assert_eq!(p.outstanding, c.plan(class).outstanding);
+            assert_eq!(p.qps, c.plan(class).qps);
+            let window = u64::from(p.qps) * u64::from(p.outstanding) * p.segment_bytes;
+            assert!(
+                window <= TCP_WINDOW_CAP_BYTES || p.segment_bytes == 65_536,
+                "{class:?}: window {window}"
+            );
+            // Verbs connections keep the class's segment.
+            assert_eq!(c.plan(class).segment_bytes, 65_536);
+        }
+    }
+
+    #[test]
+    fn a_class_segment_pinning_or_zero_keeps_the_class_segment() {
+        let own = parse_str("[class.same-rail]\nsegment-bytes = 131072\n", "t.toml").unwrap();
+        assert_eq!(own.tcp_segment_bytes_for(ConnClass::SameRail), 131_072);
+        let off = parse_str("[tcp]\nsegment-bytes = 0\n", "t.toml").unwrap();
+        assert_eq!(off.tcp_segment_bytes_for(ConnClass::SameRail), 65_536);
+        let small = parse_str("[tcp]\nsegment-bytes = 4096\n", "t.toml").unwrap();
+        assert_eq!(small.tcp_segment_bytes_for(ConnClass::SameRail), 65_536);
+        let pinned = parse_str(
+            "[class.same-rail]\npath-pinning = \"relative\"\necmp-width = 8\nqps = 8\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            pinned.tcp_segment_bytes_for(ConnClass::SameRail),
+            pinned.segment_bytes_for(ConnClass::SameRail)
+        );
+    }
+
+    #[test]
+    fn a_segment_not_a_page_multiple_is_refused() {
+        let e = parse_str("[tcp]\nsegment-bytes = 100000\n", "t.toml").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("tcp.segment-bytes"));
+    }
+}
