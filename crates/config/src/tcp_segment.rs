@@ -6,8 +6,8 @@ use super::plan::{ClassPlan, ConnClass};
 use super::schema::{SiteConfig, NCCL_STEPS, NCCL_STEP_BYTES};
 
 /// `[tcp] segment-bytes` by default: a 512 KiB NCCL step in two segments. On a 2-core loopback
-/// run (`dqplb perf --qps 4`, 512 KiB messages) 256 KiB segments move 1.47x the bytes per second
-/// of 64 KiB ones (docs/records/benchmarks.md, "TCP segment size").
+/// (`scripts/tcp-bench.sh`) 256 KiB segments move 1.26x (64 MiB messages) to 1.49x (1 MiB) the
+/// bytes per second of 64 KiB ones (docs/records/benchmarks.md, "TCP segment size").
 pub const DEFAULT_TCP_SEGMENT_BYTES: u64 = 256 * 1024;
 
 /// The window (data QPs x outstanding x segment) a larger TCP segment may reach: half of what
