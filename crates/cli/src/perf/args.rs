@@ -131,12 +131,14 @@ sends its options there, the two exchange the plugin's handles over that connect
 client sends to the server (--bidir: both send and receive at once). Both print the result;
 either exits 1 on any wrong byte or failed side. The plugin on each node uses that node's
 NCCL_SOCKET_IFNAME / NCCL_IB_HCA and site config.
+--plugin PATH: the same two processes drive another NCCL net plugin (dlopen RTLD_NOW|RTLD_LOCAL,
+its ncclNetPlugin_v8; device --plugin-dev NAME or 0; host buffers), for comparing plugins.
 --recv-idle-us / --send-idle-us N: that side of the bandwidth sweep sleeps N us after each idle
 poll instead of yielding as NCCL's proxy does (an experiment for emulated devices such as
 Soft-RoCE, whose work shares the CPUs with the polling processes).";
 
 /// The exit status line under `dqplb perf --help`.
-pub(crate) const EXIT: &str = "exit status: 0 ok, 1 failed run or wrong bytes, 2 bad arguments";
+pub(crate) const EXIT: &str = "exit status: 0 ok, 1 failed run or wrong bytes, 2 bad arguments (a --plugin that cannot be loaded or has no ncclNetPlugin_v8 included)";
 
 /// The control port of a two-node run unless --port says otherwise.
 pub(crate) const DEFAULT_PORT: u16 = 18515;
@@ -230,8 +232,15 @@ pub(crate) struct PerfArgs {
     #[arg(long, value_name = "N", value_parser = ranged(1usize, 32), default_value_t = 4)]
     pub inflight: usize,
     /// Plain TCP streams instead of the plugin (the ceiling)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "plugin")]
     pub raw_tcp: bool,
+    /// Drive another NCCL net plugin .so instead of the built-in one: dlopen PATH and use its
+    /// ncclNetPlugin_v8 (the NCCL_DQPLB_* options reach only a dqplb .so)
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<std::path::PathBuf>,
+    /// With --plugin: the device with this name (default: device 0)
+    #[arg(long, value_name = "NAME", requires = "plugin")]
+    pub plugin_dev: Option<String>,
     /// With --raw-tcp: how the streams are driven
     #[arg(long, value_enum, default_value_t)]
     pub raw_threads: RawThreads,
@@ -263,6 +272,11 @@ impl PerfArgs {
         if remote && self.latency {
             return Err(
                 "--latency is not available in a two-node run (--server / --client)".into(),
+            );
+        }
+        if remote && self.plugin.is_some() {
+            return Err(
+                "--plugin is not available in a two-node run (--server / --client)".into(),
             );
         }
         if remote && self.raw_tcp {
@@ -356,6 +370,14 @@ impl PerfArgs {
         push("--inflight", self.inflight.to_string());
         if self.raw_tcp {
             v.push("--raw-tcp".into());
+        }
+        if let Some(p) = &self.plugin {
+            v.push("--plugin".into());
+            v.push(p.display().to_string());
+        }
+        if let Some(d) = &self.plugin_dev {
+            v.push("--plugin-dev".into());
+            v.push(d.clone());
         }
         if self.raw_one_thread() {
             v.push("--raw-threads".into());
@@ -473,6 +495,18 @@ mod tests {
                 "a value is required for '--send-idle-us <N>'",
             ),
             ("--raw-threads two", "[possible values: per-stream, one]"),
+            (
+                "--plugin-dev eth0",
+                "the following required arguments were not provided:\n  --plugin <PATH>",
+            ),
+            (
+                "--plugin /x.so --raw-tcp",
+                "the argument '--plugin <PATH>' cannot be used with '--raw-tcp'",
+            ),
+            (
+                "--plugin /x.so --client h",
+                "--plugin is not available in a two-node run",
+            ),
         ] {
             let e = perf(line).unwrap_err();
             assert!(e.contains(needle), "{line}: {e}");
@@ -489,6 +523,12 @@ mod tests {
         assert_eq!((a.recv_idle_us, a.send_idle_us), (50, 7));
         assert_eq!((a.outstanding, a.units), (Some(9), Units::GBits));
         assert_eq!(perf(&a.to_args().join(" ")).unwrap(), a);
+        let p = perf("--plugin /opt/peer/libnccl-net.so --plugin-dev lo --qps 4").unwrap();
+        assert_eq!(
+            (p.plugin.as_deref(), p.plugin_dev.as_deref()),
+            (Some(std::path::Path::new("/opt/peer/libnccl-net.so")), Some("lo"))
+        );
+        assert_eq!(perf(&p.to_args().join(" ")).unwrap(), p);
         // The children get the same options after `__role ROLE`.
         let mut child = vec!["dqplb perf __role", "bw-send"];
         let args = a.to_args();

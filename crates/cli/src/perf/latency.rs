@@ -61,16 +61,17 @@ pub(crate) struct PluginPair {
     lc: Ptr,
 }
 
-/// Listens and prints our handle through `say`, reads the peer's with `read_peer`, connects.
+/// On device `dev` of an initialised plugin: listens and prints our handle through `say`, reads
+/// the peer's with `read_peer`, connects.
 pub(crate) fn plugin_pair(
+    dev: i32,
     say: &dyn Fn(String),
     read_peer: &dyn Fn() -> NetRes<[u8; HANDLE_BYTES]>,
 ) -> NetRes<PluginPair> {
-    net::init()?;
-    let (h, lc) = net::listen(0)?;
+    let (h, lc) = net::listen(dev)?;
     say(format!("HANDLE {}", net::to_hex(&h)));
     let mut peer = read_peer()?;
-    let (sc, rc) = net::establish(0, Some(&mut peer), Some(lc), SETUP)?;
+    let (sc, rc) = net::establish(dev, Some(&mut peer), Some(lc), SETUP)?;
     Ok(PluginPair { sc, rc, lc })
 }
 

@@ -3,6 +3,7 @@
 
 pub(crate) mod args;
 pub(crate) mod bw;
+mod dl;
 pub(crate) mod latency;
 pub(crate) mod link;
 pub(crate) mod net;
@@ -34,8 +35,24 @@ pub(crate) fn run(a: PerfArgs) -> i32 {
             }
         };
     }
+    // A --plugin that is not an NCCL net plugin is a bad argument, caught before any child runs.
+    let peer_name = match &a.plugin {
+        Some(p) => match dl::open_v8(p) {
+            Ok(v) => Some(dl::name_of(v)),
+            Err(e) => {
+                eprintln!("dqplb perf: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     let info = match resolve(&a) {
-        Ok(i) => i,
+        Ok(mut i) => {
+            if let (Some(p), Some(n)) = (&a.plugin, peer_name) {
+                i.peer = Some(format!("{} (name \"{n}\")", p.display()));
+            }
+            i
+        }
         Err(e) => {
             eprintln!("dqplb perf: {e}");
             return 2;
@@ -115,7 +132,9 @@ pub(super) fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
     } else {
         loaded.config.tcp_plan(dqplb_config::ConnClass::SameRail)
     };
-    let mode = if a.raw_tcp && a.raw_one_thread() {
+    let mode = if a.plugin.is_some() {
+        "another plugin's ncclNetPlugin_v8 (--plugin)"
+    } else if a.raw_tcp && a.raw_one_thread() {
         "raw TCP streams (no plugin), one polling thread"
     } else if a.raw_tcp {
         "raw TCP streams (no plugin)"
@@ -138,7 +157,18 @@ pub(super) fn resolve(a: &PerfArgs) -> Result<RunInfo, String> {
         check: a.check,
         units: a.units,
         plugin_line: None,
+        peer: None,
     })
+}
+
+/// With --plugin: adds the device the first child announced (`DEVICE INDEX NAME`) to the
+/// header's plugin line.
+fn note_device(info: &mut RunInfo, lines: &[String]) {
+    let dev = lines.iter().find_map(|l| l.strip_prefix("DEVICE "));
+    if let (Some(peer), Some(d)) = (info.peer.as_mut(), dev) {
+        let (idx, name) = d.split_once(' ').unwrap_or((d, ""));
+        peer.push_str(&format!(", device {idx} \"{name}\""));
+    }
 }
 
 /// `msg` with an override the options made (the children's NCCL_DQPLB_* variable, which the
@@ -334,6 +364,7 @@ fn run_bandwidth(a: &PerfArgs, mut info: RunInfo) -> Result<i32, String> {
         child.qps = Some(info.qps);
     }
     let lines = run_pair(Role::BwRecv, Role::BwSend, &child.to_args(), &child_env(a))?;
+    note_device(&mut info, &lines.first);
     info.plugin_line = lines
         .second
         .iter()
@@ -380,6 +411,7 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
             &child_env(a),
         )?;
         if !raw {
+            note_device(&mut info, &lines.first);
             // each side sends and receives warmup + iters 8-byte messages
             print_ops(
                 &lines,

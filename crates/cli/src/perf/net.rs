@@ -1,13 +1,16 @@
 //! `dqplb perf`'s calls into the plugin, made through the in-crate exported vtable
-//! (`ffi::vtable::ncclNetPlugin_v8`) exactly as NCCL would, plus the logger handed to init().
+//! (`ffi::vtable::ncclNetPlugin_v8`) or a `--plugin` .so's, exactly as NCCL would, plus the
+//! logger handed to init().
 
 use nccl_net_dqplb::ffi::sys::{
-    ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNet_v8_t, ncclResult_t, NCCL_PTR_HOST,
+    ncclDebugLogger_t, ncclNetDeviceHandle_v8_t, ncclNetProperties_v8_t, ncclNet_v8_t,
+    ncclResult_t, NCCL_PTR_HOST,
 };
 use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v8;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::path::Path;
 use std::ptr::null_mut;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub(crate) type Ptr = *mut c_void;
@@ -25,8 +28,26 @@ impl std::fmt::Display for NetErr {
 
 pub(crate) type NetRes<T> = Result<T, NetErr>;
 
+/// The `--plugin` .so's vtable once `use_plugin` loaded it; otherwise the in-crate one is used.
+static PEER: OnceLock<PeerVtable> = OnceLock::new();
+
+struct PeerVtable(&'static ncclNet_v8_t);
+
+// SAFETY: the vtable is immutable static data of a library that is never unloaded (its raw
+// `name` pointer is only read); NCCL calls its functions from several threads as well.
+unsafe impl Sync for PeerVtable {}
+unsafe impl Send for PeerVtable {}
+
 fn vt() -> &'static ncclNet_v8_t {
-    &ncclNetPlugin_v8.0
+    PEER.get().map_or(&ncclNetPlugin_v8.0, |p| p.0)
+}
+
+/// From now on every call goes to the `ncclNetPlugin_v8` of the plugin at `path` (dlopened as
+/// NCCL does); returns the vtable's `name`.
+pub(crate) fn use_plugin(path: &Path) -> NetRes<String> {
+    let v = super::dl::open_v8(path).map_err(NetErr)?;
+    let v = PEER.get_or_init(|| PeerVtable(v)).0;
+    Ok(super::dl::name_of(v))
 }
 
 fn check(what: &str, rc: ncclResult_t) -> NetRes<()> {
@@ -67,6 +88,14 @@ unsafe extern "C" fn perf_logger(
     // SAFETY: fmt is a C string; with fmt "%s" the next argument is one too.
     let fmt = unsafe { CStr::from_ptr(fmt) };
     if fmt.to_bytes() != b"%s" || arg.is_null() {
+        // Another plugin's own format: its arguments cannot be read here, so a warning is
+        // shown as its format string.
+        if level <= 2 {
+            eprintln!(
+                "dqplb perf: plugin warning (unformatted): {}",
+                fmt.to_string_lossy().trim_end()
+            );
+        }
         return;
     }
     let msg = unsafe { CStr::from_ptr(arg) }.to_string_lossy();
@@ -138,6 +167,41 @@ pub(crate) fn init() -> NetRes<i32> {
         }
         Ok(n)
     }
+}
+
+/// The device a run uses: the one named `want`, or device 0; returns (index, name). Fails if
+/// no device has that name (listing the names) or if the device cannot take host buffers.
+pub(crate) fn pick_device(devices: i32, want: Option<&str>) -> NetRes<(i32, String)> {
+    let mut names = Vec::new();
+    for d in 0..devices {
+        // SAFETY: all-zero is a valid ncclNetProperties_v8_t (NULL pointers, zero numbers).
+        let mut p: ncclNetProperties_v8_t = unsafe { std::mem::zeroed() };
+        // SAFETY: d is below the device count; p is writable.
+        check("getProperties", unsafe { f!(getProperties)(d, &mut p) })?;
+        let name = if p.name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the plugin's device name, a C string.
+            unsafe { CStr::from_ptr(p.name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        if want.map_or(d == 0, |w| w == name) {
+            if p.ptrSupport & NCCL_PTR_HOST as c_int == 0 {
+                return Err(NetErr(format!(
+                    "device {d} ({name}) does not support host buffers (NCCL_PTR_HOST missing from ptrSupport {:#x}); dqplb perf registers host memory only",
+                    p.ptrSupport
+                )));
+            }
+            return Ok((d, name));
+        }
+        names.push(name);
+    }
+    Err(NetErr(format!(
+        "--plugin-dev {}: no such device; the plugin's devices are: {}",
+        want.unwrap_or(""),
+        names.join(", ")
+    )))
 }
 
 pub(crate) fn listen(dev: i32) -> NetRes<([u8; HANDLE_BYTES], Ptr)> {

@@ -17,6 +17,9 @@ pub(crate) struct RunInfo {
     pub check: bool,
     pub units: Units,
     pub plugin_line: Option<String>,
+    /// With `--plugin`: the .so, its vtable's name and the device used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
 }
 
 /// One latency result: transport name, median and p99 round trip (us), sample count.
@@ -29,6 +32,18 @@ pub(crate) struct LatRow {
 }
 
 fn header(info: &RunInfo, out: &mut String) {
+    if let Some(peer) = &info.peer {
+        // Another plugin: the dqplb configuration does not apply to it.
+        let _ = writeln!(
+            out,
+            "# dqplb perf: {}, {} in flight, check {}",
+            info.mode,
+            info.inflight,
+            if info.check { "every iteration" } else { "off" }
+        );
+        let _ = writeln!(out, "# plugin: {peer}");
+        return;
+    }
     let _ = writeln!(
         out,
         "# dqplb perf: {}, policy {}, {} data QPs, {} outstanding/QP, segment {} B, {} in flight, check {}",

@@ -101,6 +101,21 @@ fn raw_streams(n: usize, sender: bool) -> NetRes<Vec<TcpStream>> {
     Ok(streams.into_iter().flatten().collect())
 }
 
+/// Loads the `--plugin` .so if one is given, init()s the plugin and returns the device to use:
+/// 0 for the in-crate plugin; for a `--plugin`, the `--plugin-dev` one or 0, announced to the
+/// parent as `DEVICE INDEX NAME`.
+fn open_plugin(a: &PerfArgs) -> NetRes<i32> {
+    let Some(path) = &a.plugin else {
+        net::init()?;
+        return Ok(0);
+    };
+    net::use_plugin(path)?;
+    let n = net::init()?;
+    let (dev, name) = net::pick_device(n, a.plugin_dev.as_deref())?;
+    say(format!("DEVICE {dev} {name}"));
+    Ok(dev)
+}
+
 fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
     let mut slots: Vec<Vec<u8>> = (0..a.inflight)
         .map(|_| vec![0u8; a.max_bytes.max(1) as usize])
@@ -127,18 +142,18 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
         }
         return Ok(());
     }
-    net::init()?;
+    let dev = open_plugin(a)?;
     let (comm, listen) = if sender {
         let mut h = read_plugin_handle()?;
-        let (sc, _) = net::establish(0, Some(&mut h), None, SETUP)?;
+        let (sc, _) = net::establish(dev, Some(&mut h), None, SETUP)?;
         if let Some(l) = net::conn_line() {
             say(format!("CONFIG {l}"));
         }
         (sc, None)
     } else {
-        let (h, lc) = net::listen(0)?;
+        let (h, lc) = net::listen(dev)?;
         say(format!("HANDLE {}", net::to_hex(&h)));
-        let (_, rc) = net::establish(0, None, Some(lc), SETUP)?;
+        let (_, rc) = net::establish(dev, None, Some(lc), SETUP)?;
         (rc, Some(lc))
     };
     let mhs = slots
@@ -206,7 +221,8 @@ fn lat_side(a: &PerfArgs, pinger: bool) -> NetRes<()> {
             a.raw_one_thread(),
         )?
     } else {
-        let pair = latency::plugin_pair(&|l| say(l), &read_plugin_handle)?;
+        let dev = open_plugin(a)?;
+        let pair = latency::plugin_pair(dev, &|l| say(l), &read_plugin_handle)?;
         if let Some(l) = net::conn_line() {
             say(format!("CONFIG {l}"));
         }
