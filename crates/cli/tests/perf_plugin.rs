@@ -95,10 +95,7 @@ fn our_own_so_through_dlopen_moves_every_byte() {
         ],
         "{stdout}"
     );
-    assert!(
-        stdout.contains("# Out of bounds values : 0 OK"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
     // --plugin-dev picks by name; a name the plugin lacks fails the run (exit 1) listing them.
     let out = dqplb(&[
         "--plugin",
@@ -142,10 +139,19 @@ fn a_path_that_is_no_plugin_exits_2_naming_path_and_symbol() {
     let out = dqplb(&["--plugin", &libc, "--max-bytes", "8"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
-    let want = format!("dqplb perf: --plugin {libc}: not an NCCL net plugin: no symbol ncclNetPlugin_v8 (");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let want = format!(
+        "dqplb perf: --plugin {libc}: not an NCCL net plugin: no symbol ncclNetPlugin_v8 ("
+    );
     assert!(stderr.starts_with(&want), "{stderr}");
-    assert!(stderr.contains("undefined symbol: ncclNetPlugin_v8"), "{stderr}");
+    assert!(
+        stderr.contains("undefined symbol: ncclNetPlugin_v8"),
+        "{stderr}"
+    );
 
     let missing = "/nonexistent/libnccl-net-peer.so";
     let out = dqplb(&["--plugin", missing, "--max-bytes", "8"]);

@@ -275,9 +275,7 @@ impl PerfArgs {
             );
         }
         if remote && self.plugin.is_some() {
-            return Err(
-                "--plugin is not available in a two-node run (--server / --client)".into(),
-            );
+            return Err("--plugin is not available in a two-node run (--server / --client)".into());
         }
         if remote && self.raw_tcp {
             return Err(
@@ -526,7 +524,10 @@ mod tests {
         let p = perf("--plugin /opt/peer/libnccl-net.so --plugin-dev lo --qps 4").unwrap();
         assert_eq!(
             (p.plugin.as_deref(), p.plugin_dev.as_deref()),
-            (Some(std::path::Path::new("/opt/peer/libnccl-net.so")), Some("lo"))
+            (
+                Some(std::path::Path::new("/opt/peer/libnccl-net.so")),
+                Some("lo")
+            )
         );
         assert_eq!(perf(&p.to_args().join(" ")).unwrap(), p);
         // The children get the same options after `__role ROLE`.
