@@ -24,13 +24,15 @@
 #   --streams L          comma list of dqplb stream counts, --qps (default 1,4)
 #   --sizes L            space-separated message sizes in bytes (default 64 KiB, 1, 4, 64 MiB)
 #   --no-raw             leave out plain TCP
+#   --mib N              data per run in MiB (default 4096: /usr/bin/time counts CPU in 10 ms steps,
+#                        so a run must move enough for a CPU s/GB figure to resolve)
 #   --netns NAME         the namespace's name (default dqplb-peer-bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
 src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1
-netns=dqplb-peer-bench
+netns=dqplb-peer-bench mib=4096
 sizes="65536 1048576 4194304 67108864"
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -43,6 +45,7 @@ while [[ $# -gt 0 ]]; do
         --sizes) sizes=$2; shift 2 ;;
         --no-raw) raw=0; shift ;;
         --netns) netns=$2; shift 2 ;;
+        --mib) mib=$2; shift 2 ;;
         *) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -142,8 +145,8 @@ peer_head=$(grep "^# plugin:" "$work/check.out" | sed 's/^# plugin: //')
 out=$work/run
 mkdir -p "$out"
 
-# iterations: about 512 MiB per run, 10..4000; warm-up a tenth (at least 1, at most 20).
-iters_for() { local n=$(( (512 << 20) / $1 )); (( n < 10 )) && n=10; (( n > 4000 )) && n=4000; echo "$n"; }
+# iterations: about --mib MiB per run, at least 10; warm-up a tenth (at least 1, at most 20).
+iters_for() { local n=$(( (mib << 20) / $1 )); (( n < 10 )) && n=10; echo "$n"; }
 
 # run KIND SIZE STREAMS -> "GBps CPU_s_per_GB" (or "fail")
 run() {
@@ -178,7 +181,7 @@ kinds=(dqplb peer)
 [[ $raw == 1 ]] && kinds+=(raw)
 echo "peer: aws-ofi-nccl $ver, libfabric $lfver (FI_PROVIDER=tcp, OFI_NCCL_PROTOCOL=SENDRECV); $peer_head"
 echo "all runs in network namespace $netns: dqplb and the peer on 10.99.0.1 (v0), raw TCP on 127.0.0.1"
-echo "dqplb: $bin; $pairs runs of each kind per size, in turn; medians; --no-check, 4 in flight"
+echo "dqplb: $bin; $pairs runs of each kind per size, in turn, $mib MiB each; medians; --no-check, 4 in flight"
 echo
 echo "| streams | size | dqplb GB/s | peer GB/s | raw TCP GB/s | dqplb/peer | dqplb CPU s/GB | peer CPU s/GB | raw CPU s/GB | CPU dqplb/peer |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
