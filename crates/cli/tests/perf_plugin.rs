@@ -119,6 +119,47 @@ fn our_own_so_through_dlopen_moves_every_byte() {
     );
 }
 
+#[test]
+fn latency_through_the_dlopened_so_and_raw_tcp() {
+    let so = our_so();
+    let so_s = so.to_str().expect("utf-8 path");
+    let out = dqplb(&[
+        "--plugin",
+        so_s,
+        "--latency",
+        "--iters",
+        "200",
+        "--warmup",
+        "20",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "# plugin: {so_s} (name \"DQPLB\"), device 0 \"lo\""
+        )),
+        "{stdout}"
+    );
+    // One row per transport: the dlopened plugin, then raw TCP, 200 samples each.
+    let rows: Vec<(String, String)> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string())
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("plugin".to_string(), "200".to_string()),
+            ("raw-tcp".to_string(), "200".to_string())
+        ],
+        "{stdout}"
+    );
+}
+
 /// The path of this process's libc as the loader mapped it: a loadable .so that is no plugin.
 fn libc_path() -> String {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");

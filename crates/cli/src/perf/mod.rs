@@ -404,6 +404,11 @@ fn run_latency(a: &PerfArgs, info: RunInfo) -> Result<i32, String> {
     for &(name, raw) in kinds {
         let mut child = a.clone();
         child.raw_tcp = raw;
+        if raw {
+            // The raw ping-pong loads no plugin (--raw-tcp and --plugin exclude each other).
+            child.plugin = None;
+            child.plugin_dev = None;
+        }
         let lines = run_pair(
             Role::LatPing,
             Role::LatPong,
