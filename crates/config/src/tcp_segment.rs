@@ -5,10 +5,12 @@ use super::pinning::PathPinning;
 use super::plan::{ClassPlan, ConnClass};
 use super::schema::{SiteConfig, NCCL_STEPS, NCCL_STEP_BYTES};
 
-/// `[tcp] segment-bytes` by default: a 512 KiB NCCL step in two segments. On a 2-core loopback
+/// `[tcp] segment-bytes` by default; the window cap makes it 256 KiB for 4 streams x 2 and keeps
+/// 1 MiB for one stream, where no segment moves between streams anyway. On a 2-core loopback
 /// (`scripts/tcp-bench.sh`) 256 KiB segments move 1.26x (64 MiB messages) to 1.49x (1 MiB) the
-/// bytes per second of 64 KiB ones (docs/records/benchmarks.md, "TCP segment size").
-pub const DEFAULT_TCP_SEGMENT_BYTES: u64 = 256 * 1024;
+/// bytes per second of 64 KiB ones, and one stream moves 64 MiB messages 1.2x faster in 1 MiB
+/// segments than in 256 KiB ones (docs/records/benchmarks.md, "TCP segment size").
+pub const DEFAULT_TCP_SEGMENT_BYTES: u64 = 1024 * 1024;
 
 /// The window (data QPs x outstanding x segment) a larger TCP segment may reach: half of what
 /// NCCL keeps in flight per connection (NCCL_STEPS x 512 KiB = 4 MiB), so a slow stream's window
@@ -61,7 +63,7 @@ mod tests {
     #[test]
     fn the_embedded_default_gets_256k_same_rail_and_capped_other_classes() {
         let c = SiteConfig::default();
-        // same-rail 4 QPs x 2: 2 MiB / 8 = 256 KiB, the [tcp] default itself.
+        // same-rail 4 QPs x 2: 2 MiB / 8 = 256 KiB.
         assert_eq!(c.tcp_segment_bytes_for(ConnClass::SameRail), 262_144);
         // cross-rail 8 QPs x 2: 2 MiB / 16 = 128 KiB.
         assert_eq!(c.tcp_segment_bytes_for(ConnClass::CrossRail), 131_072);
@@ -80,6 +82,21 @@ mod tests {
             // Verbs connections keep the class's segment.
             assert_eq!(c.plan(class).segment_bytes, 65_536);
         }
+    }
+
+    #[test]
+    fn fewer_streams_get_larger_segments_up_to_the_tcp_key() {
+        let one = parse_str("[class.same-rail]\nqps = 1\n", "t.toml").unwrap();
+        // 1 stream x 2: 2 MiB / 2 = 1 MiB, the [tcp] default itself.
+        assert_eq!(one.tcp_segment_bytes_for(ConnClass::SameRail), 1 << 20);
+        let two = parse_str("[class.same-rail]\nqps = 2\n", "t.toml").unwrap();
+        assert_eq!(two.tcp_segment_bytes_for(ConnClass::SameRail), 512 << 10);
+        let capped = parse_str(
+            "[class.same-rail]\nqps = 1\n[tcp]\nsegment-bytes = 262144\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(capped.tcp_segment_bytes_for(ConnClass::SameRail), 256 << 10);
     }
 
     #[test]
