@@ -172,12 +172,20 @@ pub(crate) fn init() -> NetRes<i32> {
 /// The device a run uses: the one named `want`, or device 0; returns (index, name). Fails if
 /// no device has that name (listing the names) or if the device cannot take host buffers.
 pub(crate) fn pick_device(devices: i32, want: Option<&str>) -> NetRes<(i32, String)> {
+    pick_device_in(vt(), devices, want)
+}
+
+/// `pick_device` over the vtable `v`.
+fn pick_device_in(v: &ncclNet_v8_t, devices: i32, want: Option<&str>) -> NetRes<(i32, String)> {
+    let get = v
+        .getProperties
+        .ok_or_else(|| NetErr("vtable entry getProperties is NULL".into()))?;
     let mut names = Vec::new();
     for d in 0..devices {
         // SAFETY: all-zero is a valid ncclNetProperties_v8_t (NULL pointers, zero numbers).
         let mut p: ncclNetProperties_v8_t = unsafe { std::mem::zeroed() };
         // SAFETY: d is below the device count; p is writable.
-        check("getProperties", unsafe { f!(getProperties)(d, &mut p) })?;
+        check("getProperties", unsafe { get(d, &mut p) })?;
         let name = if p.name.is_null() {
             String::new()
         } else {
@@ -346,4 +354,55 @@ pub(crate) fn from_hex(s: &str) -> Option<[u8; HANDLE_BYTES]> {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nccl_net_dqplb::ffi::sys::NCCL_PTR_CUDA;
+
+    /// A plugin with two devices: 0 "eth0" takes CUDA buffers only, 1 "lo" host and CUDA.
+    unsafe extern "C" fn two_devices(dev: c_int, p: *mut ncclNetProperties_v8_t) -> ncclResult_t {
+        let (name, ptr) = match dev {
+            0 => (c"eth0", NCCL_PTR_CUDA),
+            1 => (c"lo", NCCL_PTR_HOST | NCCL_PTR_CUDA),
+            _ => return ncclResult_t::ncclInvalidArgument,
+        };
+        // SAFETY: the caller passes a writable properties struct.
+        unsafe {
+            (*p).name = name.as_ptr().cast_mut();
+            (*p).ptrSupport = ptr as c_int;
+        }
+        ncclResult_t::ncclSuccess
+    }
+
+    fn vtable() -> ncclNet_v8_t {
+        // SAFETY: all-zero is a valid ncclNet_v8_t (NULL name, no functions).
+        let mut v: ncclNet_v8_t = unsafe { std::mem::zeroed() };
+        v.getProperties = Some(two_devices);
+        v
+    }
+
+    #[test]
+    fn device_by_name_or_zero_and_host_buffers_required() {
+        let v = vtable();
+        assert_eq!(pick_device_in(&v, 2, Some("lo")).unwrap(), (1, "lo".into()));
+        // Device 0 (the default) and device "eth0" lack NCCL_PTR_HOST.
+        for want in [None, Some("eth0")] {
+            assert_eq!(
+                pick_device_in(&v, 2, want).unwrap_err().0,
+                "device 0 (eth0) does not support host buffers (NCCL_PTR_HOST missing from ptrSupport 0x2); dqplb perf registers host memory only"
+            );
+        }
+        assert_eq!(
+            pick_device_in(&v, 2, Some("ib0")).unwrap_err().0,
+            "--plugin-dev ib0: no such device; the plugin's devices are: eth0, lo"
+        );
+        // SAFETY: as in vtable().
+        let empty: ncclNet_v8_t = unsafe { std::mem::zeroed() };
+        assert_eq!(
+            pick_device_in(&empty, 2, None).unwrap_err().0,
+            "vtable entry getProperties is NULL"
+        );
+    }
 }
