@@ -30,6 +30,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1
 netns=dqplb-peer-bench mib=4096
@@ -157,19 +159,9 @@ run() {
         peer) extra=(--plugin "$peer"); env+=("${peer_env[@]}") ;;
         raw) extra=(--raw-tcp --qps "$qps") ;;
     esac
-    if ! "${ns[@]}" env "${env[@]}" /usr/bin/time -f "CPU %U %S" -o "$out/time" \
-        "$bin" perf "${extra[@]}" --min-bytes "$size" --max-bytes "$size" \
-        --iters "$it" --warmup "$wu" --no-check --format csv > "$out/csv" 2> "$out/err"; then
-        echo fail; head -c 600 "$out/err" | sed 's/^/    /' >&2; return
-    fi
-    awk -F, -v it="$it" -v wu="$wu" -v size="$size" '
-        FNR == 1 && FILENAME ~ /time$/ { cpu = $0; sub(/^CPU /, "", cpu); split(cpu, c, " ") }
-        FILENAME ~ /csv$/ && $1 == size { bw = $6 }
-        END { gb = size * (it + wu) / 1e9; printf "%.3f %.3f\n", bw, (c[1] + c[2]) / gb }
-    ' "$out/time" "$out/csv"
+    timed_perf "$out" "$size" "$it" "$wu" "${ns[@]}" env "${env[@]}" "$bin" perf "${extra[@]}"
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() {
     [[ -s $out/$1 ]] || { echo "-"; return; }
     grep -v fail "$out/$1" | awk -v f="$2" '{ print $f }' | median

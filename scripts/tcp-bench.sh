@@ -13,6 +13,8 @@
 #   --bin PATH   the dqplb binary (default: cargo build --release -p dqplb-cli, then target/release/dqplb)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 quick=0 pairs=3 streams=1,4 bin=target/release/dqplb bin_given=0 pin=()
 sizes="65536 1048576 4194304 67108864"
@@ -47,19 +49,9 @@ run() {
         main) env=(NCCL_SOCKET_NTHREADS=0) ;;
         raw) extra=(--raw-tcp) ;;
     esac
-    if ! env NCCL_DEBUG=WARN "${env[@]}" /usr/bin/time -f "CPU %U %S" -o "$out/time" \
-        "${pin[@]}" "$bin" perf "${extra[@]}" --qps "$qps" --min-bytes "$size" --max-bytes "$size" \
-        --iters "$it" --warmup "$wu" --no-check --format csv > "$out/csv" 2> "$out/err"; then
-        echo fail; head -c 600 "$out/err" | sed 's/^/    /' >&2; return
-    fi
-    awk -F, -v it="$it" -v wu="$wu" -v size="$size" '
-        FNR == 1 && FILENAME ~ /time$/ { cpu = $0; sub(/^CPU /, "", cpu); split(cpu, c, " ") }
-        FILENAME ~ /csv$/ && $1 == size { bw = $6 }
-        END { gb = size * (it + wu) / 1e9; printf "%.3f %.3f\n", bw, (c[1] + c[2]) / gb }
-    ' "$out/time" "$out/csv"
+    timed_perf "$out" "$size" "$it" "$wu" env NCCL_DEBUG=WARN "${env[@]}" "${pin[@]}" \
+        "$bin" perf "${extra[@]}" --qps "$qps"
 }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "# tcp-bench: plugin (helper threads as configured), plugin with NCCL_SOCKET_NTHREADS=0,"
 echo "# plain TCP with a thread per stream; $pairs alternating runs per size; medians."
