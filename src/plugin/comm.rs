@@ -369,6 +369,33 @@ impl SendComm {
         }
     }
 
+    /// Installs the engine's depth rule over `base` segments per QP (the comm was connected for
+    /// `rule.raised`); before patterns, the re-hash rule and any message.
+    pub fn set_depth_rule(&mut self, base: u32, rule: dqplb_engine::DepthRule) -> NetResult<()> {
+        use dqplb_transport::DepthControl;
+        on_transport!(SendInner, &mut self.inner, c => c.set_depth_rule(base, rule))
+    }
+
+    /// The depth rule's state: the per-QP depth now, the raises so far, the rule.
+    pub fn depth_state(&mut self) -> dqplb_transport::DepthState {
+        use dqplb_transport::DepthControl;
+        on_transport!(SendInner, &mut self.inner, c => c.depth_state())
+    }
+
+    /// Fault injection for tests (verbs): completions of data QP `q` reach the engine `lag_ns`
+    /// late, a slow path; false on TCP, which has no such hook.
+    #[doc(hidden)]
+    pub fn debug_slow_data_qp(&mut self, q: usize, lag_ns: u64) -> bool {
+        match &mut self.inner {
+            SendInner::Tcp(_) => false,
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, _) => {
+                v.debug_slow_data_qp(q, lag_ns);
+                true
+            }
+        }
+    }
+
     /// Installs the straggler re-hash rule: TCP replaces a drained straggler by a stream from a
     /// new source port, verbs by a new QP pair (new QPNs).
     pub fn set_rehash_rule(&mut self, rule: dqplb_engine::RehashRule) -> NetResult<()> {

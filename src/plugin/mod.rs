@@ -347,6 +347,21 @@ pub fn conn_params(
     Ok((class, params))
 }
 
+/// The parameters a connection is made with: with the class's depth rule it is sized (and its
+/// peer told) for max(raised, the plan's depth) segments per QP (verbs send and shared receive
+/// queues, TCP per-stream rings, the receiver's checks); the engine starts at the plan's depth and
+/// rises only while its QPs' latencies diverge.
+pub(crate) fn sized_for_depth_rule(
+    cfg: &SiteConfig,
+    class: ConnClass,
+    base: ConnParams,
+) -> ConnParams {
+    ConnParams {
+        outstanding: cfg.class.get(class).depth_bound(base.outstanding),
+        ..base
+    }
+}
+
 /// Starts listening on `dev`; writes the 128-byte handle NCCL sends to the peer. Never blocks.
 pub fn listen(dev: i32, handle: &mut [u8; HANDLE_BYTES]) -> NetResult<ListenComm> {
     listen_with(dev, handle, ConnOptions::default())
@@ -434,7 +449,8 @@ pub(crate) fn connect_with(
         .is_some_and(|(started_for, _, _)| *started_for == h)
     {
         let tcp = matches!(d.kind, devices::DeviceKind::Tcp { .. });
-        let (class, params) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
+        let (class, base) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
+        let params = sized_for_depth_rule(&g.config, class, base);
         let c = match &d.kind {
             devices::DeviceKind::Tcp { ip } => {
                 let local_ip = if ip.is_ipv4() == h.addr.is_ipv4() {
@@ -472,8 +488,13 @@ pub(crate) fn connect_with(
                 Connector::Verbs(Box::new(v), std::sync::Arc::clone(domain))
             }
         };
-        tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding, {} B segments, policy {}",
-            h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, params.outstanding, params.segment_bytes, params.policy);
+        tracing::info!(target: "dqplb::net", "dev {dev} connecting to {} (fabricId {} -> {}, class {}): {} data QPs, {} outstanding{}, {} B segments, policy {}",
+            h.addr, d.fabric_id, h.fabric_id, class.as_str(), params.qps, base.outstanding,
+            match g.config.class.get(class).depth_rule() {
+                Some(r) => format!(" (depth rule: {} while latencies diverge {}x, back after {} calm checks)", r.raised, r.ratio, r.hold),
+                None => String::new(),
+            },
+            params.segment_bytes, params.policy);
         id = loop {
             let r = dqplb_transport::tcp::handle::random_secret()?;
             let candidate = u64::from_le_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]);
@@ -508,12 +529,23 @@ pub(crate) fn connect_with(
         Ok(Some(mut comm)) => {
             map.remove(&id);
             handle[STAGE_RANGE].fill(0);
+            let tcp = matches!(d.kind, devices::DeviceKind::Tcp { .. });
+            let (class, base) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
+            let spec = g.config.class.get(class);
+            // First: installing the rule rebuilds the engine (routes and rules come after).
+            if let Some(r) = spec.depth_rule() {
+                comm.set_depth_rule(
+                    base.outstanding,
+                    dqplb_engine::DepthRule {
+                        ratio: r.ratio,
+                        raised: r.raised,
+                        hold: r.hold,
+                    },
+                )?;
+            }
             if let Some(cell) = opts.pattern {
                 comm.use_patterns(cell, &g.config, dev)?;
             }
-            let tcp = matches!(d.kind, devices::DeviceKind::Tcp { .. });
-            let (class, _) = conn_params(&g.config, d.fabric_id, h.fabric_id, tcp)?;
-            let spec = g.config.class.get(class);
             comm.set_stall_timeout_ms(spec.stall_timeout_ms);
             comm.set_event_device(dev);
             if spec.rehash_max_per_minute > 0 {
@@ -571,4 +603,44 @@ pub(crate) fn debug_panic_entry() -> Option<String> {
         return None;
     }
     DEBUG_PANIC.lock().ok().and_then(|g| g.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The depth rule sizes the connection for max(raised, the plan's depth); without it the
+    /// plan's depth stands.
+    #[test]
+    fn connections_are_sized_for_the_raised_depth() {
+        let pinned = "[class.cross-rail]\nqps = 16\nmax-outstanding = 2\n\
+                      path-pinning = \"relative\"\necmp-width = 32\n\
+                      [class.cross-dc]\nmax-outstanding = 3\ndepth-raised = 8\n";
+        let cfg = dqplb_config::parse_str(pinned, "site.toml").expect("config");
+        let (_, base) = conn_params(&cfg, 0, 1, false).expect("params");
+        assert_eq!(base.outstanding, 2);
+        let at = |class, outstanding| {
+            sized_for_depth_rule(
+                &cfg,
+                class,
+                ConnParams {
+                    outstanding,
+                    ..base
+                },
+            )
+        };
+        // Pinned cross-rail: max-outstanding + 1 = 3.
+        assert_eq!(at(ConnClass::CrossRail, 2).outstanding, 3);
+        assert_eq!(at(ConnClass::CrossRail, 1).outstanding, 3);
+        // Cross-dc: the configured 8 over any plan depth up to max-outstanding 3.
+        assert_eq!(at(ConnClass::CrossDc, 3).outstanding, 8);
+        // Same-rail runs no rule: the plan's depth, everything else unchanged.
+        assert_eq!(
+            at(ConnClass::SameRail, 2),
+            ConnParams {
+                outstanding: 2,
+                ..base
+            }
+        );
+    }
 }

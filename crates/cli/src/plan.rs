@@ -279,7 +279,8 @@ fn memory(cfg: &dqplb_config::SiteConfig, c: &ClassPlan) -> Result<Memory, Strin
     use dqplb_transport::tcp::{ConnParams, TcpRecvComm, TcpSendComm};
     let params = ConnParams {
         qps: u16::try_from(c.qps).map_err(|_| format!("{} QPs", c.qps))?,
-        outstanding: c.outstanding,
+        // The depth rule's raised depth when the class runs it: the comms are sized for it.
+        outstanding: cfg.class.get(c.class).depth_bound(c.outstanding),
         segment_bytes: u32::try_from(c.segment_bytes)
             .map_err(|_| format!("segment of {} bytes", c.segment_bytes))?,
         max_messages: cfg.engine.max_messages,
@@ -523,6 +524,15 @@ fn render_table(r: &PlanReport) -> String {
             );
         }
         let _ = writeln!(s, "  {:<12} {depth})", "outstanding");
+        let rule = match &c.depth_rule {
+            Some(d) => format!(
+                "{} per QP while the slowest QP's latency is >= {} x the median, back after {} \
+                 calm checks (verbs; 16 completions a check)",
+                d.raised, d.ratio, d.hold
+            ),
+            None => "off".to_string(),
+        };
+        let _ = writeln!(s, "  {:<12} {rule}", "depth rule");
         let _ = writeln!(s, "  {:<12} {} B", "segment", c.segment_bytes);
         if tcp.segment_bytes != c.segment_bytes || tcp.outstanding != c.outstanding {
             let _ = writeln!(

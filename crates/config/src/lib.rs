@@ -29,7 +29,7 @@ pub use parse::parse_str;
 pub use pinning::{BucketSelectName, HashFamilyName, HashField, PathPinning, PathsSection};
 pub use plan::{classify, ClassPlan, ConnClass};
 pub use schema::{
-    ClassSections, ClassSpec, EngineSection, FabricSection, HcaThirdField, LogLevel, LogSection,
-    PatternPolicy, PatternsSection, PolicyName, SiteConfig, StatsSection, TcpSection,
+    ClassSections, ClassSpec, DepthRuleSpec, EngineSection, FabricSection, HcaThirdField, LogLevel,
+    LogSection, PatternPolicy, PatternsSection, PolicyName, SiteConfig, StatsSection, TcpSection,
     TransportKind,
 };

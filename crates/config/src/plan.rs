@@ -73,6 +73,9 @@ pub struct ClassPlan {
     pub budget_bytes: u64,
     pub within_budget: bool,
     pub budget_note: Option<String>,
+    /// The depth rule the class's verbs send comms install (`ClassSpec::depth_rule`): the
+    /// per-QP window rises from `outstanding` to `raised` while the QPs' latencies diverge.
+    pub depth_rule: Option<super::schema::DepthRuleSpec>,
 }
 
 /// Bandwidth-delay product in bytes: Gb/s * us * 1e9 / 8 * 1e-6 = rate * rtt * 125.
@@ -143,6 +146,7 @@ impl SiteConfig {
             budget_bytes: budget,
             within_budget: within,
             budget_note: note,
+            depth_rule: spec.depth_rule(),
         }
     }
 

@@ -262,7 +262,34 @@ pub struct ClassSpec {
     /// ECMP members (paths) the class's traffic spreads over, S; unset: the class's `qps`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ecmp_width: Option<u32>,
+    /// Depth rule: the per-QP window rises while the slowest QP's latency EWMA is at least this
+    /// many times the connection's median ...
+    pub depth_ratio: f64,
+    /// ... to this many segments per QP (0: the rule off; unset: on for a pinned class at
+    /// [`ClassSpec::depth_rule`]'s default, off otherwise) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth_raised: Option<u32>,
+    /// ... and falls back after this many checks (16 completions each) without divergence.
+    pub depth_hold: u32,
 }
+
+/// The depth rule a class runs (`ClassSpec::depth_rule`): the engine's `DepthRule`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DepthRuleSpec {
+    pub ratio: f64,
+    /// Segments in flight per QP while raised: always above the class's `max-outstanding`.
+    pub raised: u32,
+    pub hold: u32,
+}
+
+/// `depth-ratio` default: the slowest QP at 1.3 x the median (records/simulation.md, "The depth
+/// rule against failed uplinks": 1.15 fires on healthy pinned connections, 1.5 misses broken pins).
+pub const DEPTH_RATIO_DEFAULT: f64 = 1.3;
+/// `depth-hold` default: 4 calm checks (64 completions) before the depth falls back.
+pub const DEPTH_HOLD_DEFAULT: u32 = 4;
+/// A pinned class without `depth-raised` runs `max-outstanding` + this many segments per QP
+/// while its QPs' latencies diverge.
+pub const DEPTH_RAISE_DEFAULT: u32 = 1;
 
 impl ClassSpec {
     /// The built-in defaults of a class (design table: rack-local, cross-rack, cross-DC).
@@ -294,6 +321,10 @@ impl ClassSpec {
             // which a built-in default cannot know (docs/configuration.md, [paths]).
             path_pinning: PathPinning::Off,
             ecmp_width: None,
+            depth_ratio: DEPTH_RATIO_DEFAULT,
+            // Unset: on for a pinned class, off otherwise (`ClassSpec::depth_rule`).
+            depth_raised: None,
+            depth_hold: DEPTH_HOLD_DEFAULT,
         }
     }
 }
@@ -315,6 +346,9 @@ struct RawClassSpec {
     stall_timeout_ms: Option<u64>,
     path_pinning: Option<PathPinning>,
     ecmp_width: Option<u32>,
+    depth_ratio: Option<f64>,
+    depth_raised: Option<u32>,
+    depth_hold: Option<u32>,
 }
 
 impl RawClassSpec {
@@ -335,6 +369,9 @@ impl RawClassSpec {
             stall_timeout_ms: self.stall_timeout_ms.unwrap_or(base.stall_timeout_ms),
             path_pinning: self.path_pinning.unwrap_or(base.path_pinning),
             ecmp_width: self.ecmp_width.or(base.ecmp_width),
+            depth_ratio: self.depth_ratio.unwrap_or(base.depth_ratio),
+            depth_raised: self.depth_raised.or(base.depth_raised),
+            depth_hold: self.depth_hold.unwrap_or(base.depth_hold),
         }
     }
 }
@@ -494,6 +531,29 @@ impl ClassSpec {
     /// S: the ECMP members the class spreads over (`ecmp-width`, else `qps`).
     pub fn ecmp_width(&self) -> u32 {
         self.ecmp_width.unwrap_or(self.qps)
+    }
+
+    /// The depth rule this class's send comms install, if any: `depth-raised` when set (0: none),
+    /// else, for a pinned class, `max-outstanding` + [`DEPTH_RAISE_DEFAULT`] (capped at 256);
+    /// none for a class that does not pin (hashed QPs rarely share a path for long: the window is
+    /// what lets the engine steer off a slow one).
+    pub fn depth_rule(&self) -> Option<DepthRuleSpec> {
+        let raised = match (self.depth_raised, self.path_pinning) {
+            (Some(0), _) | (None, PathPinning::Off) => return None,
+            (Some(r), _) => r,
+            (None, _) => (self.max_outstanding + DEPTH_RAISE_DEFAULT).min(256),
+        };
+        (raised > self.max_outstanding).then_some(DepthRuleSpec {
+            ratio: self.depth_ratio,
+            raised,
+            hold: self.depth_hold,
+        })
+    }
+
+    /// Segments in flight per data QP the transport must hold room for: the raised depth when the
+    /// class runs the depth rule, else `depth` (the plan's).
+    pub fn depth_bound(&self, depth: u32) -> u32 {
+        self.depth_rule().map_or(depth, |r| r.raised.max(depth))
     }
 }
 

@@ -116,9 +116,32 @@ pub(crate) fn validate(config: &SiteConfig, prov: &Provenance<'_>) -> Result<(),
                 .error(ConfigErrorKind::Inconsistent, &blame, detail)
                 .accepted(Some("min-outstanding <= max-outstanding".into())));
         }
+        depth_rules(name, spec, prov)?;
         pinning_rules(config, name, spec, prov)?;
     }
     paths_rules(config, prov)
+}
+
+/// An explicit `depth-raised` must be above the class's `max-outstanding` (0 turns the rule off):
+/// the rule raises the per-QP window above every depth the plan can choose.
+fn depth_rules(name: &str, spec: &ClassSpec, prov: &Provenance<'_>) -> Result<(), ConfigError> {
+    match spec.depth_raised {
+        Some(raised) if raised != 0 && raised <= spec.max_outstanding => {
+            let key = format!("class.{name}.depth-raised");
+            let detail = format!(
+                "class {name} raises its depth to {raised} segments per QP, not above its \
+                 max-outstanding {}: the depth rule deepens the window past the planned depth",
+                spec.max_outstanding
+            );
+            Err(prov
+                .error(ConfigErrorKind::Inconsistent, &key, detail)
+                .accepted(Some(format!(
+                    "0 (off) or {}..=256 (above max-outstanding)",
+                    spec.max_outstanding + 1
+                ))))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A pinned class's group against `[paths]`: relative mode and low-bits selection need a

@@ -53,6 +53,8 @@ pub(crate) struct DepthAdapt {
     since: u32,
     calm: u32,
     raised: bool,
+    /// Times the depth rose.
+    raises: u64,
     scratch: Vec<f64>,
 }
 
@@ -63,8 +65,13 @@ impl DepthAdapt {
             since: 0,
             calm: 0,
             raised: false,
+            raises: 0,
             scratch: Vec::with_capacity(qps),
         }
+    }
+
+    pub(crate) fn rule(&self) -> DepthRule {
+        self.rule
     }
 
     pub(crate) fn raised_depth(&self) -> u32 {
@@ -104,6 +111,7 @@ impl DepthAdapt {
             self.calm = 0;
             if !self.raised {
                 self.raised = true;
+                self.raises += 1;
                 return Some(true);
             }
         } else if self.raised {
@@ -115,6 +123,10 @@ impl DepthAdapt {
             }
         }
         None
+    }
+
+    pub(crate) fn raises(&self) -> u64 {
+        self.raises
     }
 
     pub(crate) fn footprint_bytes(&self) -> usize {

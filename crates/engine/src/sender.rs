@@ -345,6 +345,16 @@ impl Sender {
         self.depth
     }
 
+    /// Times the depth rule raised the per-QP window (0 without the rule).
+    pub fn depth_raises(&self) -> u64 {
+        self.depth_rule.as_ref().map_or(0, |d| d.raises())
+    }
+
+    /// The depth rule installed, if any.
+    pub fn depth_rule(&self) -> Option<DepthRule> {
+        self.depth_rule.as_ref().map(|d| d.rule())
+    }
+
     /// The per-QP window becomes `depth`: QPs below it get room, QPs at or above it lose it.
     #[cold]
     fn set_depth(&mut self, depth: u32) {

@@ -39,12 +39,15 @@ fn round(tx: &mut Sender, posted_at: u64, lat: &[u64]) {
 fn depth_rises_while_latencies_diverge_and_falls_back() {
     let qps = 4;
     let mut tx = sender(qps);
+    assert_eq!(tx.depth_rule(), None);
     tx.set_depth_rule(RULE).unwrap();
+    assert_eq!(tx.depth_rule(), Some(RULE));
     for i in 0..16 {
         tx.post(i, 64 * u64::from(SEG)).unwrap();
     }
     assert_eq!(fill(&mut tx, 0, qps), vec![2; qps]);
     assert_eq!(tx.depth(), 2);
+    assert_eq!(tx.depth_raises(), 0);
     // QP 3 completes 4x slower than the others: after one check period the window is 3.
     let rounds = DEPTH_EVERY as usize / qps;
     for r in 0..rounds {
@@ -55,6 +58,7 @@ fn depth_rises_while_latencies_diverge_and_falls_back() {
         }
     }
     assert_eq!(tx.depth(), 3);
+    assert_eq!(tx.depth_raises(), 1);
     assert_eq!(fill(&mut tx, 0, qps), vec![3; qps]);
     // The latencies agree again: after `hold` calm checks the window is back to 2; QPs above
     // it get nothing new until they drain below it.
@@ -66,6 +70,8 @@ fn depth_rises_while_latencies_diverge_and_falls_back() {
         assert!(checks <= 64, "depth never fell back");
     }
     assert_eq!(tx.depth(), 2);
+    // Falling back is not a raise.
+    assert_eq!(tx.depth_raises(), 1);
     assert!(tx.qp_stats().iter().all(|s| s.outstanding <= 3));
     round(&mut tx, 0, &[10, 10, 10, 10]);
     assert_eq!(fill(&mut tx, 0, qps), vec![2; qps]);
@@ -84,6 +90,7 @@ fn equal_latencies_keep_the_configured_depth() {
         round(&mut tx, 0, &[10, 11, 12, 13]);
     }
     assert_eq!(tx.depth(), 2);
+    assert_eq!(tx.depth_raises(), 0);
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub mod regcache;
 pub mod slots;
 pub mod tcp;
 
+pub use common::{DepthControl, DepthState};
 pub use error::{ErrorCode, NetError, NetResult};
 pub(crate) mod userbuf;
 pub use userbuf::UserBuf;

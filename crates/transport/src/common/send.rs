@@ -4,7 +4,7 @@
 use std::fmt::Display;
 use std::time::Instant;
 
-use dqplb_engine::{EngineParams, PolicyKind, QpStats, RehashRule, Sender};
+use dqplb_engine::{DepthRule, EngineParams, PolicyKind, QpStats, RehashRule, Sender};
 
 use crate::common::RequestTable;
 use crate::events::CommEvents;
@@ -44,6 +44,8 @@ pub(crate) struct SendCore<A: Copy, R> {
     pub(crate) events: CommEvents,
     pub(crate) failed: Sticky,
     pub(crate) params: ConnParams,
+    /// A route or a rule was added to the engine (the depth rule must come before).
+    engine_set_up: bool,
     epoch: Instant,
 }
 
@@ -51,15 +53,9 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
     /// The sender's engine for `params` (a message per send of the peer's grouped receives);
     /// `peer` names the connection in errors, `who` the comm in its failure's log line.
     pub(crate) fn new(params: ConnParams, peer: &dyn Display, who: String) -> NetResult<Self> {
-        let engine = Sender::new(&EngineParams {
-            qps: params.qps as usize,
-            max_outstanding: params.outstanding,
-            segment_bytes: params.segment_bytes,
-            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
-            max_messages: params.max_messages as usize * MAX_RECVS,
-            policy: params.policy,
-        })
-        .map_err(|e| NetError::invalid_argument(format!("engine parameters for {peer}: {e}")))?;
+        let engine = Self::engine_for(&params, params.outstanding).map_err(|e| {
+            NetError::invalid_argument(format!("engine parameters for {peer}: {e}"))
+        })?;
         let n = params.max_messages as usize;
         Ok(SendCore {
             engine,
@@ -70,8 +66,45 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
             events: CommEvents::current(),
             failed: Sticky::new(who),
             params,
+            engine_set_up: false,
             epoch: Instant::now(),
         })
+    }
+
+    /// The engine for `params` at `depth` segments per QP.
+    fn engine_for(params: &ConnParams, depth: u32) -> Result<Sender, dqplb_engine::EngineError> {
+        Sender::new(&EngineParams {
+            qps: params.qps as usize,
+            max_outstanding: depth,
+            segment_bytes: params.segment_bytes,
+            // Up to MAX_RECVS sends per grouped receive of the peer, each one engine message.
+            max_messages: params.max_messages as usize * MAX_RECVS,
+            policy: params.policy,
+        })
+    }
+
+    /// Installs the engine's depth rule: the connection was sized (and told its peer) for
+    /// `params.outstanding` segments per QP, at least `rule.raised`; the engine now runs `base`
+    /// per QP and rises to `rule.raised` while its QPs' latencies diverge. The engine is rebuilt,
+    /// so this comes before any route, re-hash rule or message.
+    pub(crate) fn set_depth_rule(&mut self, base: u32, rule: DepthRule) -> NetResult<()> {
+        let bad = |what: String| Err(NetError::invalid_argument(format!("depth rule: {what}")));
+        if self.engine_set_up || self.engine.next_seq() != 0 || !self.engine.is_idle() {
+            return bad("must be installed before any route, re-hash rule or message".into());
+        }
+        if rule.raised > self.params.outstanding {
+            return bad(format!(
+                "raised depth {} is above the {} segments per QP the connection was sized for",
+                rule.raised, self.params.outstanding
+            ));
+        }
+        let mut engine = Self::engine_for(&self.params, base)
+            .map_err(|e| NetError::invalid_argument(format!("depth rule base: {e}")))?;
+        engine
+            .set_depth_rule(rule)
+            .map_err(|e| NetError::invalid_argument(format!("depth rule: {e}")))?;
+        self.engine = engine;
+        Ok(())
     }
 
     /// Bytes of state beside the struct itself: the engine, the request table, the matcher.
@@ -88,6 +121,7 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
 
     /// Adds an engine route (`policy` over the first `qps` data QPs, 0 = all).
     pub(crate) fn add_route(&mut self, policy: PolicyKind, qps: usize) -> NetResult<u8> {
+        self.engine_set_up = true;
         self.engine
             .add_route(policy, qps, self.params.segment_bytes)
             .map_err(|e| NetError::internal(format!("cannot add an engine route: {e}")))
@@ -99,6 +133,7 @@ impl<A: Outgoing, R: Copy + Default> SendCore<A, R> {
 
     /// Installs the engine's straggler re-hash rule.
     pub(crate) fn set_rehash_rule(&mut self, rule: RehashRule) -> NetResult<()> {
+        self.engine_set_up = true;
         self.engine
             .set_rehash_rule(rule)
             .map_err(|e| NetError::invalid_argument(format!("re-hash rule: {e}")))

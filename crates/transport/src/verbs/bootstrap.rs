@@ -218,6 +218,29 @@ mod tests {
         );
     }
 
+    /// A connection running the depth rule is connected with `outstanding` = max(raised, base):
+    /// its send queues and the receiver's shared receive queue follow the raised depth.
+    #[test]
+    fn queues_follow_the_depth_the_connection_was_sized_for() {
+        let bound = |base: u32, raised: u32| params(raised.max(base));
+        // Below CONTROL_WRITES the send queue is the control writes' anyway.
+        assert_eq!(qp_config(&params(2), false).send_depth, CONTROL_WRITES + 1);
+        assert_eq!(
+            qp_config(&bound(2, 3), false).send_depth,
+            CONTROL_WRITES + 1
+        );
+        // A raised depth above it sizes every send queue, not the base depth.
+        let raised = qp_config(&bound(2, 200), false);
+        assert_eq!(raised.send_depth, 201);
+        assert_eq!(qp_config(&bound(200, 150), false).send_depth, 201);
+        // The receiver's SRQ holds 8 windows of the raised depth per data QP (at most 1024).
+        assert_eq!(data_recvs(&params(2)), 16);
+        assert_eq!(data_recvs(&bound(2, 3)), 24);
+        assert_eq!(qp_config(&bound(2, 3), true).srq_depth, 2 * 24);
+        assert_eq!(data_recvs(&bound(2, 200)), 1024);
+        assert_eq!(qp_config(&bound(2, 200), true).srq_depth, 2 * 1024);
+    }
+
     #[test]
     fn keepalive_uses_the_agreed_numbers() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -1,0 +1,99 @@
+//! The depth rule through the plugin over RDMA (run in the Soft-RoCE VM): with one data QP made
+//! slow, the send comm's per-QP window rises above the plan's depth, and messages stay byte-exact.
+#![cfg(feature = "verbs")]
+
+mod verbs_support;
+
+use dqplb_engine::DepthRule;
+use dqplb_transport::UserBuf;
+use nccl_net_dqplb::plugin::{self, RegRequest};
+use std::time::Instant;
+use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
+
+#[test]
+#[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
+fn a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule() {
+    require_device("a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule");
+    // one test per binary: the environment is process-wide
+    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
+    std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
+                                                // No NCCL_IB_HCA fabric ids: every connection is same-rail (4 QPs, 2 outstanding).
+    std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_DEPTH_RAISED", "3");
+    // A long hold keeps the raised depth once reached (checked at the end).
+    std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_DEPTH_HOLD", "65536");
+    plugin::init(None).expect("init");
+    let (mut send, mut recv) = plugin_pair(0);
+    let before = send.depth_state();
+    assert_eq!(
+        before.rule,
+        Some(DepthRule {
+            ratio: 1.3,
+            raised: 3,
+            hold: 65536
+        })
+    );
+    assert_eq!((before.bound, before.depth, before.raises), (3, 2, 0));
+    // Data QP 2's completions reach the engine 2 ms late: its latency EWMA leaves the median.
+    assert!(send.debug_slow_data_qp(2, 2_000_000));
+
+    let len = (4 << 20) + 5;
+    let mut src = pattern(11, len);
+    let mut dst = vec![0u8; len];
+    let req = |b: &mut [u8]| RegRequest {
+        addr: b.as_mut_ptr() as usize,
+        len: b.len(),
+        kind: 1,
+        dmabuf: None,
+    };
+    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    for round in 0..4 {
+        dst.iter_mut().for_each(|b| *b = 0);
+        let rreq = recv
+            .irecv(&[(UserBuf::from_slice(&mut dst), 4)], &[Some(&rmh)])
+            .expect("irecv")
+            .expect("slot");
+        let start = Instant::now();
+        let sreq = loop {
+            if let Some(r) = send
+                .isend(UserBuf::from_slice(&mut src), 4, Some(&smh))
+                .expect("isend")
+            {
+                break r;
+            }
+            recv.test(rreq).expect("recv progress");
+            assert!(start.elapsed() < DEADLINE, "isend never accepted");
+        };
+        let (mut sd, mut rd) = (None, None);
+        while sd.is_none() || rd.is_none() {
+            if sd.is_none() {
+                sd = send.test(sreq).expect("send test");
+            }
+            if rd.is_none() {
+                rd = recv.test(rreq).expect("recv test");
+            }
+            assert!(start.elapsed() < DEADLINE, "round {round} never completed");
+        }
+        assert_eq!((sd, rd), (Some(len), Some(len)));
+        assert!(dst == src, "round {round}: payload differs");
+    }
+    let after = send.depth_state();
+    let stats = send.qp_stats().to_vec();
+    eprintln!(
+        "verbs_depth_plugin: {after:?}; per QP peak in flight {:?}",
+        stats.iter().map(|q| q.peak_outstanding).collect::<Vec<_>>()
+    );
+    assert!(after.raises >= 1, "{after:?}");
+    assert_eq!((after.bound, after.depth), (3, 3), "{after:?}");
+    // Some QP ran 3 segments deep (above the plan's 2), none deeper than the raised depth.
+    assert_eq!(
+        stats.iter().map(|q| q.peak_outstanding).max(),
+        Some(3),
+        "{stats:?}"
+    );
+    drop(send);
+    drop(recv);
+    drop(smh);
+    drop(rmh);
+}
