@@ -21,7 +21,7 @@ fn a_class_with_the_depth_rule_is_sized_for_it_and_stays_at_its_plan_on_equal_pa
     assert_eq!(
         before.rule,
         Some(DepthRule {
-            ratio: 1.3,
+            ratio: 1.25,
             raised: 3,
             hold: 4
         })

@@ -28,7 +28,7 @@ fn a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule() {
     assert_eq!(
         before.rule,
         Some(DepthRule {
-            ratio: 1.3,
+            ratio: 1.25,
             raised: 3,
             hold: 65536
         })

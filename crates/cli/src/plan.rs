@@ -527,7 +527,7 @@ fn render_table(r: &PlanReport) -> String {
         let rule = match &c.depth_rule {
             Some(d) => format!(
                 "{} per QP while the slowest QP's latency is >= {} x the median, back after {} \
-                 calm checks (verbs; 16 completions a check)",
+                 calm checks (16 completions a check)",
                 d.raised, d.ratio, d.hold
             ),
             None => "off".to_string(),

@@ -484,3 +484,42 @@ fn unknown_dqplb_variables_are_warned_on_stderr_and_listed_in_json() {
     let v: Value = serde_json::from_slice(&clean.stdout).expect("JSON on stdout");
     assert_eq!(v["warnings"], serde_json::json!([]));
 }
+
+#[test]
+fn the_depth_rule_shows_per_class_and_prices_memory_at_the_raised_depth() {
+    let conf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugin-conf/pinned-ecmp.toml")
+        .display()
+        .to_string();
+    let out = dqplb(&["plan", "--config", &conf], &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(
+            "  depth rule   3 per QP while the slowest QP's latency is >= 1.25 x the median, \
+             back after 4 calm checks (16 completions a check)\n"
+        ),
+        "{t}"
+    );
+    // Unpinned classes run no rule.
+    assert_eq!(t.matches("  depth rule   off\n").count(), 2, "{t}");
+    let out = dqplb(&["plan", "--config", &conf, "--format", "json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rail = &v["classes"][1];
+    assert_eq!(rail["class"], "cross-rail", "{v}");
+    assert_eq!(rail["outstanding"], 2);
+    assert_eq!(rail["depth_rule"]["ratio"], 1.25);
+    assert_eq!(rail["depth_rule"]["raised"], 3);
+    assert_eq!(rail["depth_rule"]["hold"], 4);
+    assert_eq!(v["classes"][0]["depth_rule"], Value::Null);
+    // The same class without the rule needs less per comm pair: the rings follow the depth.
+    let off = dqplb(
+        &["plan", "--config", &conf, "--format", "json"],
+        &[("NCCL_DQPLB_CLASS_CROSS_RAIL_DEPTH_RAISED", "0")],
+    );
+    let w: Value = serde_json::from_slice(&off.stdout).expect("JSON");
+    assert_eq!(w["classes"][1]["depth_rule"], Value::Null);
+    let pair = |x: &Value| x["memory"][1]["pair_bytes"].as_u64().expect("pair bytes");
+    assert!(pair(&v) > pair(&w), "{} <= {}", pair(&v), pair(&w));
+}

@@ -73,7 +73,7 @@ pub struct ClassPlan {
     pub budget_bytes: u64,
     pub within_budget: bool,
     pub budget_note: Option<String>,
-    /// The depth rule the class's verbs send comms install (`ClassSpec::depth_rule`): the
+    /// The depth rule the class's send comms install (`ClassSpec::depth_rule`): the
     /// per-QP window rises from `outstanding` to `raised` while the QPs' latencies diverge.
     pub depth_rule: Option<super::schema::DepthRuleSpec>,
 }

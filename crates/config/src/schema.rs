@@ -282,9 +282,10 @@ pub struct DepthRuleSpec {
     pub hold: u32,
 }
 
-/// `depth-ratio` default: the slowest QP at 1.3 x the median (records/simulation.md, "The depth
-/// rule against failed uplinks": 1.15 fires on healthy pinned connections, 1.5 misses broken pins).
-pub const DEPTH_RATIO_DEFAULT: f64 = 1.3;
+/// `depth-ratio` default: the slowest QP at 1.25 x the median (docs/records/simulation.md, "The
+/// depth rule against failed uplinks": the best of the grid that keeps healthy pinned rings at 97%
+/// or more; 1.2 and below fire on healthy pinned connections, 1.5 misses broken pins).
+pub const DEPTH_RATIO_DEFAULT: f64 = 1.25;
 /// `depth-hold` default: 4 calm checks (64 completions) before the depth falls back.
 pub const DEPTH_HOLD_DEFAULT: u32 = 4;
 /// A pinned class without `depth-raised` runs `max-outstanding` + this many segments per QP

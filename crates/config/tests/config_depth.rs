@@ -17,7 +17,7 @@ fn off_by_default_and_on_for_a_pinned_class() {
         let spec = c.class.get(class);
         assert_eq!(
             (spec.depth_ratio, spec.depth_raised, spec.depth_hold),
-            (1.3, None, 4)
+            (1.25, None, 4)
         );
         assert_eq!(spec.depth_rule(), None, "{class:?}");
         assert_eq!(c.plan(class).depth_rule, None);
@@ -29,7 +29,7 @@ fn off_by_default_and_on_for_a_pinned_class() {
                 ecmp-width = 32\n";
     let c = parse_str(text, "site.toml").unwrap();
     let want = DepthRuleSpec {
-        ratio: 1.3,
+        ratio: 1.25,
         raised: 3,
         hold: 4,
     };
@@ -53,7 +53,7 @@ fn the_shipped_pinned_example_runs_the_rule_on_its_pinned_class() {
     assert_eq!(
         c.plan(ConnClass::CrossRail).depth_rule,
         Some(DepthRuleSpec {
-            ratio: 1.3,
+            ratio: 1.25,
             raised: 3,
             hold: 4
         })
