@@ -23,7 +23,8 @@ const TCP_SEGMENT_ALIGN: u64 = 4096;
 impl SiteConfig {
     /// The segment a TCP connection of `class` uses: the class's own `segment-bytes` or pinned
     /// segment when it has one, else `[tcp] segment-bytes` (0: the engine's segment) lowered to
-    /// keep the class's window within [`TCP_WINDOW_CAP_BYTES`], and never below the engine's.
+    /// keep the class's window (at the depth it is sized for, see `ClassSpec::depth_bound`) within
+    /// [`TCP_WINDOW_CAP_BYTES`], and never below the engine's.
     pub fn tcp_segment_bytes_for(&self, class: ConnClass) -> u64 {
         let spec = self.class.get(class);
         let base = self.segment_bytes_for(class);
@@ -34,8 +35,9 @@ impl SiteConfig {
             return base;
         }
         let p = self.plan(class);
+        // The window at the depth the connection is sized for (the depth rule's raised depth).
         let slots = u64::from(p.qps)
-            .saturating_mul(u64::from(p.outstanding))
+            .saturating_mul(u64::from(spec.depth_bound(p.outstanding)))
             .max(1);
         let window = TCP_WINDOW_CAP_BYTES.min(self.engine.inflight_budget_bytes);
         let cap = window / slots / TCP_SEGMENT_ALIGN * TCP_SEGMENT_ALIGN;
@@ -107,6 +109,9 @@ mod tests {
         assert_eq!(off.tcp_segment_bytes_for(ConnClass::SameRail), 65_536);
         let small = parse_str("[tcp]\nsegment-bytes = 4096\n", "t.toml").unwrap();
         assert_eq!(small.tcp_segment_bytes_for(ConnClass::SameRail), 65_536);
+        // A depth rule on the class: the cap counts its raised depth, 2 MiB / (4 x 3) -> 172 KiB.
+        let deep = parse_str("[class.same-rail]\ndepth-raised = 3\n", "t.toml").unwrap();
+        assert_eq!(deep.tcp_segment_bytes_for(ConnClass::SameRail), 172_032);
         let pinned = parse_str(
             "[class.same-rail]\npath-pinning = \"relative\"\necmp-width = 8\nqps = 8\n",
             "t.toml",
