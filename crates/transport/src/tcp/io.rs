@@ -1,7 +1,7 @@
 //! Non-blocking socket primitives for the TCP transport: one zero-timeout poll per progress step,
 //! reads that report data / would-block / EOF, writes that never raise SIGPIPE, EINTR retried.
 
-use std::io::{ErrorKind, IoSlice, Read as _};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read as _};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 
@@ -65,6 +65,23 @@ pub(crate) fn read_some(
 ) -> NetResult<Read> {
     loop {
         match sock.read(buf) {
+            Ok(0) => return Ok(Read::Eof),
+            Ok(n) => return Ok(Read::Data(n)),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Read::WouldBlock),
+            Err(e) => return Err(NetError::io(&format!("{name}: read"), &e)),
+        }
+    }
+}
+
+/// Reads what is available into `bufs` in order (one readv(2); the first must not be empty).
+pub(crate) fn read_some_vectored(
+    sock: &mut TcpStream,
+    bufs: &mut [IoSliceMut<'_>],
+    name: &StreamName,
+) -> NetResult<Read> {
+    loop {
+        match sock.read_vectored(bufs) {
             Ok(0) => return Ok(Read::Eof),
             Ok(n) => return Ok(Read::Data(n)),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -140,6 +157,19 @@ pub fn drain(
 /// the streams that have something (data, EOF or an error), instead of one empty read per stream.
 pub(crate) struct Readiness {
     fds: Vec<libc::pollfd>,
+    /// What the next `poll` does.
+    next: NextPoll,
+}
+
+/// What `Readiness::poll` does on its next call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NextPoll {
+    /// poll(2).
+    Poll,
+    /// No syscall; nothing readable (`skip_next`).
+    Skip,
+    /// No syscall; the last poll's answers stand (`reuse_next`).
+    Reuse,
 }
 
 impl Readiness {
@@ -152,7 +182,10 @@ impl Readiness {
                 revents: 0,
             })
             .collect();
-        Readiness { fds }
+        Readiness {
+            fds,
+            next: NextPoll::Poll,
+        }
     }
 
     /// Also watches `fd` (a listener: readable when a connection waits); returns its index.
@@ -165,8 +198,38 @@ impl Readiness {
         self.fds.len() - 1
     }
 
-    /// Refreshes readiness without blocking.
+    /// The next `poll` reports no socket readable and makes no syscall: for a pass that only
+    /// writes what the caller just queued, right after a pass that polled and read everything.
+    pub(crate) fn skip_next(&mut self) {
+        self.next = NextPoll::Skip;
+    }
+
+    /// The next `poll` makes no syscall and keeps the last poll's answers: for a pass right
+    /// after a poll whose readable sockets were not read yet (those still have their bytes;
+    /// one that became readable since is seen at the following poll).
+    pub(crate) fn reuse_next(&mut self) {
+        self.next = NextPoll::Reuse;
+    }
+
+    /// Socket `i` was read until it had nothing more: a reused answer no longer counts it.
+    pub(crate) fn consumed(&mut self, i: usize) {
+        if let Some(p) = self.fds.get_mut(i) {
+            p.revents = 0;
+        }
+    }
+
+    /// Refreshes readiness without blocking (after `skip_next` or `reuse_next`: no syscall).
     pub(crate) fn poll(&mut self) -> NetResult<()> {
+        match std::mem::replace(&mut self.next, NextPoll::Poll) {
+            NextPoll::Poll => {}
+            NextPoll::Reuse => return Ok(()),
+            NextPoll::Skip => {
+                for p in &mut self.fds {
+                    p.revents = 0;
+                }
+                return Ok(());
+            }
+        }
         loop {
             // SAFETY: `fds` is a valid array of pollfd for its length; timeout 0 never blocks.
             let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, 0) };

@@ -172,6 +172,9 @@ mod pin_tests;
 mod abuse_tests;
 
 #[cfg(test)]
+mod stage_tests;
+
+#[cfg(test)]
 mod traffic_class_tests {
     use super::*;
     use std::os::fd::AsRawFd;

@@ -1,11 +1,12 @@
 //! Receiver side of a TCP connection: announces posted buffers on the control stream, reads each
 //! segment's payload straight into its buffer at its offset, acks it, and lets the engine order them.
 
+use std::io::IoSliceMut;
 use std::net::{TcpListener, TcpStream};
 
 use super::handle::PROTOCOL_VERSION;
 use super::hello::PendingHello;
-use super::io::{data_streams, drain, read_some, Read, Readiness, StreamName};
+use super::io::{data_streams, drain, read_some, read_some_vectored, Read, Readiness, StreamName};
 use super::wire::{
     buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
     ANNOUNCE_BYTES, SEG_HEADER_BYTES,
@@ -263,7 +264,11 @@ impl TcpRecvComm {
     pub fn irecv_group(&mut self, bufs: &[(UserBuf, i32)]) -> NetResult<Option<u32>> {
         let n = bufs.len();
         RecvCore::check_count(n)?;
-        self.progress()?;
+        // Only the control stream is looked at before the receive is posted (whether the sender
+        // closed); the pass after the announcement is queued reuses that poll, writes the
+        // announcement first and then reads the data streams, so the sender learns of the
+        // receive before this thread spends time copying payloads in.
+        self.check_ctrl()?;
         if self.ctrl_closed {
             return Err(NetError::remote(format!(
                 "{}: the sender closed the connection; nothing more will arrive",
@@ -294,6 +299,7 @@ impl TcpRecvComm {
             };
             self.ctrl_out.extend_from_slice(&a.encode());
         }
+        self.ready.reuse_next();
         self.progress()?;
         Ok(Some(slot))
     }
@@ -337,20 +343,7 @@ impl Requests for TcpRecvComm {
             &mut self.ctrl_pos,
             &self.ctrl_name,
         )?;
-        if self.ready.readable(0) && !self.ctrl_closed {
-            // The sender never writes on the control stream: only EOF (it closed) may show up.
-            let mut probe = [0u8; 1];
-            match read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? {
-                Read::WouldBlock => {}
-                Read::Eof => self.ctrl_closed = true,
-                Read::Data(_) => {
-                    return Err(NetError::remote(format!(
-                        "{}: unexpected bytes from the sender",
-                        self.ctrl_name
-                    )))
-                }
-            }
-        }
+        self.probe_ctrl()?;
         for qp in 0..self.data.len() {
             let d = &self.data[qp];
             let skip =
@@ -422,6 +415,38 @@ impl Requests for TcpRecvComm {
 }
 
 impl TcpRecvComm {
+    /// Polls the comm's sockets and looks only at the control stream (whether the sender
+    /// closed; `irecv_group`'s pass reuses the poll for the rest). An error fails the comm.
+    fn check_ctrl(&mut self) -> NetResult<()> {
+        self.rx.failed.check()?;
+        let r = self.ready.poll().and_then(|()| self.probe_ctrl());
+        if let Err(e) = r {
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Reads the control stream if the last poll found it readable: the sender never writes on
+    /// it, so only EOF (it closed) may show up.
+    fn probe_ctrl(&mut self) -> NetResult<()> {
+        if !self.ready.readable(0) || self.ctrl_closed {
+            return Ok(());
+        }
+        self.ready.consumed(0);
+        let mut probe = [0u8; 1];
+        match read_some(&mut self.ctrl, &mut probe, &self.ctrl_name)? {
+            Read::WouldBlock => Ok(()),
+            Read::Eof => {
+                self.ctrl_closed = true;
+                Ok(())
+            }
+            Read::Data(_) => Err(NetError::remote(format!(
+                "{}: unexpected bytes from the sender",
+                self.ctrl_name
+            ))),
+        }
+    }
+
     /// Data stream `qp` failed (an I/O error, or EOF inside a segment): it is dropped, and the
     /// sender sends what it had in flight on it again over the other streams. Bytes a partial
     /// segment placed are rewritten by the second copy; the engine counted nothing of it.
@@ -631,23 +656,35 @@ impl TcpRecvComm {
                             d.start += staged;
                             got += staged;
                         } else {
-                            // Large remainders go straight into place; small ones through the
-                            // stage so the next header comes with them.
-                            let direct = dst.len() >= STAGE_BYTES / 2;
-                            if !direct {
-                                d.start = 0;
-                                d.end = 0;
-                            }
-                            let into: &mut [u8] = if direct { dst } else { &mut d.stage[..] };
+                            // Large remainders go straight into place, with the stage behind
+                            // them for what follows (the next header comes with the payload's
+                            // end, and a short read says the socket is empty); small ones go
+                            // through the stage alone.
+                            d.start = 0;
+                            d.end = 0;
                             if drained {
                                 return Ok(None);
                             }
-                            let ask = into.len();
-                            match read_some(&mut d.sock, into, &d.name) {
+                            let direct = dst.len() >= STAGE_BYTES / 2;
+                            let want = dst.len();
+                            let r = if direct {
+                                let mut bufs =
+                                    [IoSliceMut::new(dst), IoSliceMut::new(&mut d.stage[..])];
+                                read_some_vectored(&mut d.sock, &mut bufs, &d.name)
+                            } else {
+                                read_some(&mut d.sock, &mut d.stage[..], &d.name)
+                            };
+                            let ask = if direct {
+                                want + STAGE_BYTES
+                            } else {
+                                STAGE_BYTES
+                            };
+                            match r {
                                 Err(e) => return Ok(Some(e)),
                                 Ok(Read::Data(n)) if direct => {
                                     drained = n < ask;
-                                    got += n;
+                                    got += n.min(want);
+                                    d.end = n.saturating_sub(want);
                                 }
                                 Ok(Read::Data(n)) => {
                                     drained = n < ask;

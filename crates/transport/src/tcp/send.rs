@@ -6,7 +6,7 @@ use std::io::IoSlice;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 
-use super::io::{data_streams, fill, read_some, write_some, Fill, Read, Readiness, StreamName};
+use super::io::{data_streams, read_some, write_some, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
 use super::wire::{
     decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
@@ -72,8 +72,11 @@ pub struct TcpSendComm {
     tx: SendCore<Active, u32>,
     ctrl: TcpStream,
     ctrl_name: StreamName,
-    ctrl_in: [u8; ANNOUNCE_BYTES],
-    ctrl_got: usize,
+    /// Control frames read ahead: valid bytes are `ctrl_in[ctrl_start..ctrl_end]` (one read takes
+    /// every frame waiting, up to CTRL_STAGE bytes).
+    ctrl_in: [u8; CTRL_STAGE],
+    ctrl_start: usize,
+    ctrl_end: usize,
     /// The receiver closed its control stream: no announcement will come any more.
     ctrl_closed: bool,
     /// The group whose announcement frames are still arriving: its slot, count, and buffers.
@@ -113,6 +116,9 @@ pub struct TcpSendComm {
 
 /// Bytes of acknowledgements one read takes at most (64 acks).
 const ACK_STAGE: usize = 64 * ACK_BYTES;
+
+/// Bytes of control frames one read takes at most (32 announcements).
+const CTRL_STAGE: usize = 32 * ANNOUNCE_BYTES;
 
 /// Replacements of one data stream after failures before it is left dead.
 const MAX_FAILURE_REPATHS: u32 = 3;
@@ -161,8 +167,9 @@ impl TcpSendComm {
             tx,
             ctrl,
             ctrl_name: StreamName { peer, index: 0 },
-            ctrl_in: [0; ANNOUNCE_BYTES],
-            ctrl_got: 0,
+            ctrl_in: [0; CTRL_STAGE],
+            ctrl_start: 0,
+            ctrl_end: 0,
             ctrl_closed: false,
             partial: [Target::default(); MAX_RECVS],
             partial_n: 0,
@@ -296,8 +303,10 @@ impl TcpSendComm {
         let Some((slot, posted)) = self.tx.claim(i, active, gone.is_some(), &peer)? else {
             return Ok(None);
         };
-        // Put the first segments on the wire now rather than at the next test().
+        // Put the first segments on the wire now rather than at the next test(). The pass above
+        // just polled and read what was there: this one only writes (no poll(2)).
         if posted {
+            self.ready.skip_next();
             if let Err(e) = self.progress() {
                 if e.code != ErrorCode::RemoteError {
                     return Err(e);
@@ -373,44 +382,60 @@ impl TcpSendComm {
         ))
     }
 
+    /// Reads the control frames waiting on the control stream and takes each whole one. A read
+    /// that returned less than it asked for emptied the socket, so the pass ends there instead of
+    /// with a read that only says EAGAIN.
     fn read_announces(&mut self) -> NetResult<()> {
+        let mut drained = false;
         while !self.ctrl_closed {
-            match fill(
+            while self.ctrl_end - self.ctrl_start >= ANNOUNCE_BYTES {
+                let mut f = [0u8; ANNOUNCE_BYTES];
+                f.copy_from_slice(&self.ctrl_in[self.ctrl_start..self.ctrl_start + ANNOUNCE_BYTES]);
+                self.ctrl_start += ANNOUNCE_BYTES;
+                let frame = Control::decode(&f)
+                    .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
+                self.answered = true;
+                match frame {
+                    Control::Refused(why) => {
+                        self.refused = Some(why);
+                        return Err(self.refusal(why));
+                    }
+                    Control::Announce(a) => self.take_announce(a)?,
+                    Control::Repath { port } => {
+                        self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
+                    }
+                }
+            }
+            if drained {
+                return Ok(());
+            }
+            self.ctrl_in.copy_within(self.ctrl_start..self.ctrl_end, 0);
+            self.ctrl_end -= self.ctrl_start;
+            self.ctrl_start = 0;
+            let ask = CTRL_STAGE - self.ctrl_end;
+            match read_some(
                 &mut self.ctrl,
-                &mut self.ctrl_in,
-                &mut self.ctrl_got,
+                &mut self.ctrl_in[self.ctrl_end..],
                 &self.ctrl_name,
             )? {
-                Fill::Partial => return Ok(()),
-                Fill::Eof if self.ctrl_got == 0 && self.partial_n == 0 => self.ctrl_closed = true,
-                Fill::Eof if self.ctrl_got == 0 => {
+                Read::Data(n) => {
+                    drained = n < ask;
+                    self.ctrl_end += n;
+                }
+                Read::WouldBlock => return Ok(()),
+                Read::Eof if self.ctrl_end == 0 && self.partial_n == 0 => self.ctrl_closed = true,
+                Read::Eof if self.ctrl_end == 0 => {
                     self.ctrl_closed = true;
                     return Err(NetError::remote(format!(
                         "{}: peer closed after announcing {} of the {} buffers of receive group {}",
                         self.ctrl_name, self.partial_n, self.partial_of.1, self.partial_of.0
                     )));
                 }
-                Fill::Eof => {
+                Read::Eof => {
                     return Err(NetError::remote(format!(
                         "{}: peer closed in the middle of an announcement",
                         self.ctrl_name
                     )))
-                }
-                Fill::Full => {
-                    self.ctrl_got = 0;
-                    let frame = Control::decode(&self.ctrl_in)
-                        .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
-                    self.answered = true;
-                    match frame {
-                        Control::Refused(why) => {
-                            self.refused = Some(why);
-                            return Err(self.refusal(why));
-                        }
-                        Control::Announce(a) => self.take_announce(a)?,
-                        Control::Repath { port } => {
-                            self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
-                        }
-                    }
                 }
             }
         }
