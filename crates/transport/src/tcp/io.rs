@@ -1,4 +1,4 @@
-//! Non-blocking socket primitives for the TCP transport: one zero-timeout poll per progress step,
+//! Non-blocking socket primitives for the TCP transport: at most one zero-timeout poll per step,
 //! reads that report data / would-block / EOF, writes that never raise SIGPIPE, EINTR retried.
 
 use std::io::{ErrorKind, IoSlice, IoSliceMut, Read as _};
