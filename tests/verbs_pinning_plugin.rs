@@ -8,10 +8,8 @@ mod verbs_support;
 use dqplb_engine::pinning::{
     flow_label_for_port, BucketSelect, FieldLayout, HashFamily, RelativePins,
 };
-use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use std::time::Instant;
-use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
+use verbs_support::{byte_checked_rounds, pattern, plugin_pair, require_device};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
@@ -65,36 +63,7 @@ fn relative_pinning_sets_every_data_qps_flow_label_and_moves_bytes_exactly() {
     };
     let smh = send.reg_mr(req(&mut src)).expect("regMr src");
     let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
-    for round in 0..2 {
-        dst.iter_mut().for_each(|b| *b = 0);
-        let rreq = recv
-            .irecv(&[(UserBuf::from_slice(&mut dst), 4)], &[Some(&rmh)])
-            .expect("irecv")
-            .expect("slot");
-        let start = Instant::now();
-        let sreq = loop {
-            if let Some(r) = send
-                .isend(UserBuf::from_slice(&mut src), 4, Some(&smh))
-                .expect("isend")
-            {
-                break r;
-            }
-            recv.test(rreq).expect("recv progress");
-            assert!(start.elapsed() < DEADLINE, "isend never accepted");
-        };
-        let (mut sd, mut rd) = (None, None);
-        while sd.is_none() || rd.is_none() {
-            if sd.is_none() {
-                sd = send.test(sreq).expect("send test");
-            }
-            if rd.is_none() {
-                rd = recv.test(rreq).expect("recv test");
-            }
-            assert!(start.elapsed() < DEADLINE, "round {round} never completed");
-        }
-        assert_eq!((sd, rd), (Some(len), Some(len)));
-        assert!(dst == src, "round {round}: payload differs");
-    }
+    byte_checked_rounds(&mut send, &mut recv, (&mut src, &smh), (&mut dst, &rmh), 2);
     // Every pinned QP carried segments (dqplb over 8 QPs, 64 KiB segments).
     let per_qp: Vec<u64> = send.qp_stats().iter().map(|q| q.segments).collect();
     assert!(per_qp.iter().all(|n| *n > 0), "{per_qp:?}");

@@ -6,10 +6,8 @@
 mod verbs_support;
 
 use dqplb_transport::regcache::Lookup;
-use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use std::time::Instant;
-use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
+use verbs_support::{byte_checked_rounds, pattern, plugin_pair, require_device};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
@@ -70,37 +68,7 @@ fn plugin_carries_messages_over_rdma() {
     assert_eq!(piece.cached().unwrap().mr().rkey(), sc.mr().rkey());
     drop(piece);
     assert_eq!((cache.stats().hits, cache.stats().entries), (1, 2));
-    for round in 0..3 {
-        dst.iter_mut().for_each(|b| *b = 0);
-        let rreq = recv
-            .irecv(&[(UserBuf::from_slice(&mut dst), 4)], &[Some(&rmh)])
-            .expect("irecv")
-            .expect("slot");
-        let start = Instant::now();
-        let sreq = loop {
-            if let Some(r) = send
-                .isend(UserBuf::from_slice(&mut src), 4, Some(&smh))
-                .expect("isend")
-            {
-                break r;
-            }
-            recv.test(rreq).expect("recv progress");
-            assert!(start.elapsed() < DEADLINE, "isend never accepted");
-        };
-        let (mut sd, mut rd) = (None, None);
-        while sd.is_none() || rd.is_none() {
-            if sd.is_none() {
-                sd = send.test(sreq).expect("send test");
-            }
-            if rd.is_none() {
-                rd = recv.test(rreq).expect("recv test");
-            }
-            assert!(start.elapsed() < DEADLINE, "round {round} never completed");
-        }
-        assert_eq!((sd, rd), (Some(len), Some(len)));
-        assert!(dst[..len] == src[..], "round {round}: payload differs");
-        assert!(dst[len..].iter().all(|&b| b == 0), "round {round}: overrun");
-    }
+    byte_checked_rounds(&mut send, &mut recv, (&mut src, &smh), (&mut dst, &rmh), 3);
     let segs: u64 = send.qp_stats().iter().map(|q| q.segments).sum();
     assert!(segs >= 3, "QP statistics count segments: {segs}");
     drop(send);
