@@ -6,17 +6,16 @@ mod verbs_support;
 
 use dqplb_engine::DepthRule;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use verbs_support::{byte_checked_rounds, pattern, plugin_pair, require_device};
+use verbs_support::{
+    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule() {
     require_device("a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule");
-    // one test per binary: the environment is process-wide
-    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
-    std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
-                                                // No NCCL_IB_HCA fabric ids: every connection is same-rail (4 QPs, 2 outstanding).
+    use_verbs_on_loopback();
+    // No NCCL_IB_HCA fabric ids: every connection is same-rail (4 QPs, 2 outstanding).
     std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_DEPTH_RAISED", "3");
     // A long hold keeps the raised depth once reached (checked at the end).
     std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_DEPTH_HOLD", "65536");

@@ -9,7 +9,7 @@ use std::time::Instant;
 use dqplb_transport::verbs::fork::{self, ForkSafety};
 use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin::{self, RecvComm, RegRequest, SendComm};
-use verbs_support::{pattern, plugin_pair, require_device, DEADLINE};
+use verbs_support::{pattern, plugin_pair, require_device, use_verbs_on_loopback, DEADLINE};
 
 fn reg(b: &mut [u8]) -> RegRequest {
     RegRequest {
@@ -93,9 +93,7 @@ fn transfer(
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn registered_buffers_survive_fork() {
     let dev = require_device("registered_buffers_survive_fork");
-    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
-    std::env::set_var("NCCL_IB_TIMEOUT", "14");
+    use_verbs_on_loopback();
     std::env::set_var("NCCL_DQPLB_SEGMENT_BYTES", "65536");
     plugin::init(None).expect("init");
     let safety = fork::prepare();

@@ -15,7 +15,9 @@ use dqplb_transport::UserBuf;
 use nccl_net_dqplb::ffi::sys::ncclResult_t;
 use nccl_net_dqplb::ffi::vtable::ncclNetPlugin_v8;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use verbs_support::{pattern, plugin_pair, require_device, vm_tuning, DEADLINE};
+use verbs_support::{
+    pattern, plugin_pair, require_device, use_verbs_on_loopback, vm_tuning, DEADLINE,
+};
 
 /// rxe0's sent_pkts, fresh: the core caches hardware counters for `lifespan` ms (12 in the VM),
 /// so wait past that before reading.
@@ -122,9 +124,7 @@ fn gdr_paths_on_rxe() {
 
     // 4. the test switch: CUDA advertised, a flush QP per receive comm, iflush READs
     std::env::set_var("DQPLB_TEST_FORCE_GDR", "1");
-    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
-    std::env::set_var("NCCL_IB_TIMEOUT", "14");
+    use_verbs_on_loopback();
     plugin::init(None).expect("init");
     let props = plugin::properties(0).expect("properties");
     assert_eq!(props.ptr_support, PTR_HOST | PTR_CUDA);

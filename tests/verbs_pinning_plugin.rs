@@ -9,17 +9,16 @@ use dqplb_engine::pinning::{
     flow_label_for_port, BucketSelect, FieldLayout, HashFamily, RelativePins,
 };
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use verbs_support::{byte_checked_rounds, pattern, plugin_pair, require_device};
+use verbs_support::{
+    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn relative_pinning_sets_every_data_qps_flow_label_and_moves_bytes_exactly() {
     require_device("relative_pinning_sets_every_data_qps_flow_label_and_moves_bytes_exactly");
-    // one test per binary: the environment is process-wide
-    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
-    std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
-                                                // No NCCL_IB_HCA fabric ids: every connection is same-rail.
+    use_verbs_on_loopback();
+    // No NCCL_IB_HCA fabric ids: every connection is same-rail.
     std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_PATH_PINNING", "relative");
     std::env::set_var("NCCL_DQPLB_CLASS_SAME_RAIL_QPS", "8");
     plugin::init(None).expect("init");

@@ -7,16 +7,15 @@ mod verbs_support;
 
 use dqplb_transport::regcache::Lookup;
 use nccl_net_dqplb::plugin::{self, RegRequest};
-use verbs_support::{byte_checked_rounds, pattern, plugin_pair, require_device};
+use verbs_support::{
+    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+};
 
 #[test]
 #[ignore = "needs an RDMA device: scripts/verbs-tests.sh runs it in the Soft-RoCE VM"]
 fn plugin_carries_messages_over_rdma() {
     let dev = require_device("plugin_carries_messages_over_rdma");
-    // one test per binary: the environment is process-wide
-    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
-    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
-    std::env::set_var("NCCL_IB_TIMEOUT", "14"); // see verbs_support::vm_tuning
+    use_verbs_on_loopback();
     plugin::init(None).expect("init");
     let n = plugin::device_count().expect("devices");
     assert!(n >= 1, "no device listed");

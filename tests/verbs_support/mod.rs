@@ -5,29 +5,19 @@
 pub(crate) use dqplb_test_support::verbs::{pattern, require_device, vm_tuning, DEADLINE};
 use std::time::Instant;
 
+#[path = "../../crates/cli/tests/common/plugin_pair.rs"]
+mod common_pair;
+
 /// A send/receive comm pair over plugin device `dev` through listen, connect and accept (the
 /// 128-byte handle carried in memory), polled until both ends are up.
-pub(crate) fn plugin_pair(
-    dev: i32,
-) -> (
-    nccl_net_dqplb::plugin::SendComm,
-    nccl_net_dqplb::plugin::RecvComm,
-) {
-    use nccl_net_dqplb::plugin;
-    let mut handle = [0u8; 128];
-    let mut listen = plugin::listen(dev, &mut handle).expect("listen");
-    let (mut send, mut recv) = (None, None);
-    let start = Instant::now();
-    while send.is_none() || recv.is_none() {
-        if send.is_none() {
-            send = plugin::connect(dev, &mut handle).expect("connect");
-        }
-        if recv.is_none() {
-            recv = listen.accept().expect("accept");
-        }
-        assert!(start.elapsed() < DEADLINE, "plugin handshake timed out");
-    }
-    (send.expect("send"), recv.expect("recv"))
+pub(crate) use common_pair::pair as plugin_pair;
+
+/// The plugin on this process's verbs devices over the VM's loopback bootstrap: the environment
+/// is process-wide, so one test per binary. NCCL_IB_TIMEOUT 14 as `vm_tuning` explains.
+pub(crate) fn use_verbs_on_loopback() {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "=lo");
+    std::env::set_var("NCCL_DQPLB_TRANSPORT", "verbs");
+    std::env::set_var("NCCL_IB_TIMEOUT", "14");
 }
 
 /// `rounds` messages of `src` into `dst` (registered as `smh` / `rmh`) through the comm pair, tag

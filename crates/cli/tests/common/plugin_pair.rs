@@ -1,5 +1,5 @@
 //! A connected send/receive comm pair through the plugin's Rust API on one device, and one
-//! byte-checked message through it: shared by the statistics-file tests (cli and root crates).
+//! byte-checked message through it: shared by the statistics-file, depth-rule and verbs plugin tests.
 
 use dqplb_transport::UserBuf;
 use nccl_net_dqplb::plugin;
