@@ -35,8 +35,9 @@ def seg(imm=0x80000000, slot=0, off=128, ln=64):
     return struct.pack("<IIQII", imm, slot, off, ln, 0x53454721)
 
 
-def ack(imm=5):
-    return struct.pack("<II", imm, 0x41434B21)
+def ack(imm=5, stream=0, gen=0, count=1):
+    # Control-stream ack frame ("ACKS"): the oldest `count` segments of a data stream's socket.
+    return struct.pack("<IHHHHI8x", 0x534B4341, stream, gen, count, 0, imm)
 
 
 def handle(v6=False, port=4242):

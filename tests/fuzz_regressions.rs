@@ -75,10 +75,10 @@ fn tcp_stream_bytes_corpus() {
 
 // ---- Findings in src/ (fixed): each test states the correct behaviour. ----
 
-use std::io::Write;
+use std::io::{Read, Write};
 
 use dqplb_engine::imm;
-use dqplb_transport::tcp::wire::{encode_ack, SegHeader};
+use dqplb_transport::tcp::wire::{Acks, SegHeader, SEG_HEADER_BYTES};
 use dqplb_transport::tcp::TcpOptions;
 use dqplb_transport::{ErrorCode, NetResult, UserBuf};
 use harness::tcp_peer;
@@ -178,12 +178,14 @@ fn tcp_send_rejects_ack_for_unsent_segment() {
     let mut msg = vec![0x5Au8; 4 * 65536];
     let slot = poll_until(|| tx.isend(UserBuf::from_slice(&mut msg), 0)).expect("isend");
     let slot = slot.expect("isend accepted");
-    // Four acks with a bogus immediate, before the peer reads a single byte.
-    for _ in 0..4 {
-        peer.data[0]
-            .write_all(&encode_ack(0x00AB_CDEF))
-            .expect("ack");
-    }
+    // An ack of four segments with a bogus immediate, before the peer reads a single byte.
+    let ack = Acks {
+        stream: 0,
+        gen: 0,
+        count: 4,
+        last: 0x00AB_CDEF,
+    };
+    peer.ctrl.write_all(&ack.encode()).expect("ack");
     let r = poll_until(|| tx.test(slot));
     let done = r.as_ref().ok().copied().flatten();
     assert!(
@@ -191,6 +193,12 @@ fn tcp_send_rejects_ack_for_unsent_segment() {
         "send of {} bytes completed as {done:?} on bogus acks, before the peer read any byte",
         msg.len()
     );
+    // What the comm wrote is a well-formed first segment of the announced receive: the ack was
+    // wrong, not the stream.
+    let mut hdr = [0u8; SEG_HEADER_BYTES];
+    peer.data[0].read_exact(&mut hdr).expect("segment header");
+    let seg = SegHeader::decode(&hdr).expect("segment header");
+    assert_eq!((seg.slot, seg.offset), (0, 0));
 }
 
 /// A segment torn across reads while another stream completes the same receive: when the rest of

@@ -40,6 +40,7 @@ pub fn recv_comm(p: ConnParams) -> (TcpRecvComm, RawSender) {
         let hello = Hello {
             version: PROTOCOL_VERSION,
             stream: i,
+            gen: 0,
             conn_id: 7,
             secret: h.secret,
             params: p,
@@ -70,14 +71,14 @@ pub fn recv_comm(p: ConnParams) -> (TcpRecvComm, RawSender) {
 
 impl RawSender {
     /// Reads the next announcement the receive comm sent (blocking, 5 s timeout), past the
-    /// re-path frame that opens the control stream (protocol 4).
+    /// re-path frame that opens the control stream and any ack frames.
     pub fn announce(&mut self) -> Announce {
         loop {
             let mut b = [0u8; ANNOUNCE_BYTES];
             self.ctrl.read_exact(&mut b).expect("announcement");
             match Control::decode(&b).expect("well-formed control frame") {
                 Control::Announce(a) => return a,
-                Control::Repath { .. } => continue,
+                Control::Repath { .. } | Control::Acks(_) => continue,
                 Control::Refused(why) => panic!("the receive comm refused: {}", why.describe()),
             }
         }

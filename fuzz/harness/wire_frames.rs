@@ -1,11 +1,10 @@
 //! Arbitrary bytes as every fixed-size frame of the TCP transport (hello, announce, segment header,
-//! ack) and as the 128-byte listen handle: decoders never panic, errors say why, frames round-trip.
+//! ack frame) and as the 128-byte listen handle: decoders never panic, errors say why, frames round-trip.
 
 use dqplb_engine::{EngineParams, Receiver, Sender};
 use dqplb_transport::tcp::handle::{ListenHandle, HANDLE_BYTES, PROTOCOL_VERSION};
 use dqplb_transport::tcp::wire::{
-    decode_ack, encode_ack, Announce, Hello, SegHeader, ACK_BYTES, ANNOUNCE_BYTES, HELLO_BYTES,
-    SEG_HEADER_BYTES,
+    Acks, Announce, Control, Hello, SegHeader, ANNOUNCE_BYTES, HELLO_BYTES, SEG_HEADER_BYTES,
 };
 use dqplb_transport::{ErrorCode, NetError, UserBuf};
 
@@ -135,13 +134,30 @@ fn seg_header(mut b: [u8; SEG_HEADER_BYTES], stamp: bool) {
     }
 }
 
-fn ack(mut b: [u8; ACK_BYTES], stamp: bool) {
+fn ack(mut b: [u8; ANNOUNCE_BYTES], stamp: bool) {
     if stamp {
-        b[4..8].copy_from_slice(&encode_ack(0)[4..8]);
+        let good = Acks {
+            stream: 0,
+            gen: 0,
+            count: 1,
+            last: 0,
+        }
+        .encode();
+        b[0..4].copy_from_slice(&good[0..4]);
+        b[10..12].fill(0);
+        b[16..].fill(0);
     }
-    match decode_ack(&b) {
-        Err(e) => check_err(&e, ErrorCode::RemoteError, "decode_ack"),
-        Ok(imm) => assert_eq!(decode_ack(&encode_ack(imm)), Ok(imm), "ack round trip"),
+    match Control::decode(&b) {
+        Err(e) => check_err(&e, ErrorCode::RemoteError, "Control::decode"),
+        Ok(Control::Acks(a)) => {
+            assert!(a.count >= 1, "{a:?}");
+            assert_eq!(
+                Control::decode(&a.encode()),
+                Ok(Control::Acks(a)),
+                "ack frame round trip"
+            );
+        }
+        Ok(_) => {}
     }
 }
 

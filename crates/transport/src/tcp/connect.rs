@@ -272,6 +272,7 @@ impl TcpConnector {
                 let hello = Hello {
                     version: PROTOCOL_VERSION,
                     stream: i as u16,
+                    gen: 0,
                     conn_id: self.conn_id,
                     secret: self.secret,
                     params: self.params,

@@ -11,9 +11,10 @@ pub(crate) const MAGIC: [u8; 4] = *b"DQPL";
 /// since the verbs clear-to-send is a plain RDMA write found in memory (FIFO entry layout 3), 4
 /// since TCP receivers announce a re-path listener for replacement data streams, 5 since verbs
 /// receives come from a shared receive queue under a receive credit (FIFO entry layout 4), 6 since
-/// a failed or drained verbs data QP is fenced and re-created over the bootstrap socket. Peers of
-/// another version are refused at connect with a clear message, in both directions.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// a failed or drained verbs data QP is fenced and re-created over the bootstrap socket, 7 since
+/// TCP acknowledgements ride the control stream (frame "ACKS", several per frame, naming the data
+/// stream and its socket number from the hello). Peers of another version are refused at connect with a clear message, in both directions.
+pub const PROTOCOL_VERSION: u16 = 7;
 /// Bytes of the handle reserved for the connect state id (see plugin::connect).
 pub(crate) const STAGE_OFFSET: usize = 112;
 

@@ -175,6 +175,9 @@ mod abuse_tests;
 mod stage_tests;
 
 #[cfg(test)]
+mod ack_tests;
+
+#[cfg(test)]
 mod traffic_class_tests {
     use super::*;
     use std::os::fd::AsRawFd;

@@ -1,5 +1,5 @@
-//! Receiver side of a TCP connection: announces posted buffers on the control stream, reads each
-//! segment's payload straight into its buffer at its offset, acks it, and lets the engine order them.
+//! Receiver side of a TCP connection: reads each segment's payload straight into its buffer at its
+//! offset, lets the engine order them, and sends announcements and acks on the control stream.
 
 use std::io::IoSliceMut;
 use std::net::{TcpListener, TcpStream};
@@ -8,8 +8,8 @@ use super::handle::PROTOCOL_VERSION;
 use super::hello::PendingHello;
 use super::io::{data_streams, drain, read_some, read_some_vectored, Read, Readiness, StreamName};
 use super::wire::{
-    buffer_id, encode_ack, encode_repath, Announce, ConnParams, Hello, SegHeader, ACK_BYTES,
-    ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+    buffer_id, encode_repath, Acks, Announce, ConnParams, Hello, SegHeader, ANNOUNCE_BYTES,
+    SEG_HEADER_BYTES,
 };
 use super::workers::{hand_off_min, Pool, ThreadPlan};
 use super::TcpOptions;
@@ -47,8 +47,12 @@ struct DataRx {
     start: usize,
     end: usize,
     state: RxState,
-    acks: Vec<u8>,
-    acks_pos: usize,
+    /// The socket number the sender's hello gave this stream (acks name it).
+    gen: u16,
+    /// Segments of this stream that arrived in this progress pass, not yet acknowledged, and
+    /// the immediate of the last of them: one ack frame at the end of the pass covers them.
+    ack_count: u16,
+    ack_last: u32,
     /// Test hook: this stream is not read any more (a blackholed path).
     blackholed: bool,
     /// Test hook: blackhole the stream as soon as it is part-way through a segment's payload.
@@ -60,6 +64,18 @@ struct DataRx {
 }
 
 impl DataRx {
+    /// The ack frame for this stream's segments of this pass (and none pending after it).
+    fn take_acks(&mut self, qp: usize) -> Acks {
+        let a = Acks {
+            stream: qp as u16,
+            gen: self.gen,
+            count: self.ack_count,
+            last: self.ack_last,
+        };
+        self.ack_count = 0;
+        a
+    }
+
     /// Whether a test hook watches this stream's reads (those stay on the calling thread).
     fn hooked(&self) -> bool {
         self.blackholed || self.blackhole_mid_segment || self.slow_every > 0
@@ -92,6 +108,23 @@ fn posted(rx: &RecvCore, bufs: &[Posted], id: u32) -> Option<Posted> {
         return None;
     }
     bufs.get(id as usize).copied().filter(|p| !p.done)
+}
+
+/// Control frames the receiver may hold unsent at once: every buffer's announcement, the re-path
+/// frame, and an ack frame per segment the sender can have in flight (each frame acks at least
+/// one, and the sender writes no more until it reads them).
+fn ctrl_frames(params: ConnParams) -> usize {
+    params.max_messages as usize * MAX_RECVS + 1 + params.qps as usize * params.outstanding as usize
+}
+
+/// Segment `imm` of data stream `qp` landed: it joins the stream's ack of this pass (a full one
+/// goes out to `ctrl_out` first; only a sender that ignores its window gets that far).
+fn note_ack(d: &mut DataRx, qp: usize, imm: u32, ctrl_out: &mut Vec<u8>) {
+    if d.ack_count == u16::MAX {
+        ctrl_out.extend_from_slice(&d.take_acks(qp).encode());
+    }
+    d.ack_count += 1;
+    d.ack_last = imm;
 }
 
 /// What a replacement data stream's hello must carry: the connection it belongs to.
@@ -135,22 +168,23 @@ pub struct TcpRecvComm {
     helpers: Option<Pool>,
     /// Helpers could not be started: the calling thread reads everything.
     helpers_failed: bool,
+    /// The last pass held its control frames back (see `step`).
+    held: bool,
 }
 
 impl TcpRecvComm {
     /// Bytes a receive comm with `params` holds, all allocated when it is made: the struct, its
     /// engine, request table and sizes (built here as `new` builds them), the posted buffers, the
-    /// control stream's output, and per data stream the read-ahead stage and acknowledgements.
+    /// control stream's output (announcements and acks), and per data stream the read-ahead stage.
     pub fn state_bytes(params: ConnParams) -> NetResult<usize> {
         use std::mem::size_of;
         let rx = RecvCore::new(params, &"footprint", String::new())?;
         let n = params.max_messages as usize;
-        let per_stream =
-            size_of::<DataRx>() + STAGE_BYTES + params.outstanding as usize * ACK_BYTES;
+        let per_stream = size_of::<DataRx>() + STAGE_BYTES;
         Ok(size_of::<TcpRecvComm>()
             + rx.footprint_bytes()
             + n * MAX_RECVS * size_of::<Posted>()
-            + (n * MAX_RECVS + 1) * ANNOUNCE_BYTES
+            + ctrl_frames(params) * ANNOUNCE_BYTES
             + params.qps as usize * per_stream)
     }
 
@@ -167,7 +201,6 @@ impl TcpRecvComm {
         let rx = RecvCore::new(params, &peer, format!("receive comm from {peer}"))?;
         let ctrl_local_ip = ctrl.local_addr().ok().map(|a| a.ip());
         let n = params.max_messages as usize;
-        let cap = params.outstanding as usize * ACK_BYTES;
         let data: Vec<DataRx> = data_streams(peer, data, |sock, name| DataRx {
             sock,
             name,
@@ -175,8 +208,9 @@ impl TcpRecvComm {
             start: 0,
             end: 0,
             state: RxState::Header,
-            acks: Vec::with_capacity(cap),
-            acks_pos: 0,
+            gen: 0,
+            ack_count: 0,
+            ack_last: 0,
             blackholed: false,
             blackhole_mid_segment: false,
             slow_every: 0,
@@ -189,7 +223,7 @@ impl TcpRecvComm {
             .local_addr()
             .and_then(|a| TcpListener::bind((a.ip(), 0)))
             .and_then(|l| l.set_nonblocking(true).map(|()| l));
-        let mut ctrl_out = Vec::with_capacity(n * MAX_RECVS * ANNOUNCE_BYTES + ANNOUNCE_BYTES);
+        let mut ctrl_out = Vec::with_capacity(ctrl_frames(params) * ANNOUNCE_BYTES);
         let repath = match repath {
             Ok(l) => match l.local_addr() {
                 Ok(a) => {
@@ -232,6 +266,7 @@ impl TcpRecvComm {
             plan: ThreadPlan::from_env(ctrl_local_ip),
             helpers: None,
             helpers_failed: false,
+            held: false,
         })
     }
 
@@ -265,9 +300,8 @@ impl TcpRecvComm {
         let n = bufs.len();
         RecvCore::check_count(n)?;
         // Only the control stream is looked at before the receive is posted (whether the sender
-        // closed); the pass after the announcement is queued reuses that poll, writes the
-        // announcement first and then reads the data streams, so the sender learns of the
-        // receive before this thread spends time copying payloads in.
+        // closed); the pass after the announcement is queued reuses that poll, reads the data
+        // streams and writes the announcement with the acks of what it read, in one write.
         self.check_ctrl()?;
         if self.ctrl_closed {
             return Err(NetError::remote(format!(
@@ -337,12 +371,6 @@ impl Requests for TcpRecvComm {
         {
             self.accept_replacements();
         }
-        drain(
-            &self.ctrl,
-            &mut self.ctrl_out,
-            &mut self.ctrl_pos,
-            &self.ctrl_name,
-        )?;
         self.probe_ctrl()?;
         for qp in 0..self.data.len() {
             let d = &self.data[qp];
@@ -354,17 +382,18 @@ impl Requests for TcpRecvComm {
                 }
             }
             let d = &mut self.data[qp];
-            if !d.acks.is_empty() {
-                if matches!(d.state, RxState::Closed) {
-                    // Nobody is left to read them: the sender closed after its last completion.
-                    d.acks.clear();
-                    d.acks_pos = 0;
-                } else if let Err(e) = drain(&d.sock, &mut d.acks, &mut d.acks_pos, &d.name) {
-                    self.stream_failed(qp, e);
+            if d.ack_count > 0 {
+                // A closed stream's sender closed after its last completion, and with a closed
+                // control stream nobody is left to read acks.
+                let a = d.take_acks(qp);
+                if !matches!(d.state, RxState::Closed) && !self.ctrl_closed {
+                    self.ctrl_out.extend_from_slice(&a.encode());
                 }
             }
         }
+        let mut completed = false;
         while let Some((token, size)) = self.rx.engine.poll_done() {
+            completed = true;
             // The engine counts a message's bytes by sequence number; the segments must also have
             // named this receive and tiled [0, size) of it, or the sender is out of step.
             if let Some(d) = self
@@ -400,6 +429,20 @@ impl Requests for TcpRecvComm {
             }
             self.bufs[token as usize].done = true;
             self.rx.complete(token, size);
+        }
+        // Announcements of this pass and the acks of every stream go out in one write. A pass
+        // that completed a receive while others are still in flight holds them for one pass:
+        // NCCL calls again for those (test(), or irecv() for its next step, whose announcement
+        // then shares the write); the pass after always writes.
+        let hold = completed && !self.held && self.rx.engine.pending() > 0;
+        self.held = hold;
+        if !hold {
+            drain(
+                &self.ctrl,
+                &mut self.ctrl_out,
+                &mut self.ctrl_pos,
+                &self.ctrl_name,
+            )?;
         }
         if self.rx.engine.pending() > 0
             && self.data.iter().all(|d| matches!(d.state, RxState::Closed))
@@ -452,7 +495,7 @@ impl TcpRecvComm {
     /// segment placed are rewritten by the second copy; the engine counted nothing of it.
     fn stream_failed(&mut self, qp: usize, why: NetError) {
         let d = &mut self.data[qp];
-        if matches!(d.state, RxState::Closed) && d.acks.is_empty() {
+        if matches!(d.state, RxState::Closed) && d.ack_count == 0 {
             return;
         }
         tracing::info!(target: "dqplb::net", "{}: data stream failed ({why}); the sender resends its segments on the other streams", d.name);
@@ -461,8 +504,7 @@ impl TcpRecvComm {
         }
         let d = &mut self.data[qp];
         d.state = RxState::Closed;
-        d.acks.clear();
-        d.acks_pos = 0;
+        d.ack_count = 0;
         d.start = 0;
         d.end = 0;
         self.ready.ignore(qp + 1);
@@ -717,7 +759,7 @@ impl TcpRecvComm {
                     self.rx.engine.arrived(seg.imm, seg.len).map_err(|e| {
                         NetError::remote(format!("{}: protocol error: {e}", d.name))
                     })?;
-                    d.acks.extend_from_slice(&encode_ack(seg.imm));
+                    note_ack(d, qp, seg.imm, &mut self.ctrl_out);
                     d.state = RxState::Header;
                 }
                 RxState::Discard { seg, mut got } => {
@@ -754,7 +796,7 @@ impl TcpRecvComm {
                         }
                     }
                     self.duplicates += 1;
-                    d.acks.extend_from_slice(&encode_ack(seg.imm));
+                    note_ack(d, qp, seg.imm, &mut self.ctrl_out);
                     d.state = RxState::Header;
                 }
             }
@@ -815,8 +857,8 @@ impl TcpRecvComm {
         d.state = RxState::Header;
         d.start = 0;
         d.end = 0;
-        d.acks.clear();
-        d.acks_pos = 0;
+        d.gen = h.gen;
+        d.ack_count = 0;
         d.blackholed = false;
         d.slow_every = 0;
         self.ready.replace(q + 1, &d.sock);
@@ -876,6 +918,20 @@ impl TcpRecvComm {
     #[doc(hidden)]
     pub(crate) fn debug_reopen_stream(&mut self, q: usize) {
         self.debug_stream(q, |d| d.blackholed = false);
+    }
+
+    #[cfg(test)]
+    /// Test hook: control frames the last pass held back (see `step`) go out now, for tests in
+    /// which only the sender moves next.
+    pub(crate) fn debug_flush_held(&mut self) {
+        self.held = false;
+        drain(
+            &self.ctrl,
+            &mut self.ctrl_out,
+            &mut self.ctrl_pos,
+            &self.ctrl_name,
+        )
+        .expect("control stream write");
     }
 
     #[cfg(test)]

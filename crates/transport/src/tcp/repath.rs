@@ -48,6 +48,8 @@ pub(crate) const CONNECT_WITHIN_NS: u64 = 1_000_000_000;
 /// One replacement in progress.
 pub(crate) struct Repath {
     pub why: Why,
+    /// The stream's socket number this replacement becomes (its hello says so).
+    pub gen: u16,
     pub to: SocketAddr,
     stage: Option<Stage>,
     hello: [u8; HELLO_BYTES],
@@ -66,9 +68,11 @@ pub(crate) struct StreamSetup {
 }
 
 impl Repath {
-    /// Starts connecting data stream `qp` (0-based) to `to` at `now` (the sender's clock, ns).
+    /// Starts connecting data stream `qp` (0-based) to `to` at `now` (the sender's clock, ns),
+    /// as that stream's socket number `gen` (see `Hello::gen`).
     pub(crate) fn start(
         qp: usize,
+        gen: u16,
         to: SocketAddr,
         why: Why,
         setup: &StreamSetup,
@@ -85,12 +89,14 @@ impl Repath {
         let hello = Hello {
             version: PROTOCOL_VERSION,
             stream: qp as u16 + 1,
+            gen,
             conn_id: setup.conn_id,
             secret: setup.secret,
             params: setup.params,
         };
         Ok(Repath {
             why,
+            gen,
             to,
             stage: Some(Stage::Connecting(sock)),
             hello: hello.encode(),
@@ -255,10 +261,10 @@ mod tests {
             traffic_class: None,
         };
         let name = StreamName { peer: to, index: 2 };
-        let mut r = Repath::start(1, to, Why::Failure, &setup, 5_000).unwrap();
+        let mut r = Repath::start(1, 1, to, Why::Failure, &setup, 5_000).unwrap();
         // Within the deadline the attempt goes on (connected and greeted, or still pending).
         assert!(r.progress(&name, 5_000 + CONNECT_WITHIN_NS).is_ok());
-        let mut late = Repath::start(1, to, Why::Failure, &setup, 5_000).unwrap();
+        let mut late = Repath::start(1, 1, to, Why::Failure, &setup, 5_000).unwrap();
         let e = late
             .progress(&name, 5_001 + CONNECT_WITHIN_NS)
             .expect_err("past the deadline");

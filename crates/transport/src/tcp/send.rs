@@ -9,8 +9,7 @@ use std::os::fd::AsRawFd;
 use super::io::{data_streams, read_some, write_some, Read, Readiness, StreamName};
 use super::repath::{Repath, StreamSetup, Why};
 use super::wire::{
-    decode_ack, Announce, ConnParams, Control, SegHeader, ACK_BYTES, ANNOUNCE_BYTES,
-    SEG_HEADER_BYTES,
+    Acks, Announce, ConnParams, Control, SegHeader, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use super::workers::{hand_off_min, Pool, ThreadPlan};
 use crate::common::{Outgoing, Requests, SendCore};
@@ -35,15 +34,13 @@ struct DataTx {
     sock: TcpStream,
     name: StreamName,
     queue: VecDeque<TxSeg>,
-    /// Acknowledgements read ahead: valid bytes are `ack[ack_start..ack_end]` (one read takes
-    /// every ack waiting on the stream).
-    ack: [u8; ACK_STAGE],
-    ack_start: usize,
-    ack_end: usize,
+    /// This stream's socket number (0, then each replacement's; the receiver's acks name it).
+    gen: u16,
     /// Immediates (and profiler events) of segments fully written and not yet acknowledged,
     /// oldest first.
     unacked: VecDeque<(u32, usize)>,
-    /// The receiver closed this stream (orderly, with nothing of ours left unacknowledged).
+    /// The receiver closed this stream. Acks of what it read may still be on their way on the
+    /// control stream; segments still unacknowledged once that closes too are a failure.
     closed: bool,
     /// The stream failed (reset, error, or closed with segments due): the engine resends what
     /// was in flight on it over the other streams and gives it nothing new.
@@ -95,6 +92,8 @@ pub struct TcpSendComm {
     repaths: Vec<Option<Repath>>,
     /// Per data stream: replacements after failures (bounded: a peer that is gone stays gone).
     failure_repaths: Vec<u32>,
+    /// Per data stream: the socket number of its latest replacement attempt.
+    last_gen: Vec<u16>,
     /// Data streams replaced so far.
     repaths_done: u64,
     /// A stream with a segment unacknowledged this long (ns) has failed; 0: never.
@@ -114,10 +113,7 @@ pub struct TcpSendComm {
     helpers_failed: bool,
 }
 
-/// Bytes of acknowledgements one read takes at most (64 acks).
-const ACK_STAGE: usize = 64 * ACK_BYTES;
-
-/// Bytes of control frames one read takes at most (32 announcements).
+/// Bytes of control frames one read takes at most (32 announcements or ack frames).
 const CTRL_STAGE: usize = 32 * ANNOUNCE_BYTES;
 
 /// Replacements of one data stream after failures before it is left dead.
@@ -134,7 +130,8 @@ impl TcpSendComm {
         let per_stream = size_of::<DataTx>()
             + cap * (size_of::<TxSeg>() + size_of::<(u32, usize)>())
             + size_of::<Option<Repath>>()
-            + size_of::<u32>();
+            + size_of::<u32>()
+            + size_of::<u16>();
         Ok(size_of::<TcpSendComm>() + tx.footprint_bytes() + params.qps as usize * per_stream)
     }
 
@@ -154,9 +151,7 @@ impl TcpSendComm {
             sock,
             name,
             queue: VecDeque::with_capacity(cap),
-            ack: [0; ACK_STAGE],
-            ack_start: 0,
-            ack_end: 0,
+            gen: 0,
             unacked: VecDeque::with_capacity(cap),
             closed: false,
             dead: false,
@@ -179,6 +174,7 @@ impl TcpSendComm {
             first_failure: None,
             repaths: (0..params.qps).map(|_| None).collect(),
             failure_repaths: vec![0; params.qps as usize],
+            last_gen: vec![0; params.qps as usize],
             repaths_done: 0,
             stall_timeout: 0,
             next_stall_check: 0,
@@ -267,7 +263,8 @@ impl TcpSendComm {
             Ok(()) => None,
             Err(e) if e.code == ErrorCode::RemoteError => {
                 // Announcements the peer wrote before it left are still in our socket buffer.
-                let _ = self.read_announces();
+                let now = self.now();
+                let _ = self.read_control(now);
                 Some(e)
             }
             Err(e) => return Err(e),
@@ -344,11 +341,13 @@ impl Requests for TcpSendComm {
             return Err(self.refusal(why));
         }
         self.ready.poll()?;
-        if self.ready.readable(0) {
-            self.read_announces()?;
-        }
         // One clock read per pass: completion times, the stall check and post times share it.
         let now = self.now();
+        // Frames left staged (an ack waiting for a helper's write completion) are taken even when
+        // the socket has nothing new.
+        if self.ready.readable(0) || self.ctrl_end - self.ctrl_start >= ANNOUNCE_BYTES {
+            self.read_control(now)?;
+        }
         if !self.answered && self.handshake_timeout > 0 && now > self.handshake_timeout {
             return Err(NetError::remote(format!(
                 "{}: the receiver accepted the connection but sent nothing in {} ms (no answer to the hello): not a DQPLB receiver, or its process is stuck",
@@ -356,7 +355,7 @@ impl Requests for TcpSendComm {
                 self.handshake_timeout / 1_000_000
             )));
         }
-        self.read_acks(now)?;
+        self.check_streams(now)?;
         if self.repaths.iter().any(Option::is_some) {
             self.advance_repaths(now)?;
         }
@@ -384,14 +383,14 @@ impl TcpSendComm {
 
     /// Reads the control frames waiting on the control stream and takes each whole one. A read
     /// that returned less than it asked for emptied the socket, so the pass ends there instead of
-    /// with a read that only says EAGAIN.
-    fn read_announces(&mut self) -> NetResult<()> {
+    /// with a read that only says EAGAIN. An ack naming a segment a helper thread has not yet
+    /// reported written stays staged, with the frames behind it, for the next pass.
+    fn read_control(&mut self, now: u64) -> NetResult<()> {
         let mut drained = false;
-        while !self.ctrl_closed {
+        loop {
             while self.ctrl_end - self.ctrl_start >= ANNOUNCE_BYTES {
                 let mut f = [0u8; ANNOUNCE_BYTES];
                 f.copy_from_slice(&self.ctrl_in[self.ctrl_start..self.ctrl_start + ANNOUNCE_BYTES]);
-                self.ctrl_start += ANNOUNCE_BYTES;
                 let frame = Control::decode(&f)
                     .map_err(|e| NetError::remote(format!("{}: {}", self.ctrl_name, e.msg)))?;
                 self.answered = true;
@@ -404,7 +403,16 @@ impl TcpSendComm {
                     Control::Repath { port } => {
                         self.repath_to = Some(SocketAddr::new(self.ctrl_name.peer.ip(), port));
                     }
+                    Control::Acks(a) => {
+                        if !self.take_acks(a, now)? {
+                            return Ok(());
+                        }
+                    }
                 }
+                self.ctrl_start += ANNOUNCE_BYTES;
+            }
+            if self.ctrl_closed {
+                return Ok(());
             }
             if drained {
                 return Ok(());
@@ -423,7 +431,10 @@ impl TcpSendComm {
                     self.ctrl_end += n;
                 }
                 Read::WouldBlock => return Ok(()),
-                Read::Eof if self.ctrl_end == 0 && self.partial_n == 0 => self.ctrl_closed = true,
+                Read::Eof if self.ctrl_end == 0 && self.partial_n == 0 => {
+                    self.ctrl_closed = true;
+                    return Ok(());
+                }
                 Read::Eof if self.ctrl_end == 0 => {
                     self.ctrl_closed = true;
                     return Err(NetError::remote(format!(
@@ -439,7 +450,6 @@ impl TcpSendComm {
                 }
             }
         }
-        Ok(())
     }
 
     /// Adds one announcement frame to the group being announced; a complete group joins the
@@ -480,90 +490,113 @@ impl TcpSendComm {
         Ok(())
     }
 
-    /// Turns acknowledgements into engine completions. An ack must name the oldest segment its
-    /// stream finished writing; anything else (or bytes while none is unacknowledged) is an error.
-    fn read_acks(&mut self, now: u64) -> NetResult<()> {
+    /// Turns an ack frame into engine completions: it must acknowledge the oldest segments its
+    /// stream finished writing, ending with the one it names. Frames naming a failed or replaced
+    /// socket of the stream are stale (what it carried went out again) and dropped. Ok(false): the
+    /// frame names segments a helper thread has not yet reported written; it is taken later.
+    fn take_acks(&mut self, a: Acks, now: u64) -> NetResult<bool> {
+        let qp = usize::from(a.stream);
+        let Some(d) = self.data.get_mut(qp) else {
+            return Err(NetError::remote(format!(
+                "{}: acknowledgement for data stream {qp} of a {}-stream connection",
+                self.ctrl_name,
+                self.data.len()
+            )));
+        };
+        if d.dead || a.gen != d.gen {
+            return Ok(true);
+        }
+        let count = usize::from(a.count);
+        if d.unacked.len() < count && d.handed > 0 {
+            if let Err(e) = harvest(d, &mut self.helpers, qp) {
+                self.stream_failed(qp, e)?;
+                return Ok(true);
+            }
+            if d.unacked.len() < count && d.handed > 0 {
+                return Ok(false);
+            }
+        }
+        let Some(&(want, _)) = d.unacked.get(count - 1) else {
+            return Err(NetError::remote(format!(
+                "{}: acknowledgement of {count} segment(s) while {} written segment(s) await one",
+                d.name,
+                d.unacked.len()
+            )));
+        };
+        if want != a.last {
+            return Err(NetError::remote(format!(
+                "{}: acknowledgement of {count} segment(s) ending at immediate {:#x}, expected {want:#x} (the oldest unacknowledged segments)",
+                d.name, a.last
+            )));
+        }
+        for _ in 0..count {
+            if let Some((_, ev)) = d.unacked.pop_front() {
+                self.tx.events.stop(ev);
+            }
+            self.tx.engine.completed(qp, now).map_err(|e| {
+                NetError::remote(format!(
+                    "{}: acknowledgement without a segment in flight: {e}",
+                    d.name
+                ))
+            })?;
+        }
+        Ok(true)
+    }
+
+    /// Looks at the data streams the last poll found readable: the receiver writes nothing on
+    /// them, so only EOF (it closed the stream) or an error shows up there. A stream closed with
+    /// segments unacknowledged fails once the control stream has closed too (no ack can come any
+    /// more); with segments not yet written it fails at once.
+    fn check_streams(&mut self, now: u64) -> NetResult<()> {
         for qp in 0..self.data.len() {
-            let d = &self.data[qp];
-            // Acks staged while the segment they name was still with a helper are taken from the
-            // stage even when the socket has nothing new.
-            let staged = d.ack_end - d.ack_start >= ACK_BYTES;
-            if !(self.ready.readable(qp + 1) || staged) || d.dead {
+            let d = &mut self.data[qp];
+            if d.dead || !self.ready.readable(qp + 1) {
                 continue;
             }
-            if let Some(e) = self.read_stream_acks(qp, now)? {
+            let mut probe = [0u8; 64];
+            let failed = match read_some(&mut d.sock, &mut probe, &d.name) {
+                Err(e) => Some(e),
+                Ok(Read::WouldBlock) => None,
+                Ok(Read::Data(_)) => {
+                    return Err(NetError::remote(format!(
+                        "{}: bytes from the receiver on a data stream (acks come on the control stream)",
+                        d.name
+                    )))
+                }
+                Ok(Read::Eof) => {
+                    d.closed = true;
+                    self.ready.ignore(qp + 1);
+                    close_stream(d)
+                }
+            };
+            if let Some(e) = failed {
                 self.stream_failed(qp, e)?;
             }
         }
-        Ok(())
-    }
-
-    /// Reads the acknowledgements available on data stream `qp`. Ok(Some(e)): the stream failed
-    /// (an I/O error, or the receiver closed it with segments due); Err: a protocol violation.
-    fn read_stream_acks(&mut self, qp: usize, now: u64) -> NetResult<Option<NetError>> {
-        let d = &mut self.data[qp];
-        // A read that returned less than it asked for emptied the socket (see recv.rs).
-        let mut drained = false;
-        while !d.closed {
-            while d.ack_end - d.ack_start >= ACK_BYTES {
-                if d.unacked.is_empty() && d.handed > 0 {
-                    // The ack may come before the helper's completion is seen: take completions
-                    // first, and keep the ack staged until the segment it names has one.
-                    if let Err(e) = harvest(d, &mut self.helpers, qp) {
-                        return Ok(Some(e));
-                    }
-                }
-                let Some(&(want, ev)) = d.unacked.front() else {
-                    if d.handed > 0 {
-                        return Ok(None);
-                    }
-                    return Err(NetError::remote(format!(
-                        "{}: bytes arrived while no written segment awaits an acknowledgement",
-                        d.name
-                    )));
-                };
-                let mut a = [0u8; ACK_BYTES];
-                a.copy_from_slice(&d.ack[d.ack_start..d.ack_start + ACK_BYTES]);
-                d.ack_start += ACK_BYTES;
-                let imm = decode_ack(&a)
-                    .map_err(|e| NetError::remote(format!("{}: {}", d.name, e.msg)))?;
-                if imm != want {
-                    return Err(NetError::remote(format!(
-                        "{}: acknowledgement for immediate {imm:#x}, expected {want:#x} (the oldest unacknowledged segment)",
-                        d.name
-                    )));
-                }
-                d.unacked.pop_front();
-                self.tx.events.stop(ev);
-                self.tx.engine.completed(qp, now).map_err(|e| {
-                    NetError::remote(format!(
-                        "{}: acknowledgement without a segment in flight: {e}",
-                        d.name
-                    ))
-                })?;
+        if self
+            .data
+            .iter()
+            .any(|d| d.closed && !d.dead && !d.unacked.is_empty())
+        {
+            // Acks the receiver sent before it closed are read before anything is declared lost.
+            if self.ready.readable(0) && !self.ctrl_closed {
+                self.read_control(now)?;
             }
-            if drained {
-                break;
-            }
-            d.ack.copy_within(d.ack_start..d.ack_end, 0);
-            d.ack_end -= d.ack_start;
-            d.ack_start = 0;
-            let ask = ACK_STAGE - d.ack_end;
-            match read_some(&mut d.sock, &mut d.ack[d.ack_end..], &d.name) {
-                Err(e) => return Ok(Some(e)),
-                Ok(Read::WouldBlock) => break,
-                Ok(Read::Eof) => {
-                    if let Err(e) = close_stream(d) {
-                        return Ok(Some(e));
+            if self.ctrl_closed {
+                for qp in 0..self.data.len() {
+                    let d = &self.data[qp];
+                    if d.closed && !d.dead && !d.unacked.is_empty() {
+                        let e = NetError::remote(format!(
+                            "{}: peer closed the connection with {} segment(s) unacknowledged",
+                            d.name,
+                            d.unacked.len()
+                        ));
+                        self.stream_failed(qp, e)?;
                     }
-                }
-                Ok(Read::Data(n)) => {
-                    drained = n < ask;
-                    d.ack_end += n;
                 }
             }
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Starts replacing data stream `qp` (drained, or failed) by a new connection from a new
@@ -580,7 +613,9 @@ impl TcpSendComm {
             return Ok(());
         };
         let now = self.now();
-        match Repath::start(qp, to, why, &self.setup, now) {
+        let gen = self.last_gen[qp].wrapping_add(1);
+        self.last_gen[qp] = gen;
+        match Repath::start(qp, gen, to, why, &self.setup, now) {
             Ok(r) => self.repaths[qp] = Some(r),
             Err(e) => self.repath_failed(qp, why, e)?,
         }
@@ -615,6 +650,7 @@ impl TcpSendComm {
                 continue;
             };
             let why = r.why;
+            let gen = r.gen;
             let sock = match r.progress(&self.data[qp].name, now) {
                 Ok(Some(sock)) => sock,
                 Ok(None) => continue,
@@ -634,8 +670,7 @@ impl TcpSendComm {
             d.handed = 0;
             d.queue.clear();
             d.unacked.clear();
-            d.ack_start = 0;
-            d.ack_end = 0;
+            d.gen = gen;
             d.closed = false;
             d.dead = false;
             self.ready.replace(qp + 1, &d.sock);
@@ -693,8 +728,6 @@ impl TcpSendComm {
         }
         d.dead = true;
         d.closed = true;
-        d.ack_start = 0;
-        d.ack_end = 0;
         if d.handed > 0 {
             // The helper lets go of the stream and of the send buffers before the engine resends.
             if let Some(p) = &mut self.helpers {
@@ -900,17 +933,16 @@ fn harvest(d: &mut DataTx, helpers: &mut Option<Pool>, qp: usize) -> Result<(), 
     }
 }
 
-/// The receiver closed a data stream: fine when nothing of ours is still due on it.
-fn close_stream(d: &mut DataTx) -> NetResult<()> {
-    if !d.unacked.is_empty() || !d.queue.is_empty() || d.ack_end > d.ack_start {
-        return Err(NetError::remote(format!(
+/// The receiver closed data stream `d`: Some(failure) when segments of ours were still to be
+/// written on it (those written wait for their acks on the control stream).
+fn close_stream(d: &DataTx) -> Option<NetError> {
+    (!d.queue.is_empty()).then(|| {
+        NetError::remote(format!(
             "{}: peer closed the connection with {} segment(s) unacknowledged",
             d.name,
             d.unacked.len() + d.queue.len()
-        )));
-    }
-    d.closed = true;
-    Ok(())
+        ))
+    })
 }
 
 impl Drop for TcpSendComm {

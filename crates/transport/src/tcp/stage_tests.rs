@@ -4,7 +4,7 @@
 use super::repath::StreamSetup;
 use super::tests::params;
 use super::wire::{
-    buffer_id, encode_ack, encode_repath, Announce, SegHeader, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
+    buffer_id, encode_repath, Acks, Announce, SegHeader, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
 };
 use super::*;
 use crate::UserBuf;
@@ -14,7 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// A connected loopback pair: (our end, the comm's end).
-fn stream_pair() -> (TcpStream, TcpStream) {
+pub(super) fn stream_pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let theirs = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (ours, _) = l.accept().unwrap();
@@ -25,7 +25,7 @@ fn stream_pair() -> (TcpStream, TcpStream) {
 }
 
 /// Reads exactly `buf.len()` bytes from `sock` (non-blocking), moving the send comm meanwhile.
-fn read_driving(sock: &mut TcpStream, buf: &mut [u8], s: &mut TcpSendComm) {
+pub(super) fn read_driving(sock: &mut TcpStream, buf: &mut [u8], s: &mut TcpSendComm) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut got = 0;
     while got < buf.len() {
@@ -103,7 +103,13 @@ fn announcements_split_and_in_bursts_are_all_matched_in_order() {
         let mut payload = [0u8; LEN];
         read_driving(&mut data, &mut payload, &mut s);
         assert_eq!(&payload[..], &src[..], "send {k} arrived changed");
-        data.write_all(&encode_ack(seg.imm)).unwrap();
+        let ack = Acks {
+            stream: 0,
+            gen: 0,
+            count: 1,
+            last: seg.imm,
+        };
+        ctrl.write_all(&ack.encode()).unwrap();
         let done = loop {
             assert!(Instant::now() < deadline, "send {k} never completed");
             if let Some(n) = s.test(q).unwrap() {

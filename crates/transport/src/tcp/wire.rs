@@ -1,5 +1,5 @@
-//! Fixed-size little-endian frames of the TCP transport: stream hello, buffer announcement (control
-//! stream), segment header (data stream, payload follows) and segment acknowledgement.
+//! Fixed-size little-endian frames of the TCP transport: stream hello, the control stream's frames
+//! (buffer announcements, acknowledgements) and the segment header (data stream, payload follows).
 
 use crate::slots::MAX_RECVS;
 use crate::{NetError, NetResult};
@@ -8,7 +8,6 @@ use dqplb_engine::PolicyKind;
 pub const HELLO_BYTES: usize = 64;
 pub const ANNOUNCE_BYTES: usize = 24;
 pub const SEG_HEADER_BYTES: usize = 24;
-pub const ACK_BYTES: usize = 8;
 
 const HELLO_MAGIC: [u8; 4] = *b"DQPS";
 /// Version 2 of the announce frame (grouped receives); version 1 ("1NNA") had no index/count.
@@ -19,8 +18,11 @@ const REPATH_KIND: u32 = 0x5041_5452; // "RTAP"
 /// Control frame (listener to connector, on a control stream whose hello it refused, then
 /// close): why. A peer that predates it reads an unknown frame kind and says so.
 const REFUSED_KIND: u32 = 0x5346_4552; // "REFS"
+/// Control frame (receiver to sender): the oldest `count` segments written on one data stream
+/// landed (the sender's "CQEs"). Acks ride the control stream so that one write carries them
+/// with the announcements of the same progress pass.
+const ACKS_KIND: u32 = 0x534b_4341; // "ACKS"
 const SEG_MARK: u32 = 0x5345_4721; // "!GES"
-const ACK_MARK: u32 = 0x4143_4b21; // "!KCA"
 
 /// Connection parameters the sender chose for this connection (from its class plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +113,9 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 pub struct Hello {
     pub version: u16,
     pub stream: u16,
+    /// Which socket of this stream (0: the first; a replacement gets the sender's next number);
+    /// acknowledgements name it, so those of a replaced socket are told apart.
+    pub gen: u16,
     pub conn_id: u64,
     pub secret: [u8; 16],
     pub params: ConnParams,
@@ -123,6 +128,7 @@ impl Hello {
         b[4..6].copy_from_slice(&self.version.to_le_bytes());
         b[6..8].copy_from_slice(&self.stream.to_le_bytes());
         b[8..10].copy_from_slice(&self.params.qps.to_le_bytes());
+        b[10..12].copy_from_slice(&self.gen.to_le_bytes());
         b[12..16].copy_from_slice(&self.params.outstanding.to_le_bytes());
         b[16..20].copy_from_slice(&self.params.segment_bytes.to_le_bytes());
         b[20..24].copy_from_slice(&self.params.max_messages.to_le_bytes());
@@ -146,6 +152,7 @@ impl Hello {
         Ok(Hello {
             version: u16_at(b, 4),
             stream: u16_at(b, 6),
+            gen: u16_at(b, 10),
             conn_id: u64_at(b, 32),
             secret,
             params: ConnParams {
@@ -236,6 +243,51 @@ pub enum Control {
     Announce(Announce),
     Repath { port: u16 },
     Refused(Refusal),
+    Acks(Acks),
+}
+
+/// Receiver -> sender on the control stream: the oldest `count` segments the sender finished
+/// writing on data stream `stream` (0-based), socket `gen`, arrived; the last of them is `last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acks {
+    pub stream: u16,
+    pub gen: u16,
+    pub count: u16,
+    pub last: u32,
+}
+
+impl Acks {
+    pub fn encode(&self) -> [u8; ANNOUNCE_BYTES] {
+        let mut b = [0u8; ANNOUNCE_BYTES];
+        b[0..4].copy_from_slice(&ACKS_KIND.to_le_bytes());
+        b[4..6].copy_from_slice(&self.stream.to_le_bytes());
+        b[6..8].copy_from_slice(&self.gen.to_le_bytes());
+        b[8..10].copy_from_slice(&self.count.to_le_bytes());
+        b[12..16].copy_from_slice(&self.last.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; ANNOUNCE_BYTES]) -> NetResult<Acks> {
+        if b[10..12] != [0, 0] || b[16..].iter().any(|&x| x != 0) {
+            return Err(NetError::remote(
+                "acknowledgement frame with non-zero reserved bytes: stream out of sync"
+                    .to_string(),
+            ));
+        }
+        let a = Acks {
+            stream: u16_at(b, 4),
+            gen: u16_at(b, 6),
+            count: u16_at(b, 8),
+            last: u32_at(b, 12),
+        };
+        if a.count == 0 {
+            return Err(NetError::remote(format!(
+                "acknowledgement frame for data stream {} acknowledging 0 segments",
+                a.stream
+            )));
+        }
+        Ok(a)
+    }
 }
 
 impl Control {
@@ -254,6 +306,9 @@ impl Control {
                 return Err(NetError::remote("re-path frame naming port 0".to_string()));
             }
             return Ok(Control::Repath { port });
+        }
+        if u32_at(b, 0) == ACKS_KIND {
+            return Acks::decode(b).map(Control::Acks);
         }
         Announce::decode(b).map(Control::Announce)
     }
@@ -348,24 +403,6 @@ impl SegHeader {
     }
 }
 
-/// Receiver -> sender on the same data stream: segment `imm` landed (the sender's "CQE").
-pub fn encode_ack(imm: u32) -> [u8; ACK_BYTES] {
-    let mut b = [0u8; ACK_BYTES];
-    b[0..4].copy_from_slice(&imm.to_le_bytes());
-    b[4..8].copy_from_slice(&ACK_MARK.to_le_bytes());
-    b
-}
-
-pub fn decode_ack(b: &[u8; ACK_BYTES]) -> NetResult<u32> {
-    if u32_at(b, 4) != ACK_MARK {
-        return Err(NetError::remote(format!(
-            "acknowledgement mark {:#x}, expected {ACK_MARK:#x}: data stream out of sync",
-            u32_at(b, 4)
-        )));
-    }
-    Ok(u32_at(b, 0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +423,7 @@ mod tests {
         let h = Hello {
             version: 1,
             stream: 3,
+            gen: 5,
             conn_id: 0xdead_beef_0102,
             secret: [5; 16],
             params: params(),
@@ -407,7 +445,13 @@ mod tests {
             len: 4096,
         };
         assert_eq!(SegHeader::decode(&s.encode()).unwrap(), s);
-        assert_eq!(decode_ack(&encode_ack(0x00ff_ffff)).unwrap(), 0x00ff_ffff);
+        let k = Acks {
+            stream: 3,
+            gen: 2,
+            count: 7,
+            last: 0x00ff_ffff,
+        };
+        assert_eq!(Control::decode(&k.encode()).unwrap(), Control::Acks(k));
     }
 
     #[test]
@@ -460,13 +504,23 @@ mod tests {
             .unwrap_err()
             .msg
             .contains("out of sync"));
-        assert!(decode_ack(&[0; ACK_BYTES])
+        let k = Acks {
+            stream: 0,
+            gen: 0,
+            count: 0,
+            last: 1,
+        };
+        assert!(Control::decode(&k.encode())
             .unwrap_err()
             .msg
-            .contains("out of sync"));
+            .contains("acknowledging 0 segments"));
+        let mut k = Acks { count: 1, ..k }.encode();
+        k[20] = 1;
+        assert!(Control::decode(&k).unwrap_err().msg.contains("reserved"));
         let mut h = Hello {
             version: 1,
             stream: 0,
+            gen: 0,
             conn_id: 1,
             secret: [0; 16],
             params: params(),

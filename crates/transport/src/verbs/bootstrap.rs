@@ -150,6 +150,7 @@ pub fn hello(params: ConnParams, secret: [u8; 16]) -> NetResult<Hello> {
     Ok(Hello {
         version: crate::tcp::handle::PROTOCOL_VERSION,
         stream: 0,
+        gen: 0,
         conn_id: u64::from_le_bytes(conn_id),
         secret,
         params,
