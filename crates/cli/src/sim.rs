@@ -12,7 +12,7 @@ use dqplb_engine::PolicyKind;
 use dqplb_sim::timeseries;
 use dqplb_sim::{
     run, ConnShape, FabricSpec, Mode, PacketSpec, SimConfig, SimPolicy, SimResult, TrafficKind,
-    TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_DEPTH, SIM_REHASH,
+    TrafficSpec, P2P_NET_CHUNK_BYTES, SIM_DEPTH, SIM_REHASH, SIM_REPIN,
 };
 
 use crate::sim_args::{self as opts, SimCmd, SimFormat, SimSub};
@@ -82,6 +82,7 @@ fn defaults() -> SimConfig {
             segment_bytes: 128 * 1024,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode: Mode::Fluid,
         seed: 1,
@@ -148,6 +149,10 @@ fn apply(a: &mut Args, name: &str, v: &str, leaves: &mut Option<usize>) -> Resul
         "depth-ratio" => c.shape.depth.get_or_insert(SIM_DEPTH).ratio = num(&opt, v)?,
         "depth-raised" => c.shape.depth.get_or_insert(SIM_DEPTH).raised = num(&opt, v)?,
         "depth-hold" => c.shape.depth.get_or_insert(SIM_DEPTH).hold = num(&opt, v)?,
+        "repin-ratio" => c.shape.repin.get_or_insert(SIM_REPIN).ratio = num(&opt, v)?,
+        "repin-persist" => c.shape.repin.get_or_insert(SIM_REPIN).persist = num(&opt, v)?,
+        "repin-settle" => c.shape.repin.get_or_insert(SIM_REPIN).settle = num(&opt, v)?,
+        "repin-budget" => c.shape.repin.get_or_insert(SIM_REPIN).budget = num(&opt, v)?,
         "segment" => {
             c.shape.segment_bytes = u32::try_from(units::bytes(v)?)
                 .map_err(|_| format!("--segment {v} does not fit 32 bits"))?
@@ -720,7 +725,7 @@ mod tests {
     }
 
     /// A valid value of every `dqplb sim` option (and `[fabric.sim]` key).
-    const SAMPLES: [(&str, &str); 69] = [
+    const SAMPLES: [(&str, &str); 73] = [
         ("hosts", "16"),
         ("rails", "2"),
         ("hosts-per-leaf", "4"),
@@ -749,6 +754,10 @@ mod tests {
         ("depth-ratio", "1.4"),
         ("depth-raised", "4"),
         ("depth-hold", "2"),
+        ("repin-ratio", "1.4"),
+        ("repin-persist", "3"),
+        ("repin-settle", "8"),
+        ("repin-budget", "4"),
         ("traffic", "tree"),
         ("bytes", "4M"),
         ("p2p-batches", "2"),

@@ -346,6 +346,20 @@ struct EngineSettings {
     /// ... back to --outstanding after H checks (16 completions each) without divergence (4)
     #[arg(long, value_name = "H", value_parser = num::<u32>)]
     depth_hold: Option<u32>,
+    /// Trial re-pins on the depth rule (any of the four installs them; needs the depth rule): a
+    /// QP the slowest at K x the median (1.3) ...
+    #[arg(long, value_name = "K", value_parser = num::<f64>, allow_negative_numbers = true)]
+    repin_ratio: Option<f64>,
+    /// ... for P consecutive checks (6) moves onto the fastest QP's path ...
+    #[arg(long, value_name = "P", value_parser = num::<u32>)]
+    repin_persist: Option<u32>,
+    /// ... kept if after S completions there (16) it is faster than before and below K x the
+    /// median, else moved back ...
+    #[arg(long, value_name = "S", value_parser = num::<u32>)]
+    repin_settle: Option<u32>,
+    /// ... at most N moves per connection (16)
+    #[arg(long, value_name = "N", value_parser = num::<u32>)]
+    repin_budget: Option<u32>,
 }
 
 /// `dqplb sim` settings, traffic: the collective or pattern and its sizes.

@@ -34,6 +34,7 @@ fn config(k: usize, policy: &str, qps: usize, mode: Mode, bytes: u64) -> SimConf
             segment_bytes: 256 * 1024,
             rehash: dqplb_sim::SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed: 1,

@@ -33,6 +33,7 @@ fn ring_of(policy: &str, outstanding: u32, mode: Mode, bytes: u64, steps: u32) -
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed: 1,

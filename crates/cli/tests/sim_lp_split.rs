@@ -31,6 +31,7 @@ fn sim(policy: &str, mode: Mode, kind: TrafficKind, seed: u64) -> SimResult {
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed,

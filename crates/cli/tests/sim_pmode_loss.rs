@@ -42,6 +42,7 @@ fn incast(senders: usize, bytes: u64, buffer: u64) -> SimConfig {
             segment_bytes: bytes as u32,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode: Mode::Packet,
         seed: 1,

@@ -45,6 +45,7 @@ fn config(
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode: Mode::Burst,
         seed: 1,

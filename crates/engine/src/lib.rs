@@ -58,7 +58,7 @@ mod receiver;
 mod sender;
 mod stats;
 
-pub use depth::{DepthRule, DEPTH_EVERY};
+pub use depth::{DepthRule, RepinPath, RepinRule, DEPTH_EVERY};
 pub use error::{EngineError, ProtocolError};
 pub use params::{
     EngineParams, PolicyKind, MAX_MESSAGES, MAX_OUTSTANDING, MAX_QPS, MAX_SEGMENT_BYTES,

@@ -1,7 +1,7 @@
 //! The sending side of one connection: a message ring cut lazily into segments, per-QP in-flight
 //! rings fed by the policy, FIFO completions per QP, and in-order release of message tokens.
 
-use super::depth::{DepthAdapt, DepthRule};
+use super::depth::{DepthAdapt, DepthRule, DepthStep, RepinPath, RepinRule};
 use super::imm::{self, seq_distance};
 use super::params::{check_initial_seq, REORDER_SLACK};
 use super::paths::{PathEvent, RehashRule, Straggler};
@@ -355,6 +355,59 @@ impl Sender {
         self.depth_rule.as_ref().map(|d| d.rule())
     }
 
+    /// What a depth-rule check asked: a new per-QP window, a QP to drain for a re-pin.
+    #[cold]
+    fn depth_step(&mut self, step: DepthStep) {
+        if let Some(raise) = step.raise {
+            let depth = match (&self.depth_rule, raise) {
+                (Some(d), true) => d.raised_depth(),
+                _ => self.max_outstanding,
+            };
+            self.set_depth(depth);
+        }
+        if let Some((q, _)) = step.repin {
+            self.draining.set(q);
+            self.block(q);
+        }
+    }
+
+    /// Adds trial re-pins to the installed depth rule (see [`RepinRule`]): a QP that stays the
+    /// slowest is drained and reported as [`PathEvent::Replace`], and
+    /// [`repin_path`](Self::repin_path) says which path its replacement takes. Allocates its
+    /// state now; the depth rule must be installed first.
+    pub fn set_repin_rule(&mut self, rule: RepinRule) -> Result<(), EngineError> {
+        rule.validate()?;
+        let Some(d) = &mut self.depth_rule else {
+            return super::error::bad_param(
+                "repin rule",
+                0,
+                "needs the depth rule installed first",
+            );
+        };
+        d.set_repin(rule, self.qps);
+        Ok(())
+    }
+
+    /// Where the replacement of drained QP `qp` goes when the re-pin rule drained it (None: it
+    /// was drained by the re-hash rule, or is not draining: a new path as the transport picks).
+    /// Valid from the [`PathEvent::Replace`] until `path_replaced`.
+    pub fn repin_path(&self, qp: usize) -> Option<RepinPath> {
+        if !self.draining.has(qp) {
+            return None;
+        }
+        self.depth_rule.as_ref()?.repin_path(qp)
+    }
+
+    /// The trial re-pin rule installed, if any.
+    pub fn repin_rule(&self) -> Option<RepinRule> {
+        self.depth_rule.as_ref().and_then(|d| d.repin_rule())
+    }
+
+    /// Moves the re-pin rule made (not counting the moves back; 0 without the rule).
+    pub fn depth_repins(&self) -> u32 {
+        self.depth_rule.as_ref().map_or(0, |d| d.repins())
+    }
+
     /// The per-QP window becomes `depth`: QPs below it get room, QPs at or above it lose it.
     #[cold]
     fn set_depth(&mut self, depth: u32) {
@@ -466,7 +519,12 @@ impl Sender {
         if self.draining.has(qp) {
             st.rehashes += 1;
         }
-        st.latency_ewma = 0.0;
+        // A QP the re-pin rule moved starts from the connection's median latency.
+        st.latency_ewma = self
+            .depth_rule
+            .as_mut()
+            .and_then(|d| d.replaced(qp))
+            .unwrap_or(0.0);
         for r in [
             &mut self.blocked,
             &mut self.draining,
@@ -539,13 +597,8 @@ impl Sender {
         }
         if let Some(d) = &mut self.depth_rule {
             let eligible = Room::all(self.qps).without(self.blocked);
-            if let Some(raise) = d.on_complete(&self.stats, eligible) {
-                let depth = if raise {
-                    d.raised_depth()
-                } else {
-                    self.max_outstanding
-                };
-                self.set_depth(depth);
+            if let Some(step) = d.on_complete(&self.stats, eligible) {
+                self.depth_step(step);
             }
         }
         Ok(())

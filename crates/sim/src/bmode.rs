@@ -326,6 +326,7 @@ mod tests {
             segment_bytes: 128 << 10,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         }
     }
 

@@ -2,7 +2,8 @@
 //! that feed them: ring and tree dependencies, NCCL's receive slots, exactly-once in-order checks.
 
 use dqplb_engine::{
-    DepthRule, EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, Sender, Transmit,
+    DepthRule, EngineParams, PathEvent, PolicyKind, Receiver, RehashRule, RepinPath, RepinRule,
+    Sender, Transmit,
 };
 
 use super::error::SimError;
@@ -109,6 +110,9 @@ pub struct ConnShape {
     /// The engine's depth rule (`--depth-ratio`, `--depth-raised`, `--depth-hold`), on every
     /// engine policy when set.
     pub depth: Option<DepthRule>,
+    /// The depth rule's trial re-pins (`--repin-ratio`, `--repin-persist`, `--repin-settle`,
+    /// `--repin-budget`), where the depth rule is installed.
+    pub repin: Option<RepinRule>,
 }
 
 impl ConnShape {
@@ -139,6 +143,15 @@ pub const SIM_DEPTH: DepthRule = DepthRule {
     ratio: 1.5,
     raised: 3,
     hold: 4,
+};
+
+/// The re-pin rule any `--repin-*` option starts from: the same QP the slowest at 1.3 x the
+/// median for 6 checks, judged after 16 completions on its new path, 16 moves per connection.
+pub const SIM_REPIN: RepinRule = RepinRule {
+    ratio: 1.3,
+    persist: 6,
+    settle: 16,
+    budget: 16,
 };
 
 /// Counts of things that must stay zero.
@@ -210,6 +223,8 @@ pub struct PhaseRun<'a> {
     /// Every hashed QP's (source port, destination QPN), `c * qps + k` (pin.rs; set with the
     /// paths, updated by a re-pin).
     pub ends: Vec<QpEnd>,
+    /// Ends of QPs the re-pin rule moved, before their latest move (`c * qps + k`).
+    pub before_move: std::collections::HashMap<usize, QpEnd>,
 }
 
 impl<'a> PhaseRun<'a> {
@@ -228,6 +243,13 @@ impl<'a> PhaseRun<'a> {
                 "--slots {}: at least {least} for this traffic",
                 phase.slots
             )));
+        }
+        if shape.repin.is_some() && shape.depth.is_none() {
+            return Err(SimError::Config(
+                "--repin-*: the re-pin rule runs on the depth rule (--depth-ratio, \
+                 --depth-raised or --depth-hold)"
+                    .into(),
+            ));
         }
         let max_messages = 2 * phase.slots as usize + 8;
         // NCCL keeps up to NCCL_STEPS messages in flight per connection whatever its QPs: the
@@ -269,6 +291,9 @@ impl<'a> PhaseRun<'a> {
             ) = (shape.depth, shape.policy)
             {
                 sender.set_depth_rule(rule)?;
+                if let Some(repin) = shape.repin {
+                    sender.set_repin_rule(repin)?;
+                }
             }
             conns.push(Conn {
                 src,
@@ -301,6 +326,7 @@ impl<'a> PhaseRun<'a> {
             posted_at: vec![0; n * max_messages],
             latency: LatencyHist::default(),
             ends: Vec::new(),
+            before_move: std::collections::HashMap::new(),
         })
     }
 
@@ -508,7 +534,16 @@ impl<'a> PhaseRun<'a> {
         let (src, dst) = (self.conns[c].src as usize, self.conns[c].dst as usize);
         let i = c * qps + qp;
         let old = self.ends.get(i).copied().unwrap_or((0, r));
-        let end = pin::repin(rail, src, dst, old, l, r);
+        // The re-pin rule's moves take the source port of another QP of the connection (the same
+        // path whatever the group) or the one the QP had before.
+        let end = match self.conns[c].sender.repin_path(qp) {
+            Some(RepinPath::Onto { qp: f }) => {
+                self.before_move.insert(i, old);
+                (self.ends.get(c * qps + f).map_or(old.0, |e| e.0), r)
+            }
+            Some(RepinPath::Back) => (self.before_move.get(&i).map_or(old.0, |e| e.0), r),
+            None => pin::repin(rail, src, dst, old, l, r),
+        };
         if let Some(e) = self.ends.get_mut(i) {
             *e = end;
         }

@@ -53,7 +53,7 @@ pub mod topology;
 pub mod traffic;
 pub mod tree;
 
-pub use conn::{ConnShape, Errors, SimPolicy, SIM_DEPTH, SIM_REHASH};
+pub use conn::{ConnShape, Errors, SimPolicy, SIM_DEPTH, SIM_REHASH, SIM_REPIN};
 pub use error::SimError;
 pub use hashing::{HashFields, SourcePort};
 pub use packet::{PacketSpec, PacketSummary};

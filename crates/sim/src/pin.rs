@@ -183,6 +183,7 @@ mod tests {
             segment_bytes: 128 * 1024,
             rehash: SIM_REHASH,
             depth: None,
+            repin: None,
         };
         let mut qpn: Vec<u32> = (0..64).map(|h| 0x100 + 977 * h).collect();
         let run = PhaseRun::new(&ph, &shape, &mut qpn).unwrap();

@@ -35,6 +35,7 @@ fn config(policy: SimPolicy, channels: u32, mode: Mode, source_port: SourcePort)
             segment_bytes: 32 * 1024,
             rehash: dqplb_sim::SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed: 1,

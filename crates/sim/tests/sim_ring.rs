@@ -38,6 +38,7 @@ fn config(per_step: u64, slots: u32, max_steps: u32, mode: Mode) -> SimConfig {
             segment_bytes: 32 * 1024,
             rehash: dqplb_sim::SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed: 1,

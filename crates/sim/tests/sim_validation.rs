@@ -41,6 +41,7 @@ fn config(
             segment_bytes: 2 << 20,
             rehash: dqplb_sim::SIM_REHASH,
             depth: None,
+            repin: None,
         },
         mode,
         seed: 1,
