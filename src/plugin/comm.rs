@@ -376,6 +376,17 @@ impl SendComm {
         on_transport!(SendInner, &mut self.inner, c => c.set_depth_rule(base, rule))
     }
 
+    /// Installs the engine's re-pin rule on the depth rule (verbs, pinned QPs: the moves take
+    /// another data QP's UDP source port); a TCP comm runs without it (a stream cannot share
+    /// another's source port). Ok(true) when installed.
+    pub fn set_repin_rule(&mut self, rule: dqplb_engine::RepinRule) -> NetResult<bool> {
+        match &mut self.inner {
+            SendInner::Tcp(_) => Ok(false),
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, ..) => v.set_repin_rule(rule).map(|()| true),
+        }
+    }
+
     /// The depth rule's state: the per-QP depth now, the raises so far, the rule.
     pub fn depth_state(&mut self) -> dqplb_transport::DepthState {
         use dqplb_transport::DepthControl;

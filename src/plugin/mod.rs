@@ -542,6 +542,14 @@ pub(crate) fn connect_with(
                         hold: r.hold,
                     },
                 )?;
+                if let Some(p) = g.config.repin_rule(class) {
+                    comm.set_repin_rule(dqplb_engine::RepinRule {
+                        ratio: p.ratio,
+                        persist: p.persist,
+                        settle: p.settle,
+                        budget: p.budget,
+                    })?;
+                }
             }
             if let Some(cell) = opts.pattern {
                 comm.use_patterns(cell, &g.config, dev)?;

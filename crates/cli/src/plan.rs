@@ -533,6 +533,15 @@ fn render_table(r: &PlanReport) -> String {
             None => "off".to_string(),
         };
         let _ = writeln!(s, "  {:<12} {rule}", "depth rule");
+        let repin = match &c.repin_rule {
+            Some(r) => format!(
+                "verbs: a QP the slowest at >= {} x the median for {} checks moves onto the \
+                 fastest QP's source port, judged after {} completions, at most {} moves",
+                r.ratio, r.persist, r.settle, r.budget
+            ),
+            None => "off".to_string(),
+        };
+        let _ = writeln!(s, "  {:<12} {repin}", "re-pin rule");
         let _ = writeln!(s, "  {:<12} {} B", "segment", c.segment_bytes);
         if tcp.segment_bytes != c.segment_bytes || tcp.outstanding != c.outstanding {
             let _ = writeln!(

@@ -503,6 +503,15 @@ fn the_depth_rule_shows_per_class_and_prices_memory_at_the_raised_depth() {
     );
     // Unpinned classes run no rule.
     assert_eq!(t.matches("  depth rule   off\n").count(), 2, "{t}");
+    // The pinned class moves a QP that stays the slowest onto the fastest's port (verbs).
+    assert!(
+        t.contains(
+            "  re-pin rule  verbs: a QP the slowest at >= 1.3 x the median for 6 checks moves \
+             onto the fastest QP's source port, judged after 16 completions, at most 16 moves\n"
+        ),
+        "{t}"
+    );
+    assert_eq!(t.matches("  re-pin rule  off\n").count(), 2, "{t}");
     let out = dqplb(&["plan", "--config", &conf, "--format", "json"], &[]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -513,6 +522,11 @@ fn the_depth_rule_shows_per_class_and_prices_memory_at_the_raised_depth() {
     assert_eq!(rail["depth_rule"]["raised"], 3);
     assert_eq!(rail["depth_rule"]["hold"], 4);
     assert_eq!(v["classes"][0]["depth_rule"], Value::Null);
+    assert_eq!(
+        rail["repin_rule"],
+        serde_json::json!({"ratio": 1.3, "persist": 6, "settle": 16, "budget": 16})
+    );
+    assert_eq!(v["classes"][0]["repin_rule"], Value::Null);
     // The same class without the rule needs less per comm pair: the rings follow the depth.
     let off = dqplb(
         &["plan", "--config", &conf, "--format", "json"],

@@ -133,6 +133,16 @@ macro_rules! class_keys {
             ),
             optional(concat!("class.", $c, ".depth-raised"), int(0, 256)),
             key(concat!("class.", $c, ".depth-hold"), int(1, 65536)),
+            key(
+                concat!("class.", $c, ".repin-ratio"),
+                KeyKind::Float {
+                    min_exclusive: 1.0,
+                    max: 1000.0,
+                },
+            ),
+            optional(concat!("class.", $c, ".repin-persist"), int(0, 65536)),
+            key(concat!("class.", $c, ".repin-settle"), int(1, 65536)),
+            key(concat!("class.", $c, ".repin-budget"), int(1, 65536)),
         ]
     };
 }
@@ -142,9 +152,9 @@ pub(crate) const PATH_PINNING_NAMES: &[&str] = &["off", "relative", "absolute"];
 /// Largest `ecmp-width`: 14 free source-port bits tell at most 2^14 buckets apart.
 pub(crate) const ECMP_WIDTH_MAX: i64 = 1 << 14;
 
-const SAME_RAIL: [KeySpec; 16] = class_keys!("same-rail");
-const CROSS_RAIL: [KeySpec; 16] = class_keys!("cross-rail");
-const CROSS_DC: [KeySpec; 16] = class_keys!("cross-dc");
+const SAME_RAIL: [KeySpec; 20] = class_keys!("same-rail");
+const CROSS_RAIL: [KeySpec; 20] = class_keys!("cross-rail");
+const CROSS_DC: [KeySpec; 20] = class_keys!("cross-dc");
 
 const PATHS: [KeySpec; 7] = [
     key(
@@ -437,7 +447,7 @@ mod tests {
     #[test]
     fn registry_paths_are_unique_and_env_names_too() {
         let paths: Vec<&str> = all_keys().map(|k| k.path).collect();
-        assert_eq!(paths.len(), 80);
+        assert_eq!(paths.len(), 92);
         let mut dedup = paths.clone();
         dedup.sort_unstable();
         dedup.dedup();

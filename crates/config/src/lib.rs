@@ -30,6 +30,6 @@ pub use pinning::{BucketSelectName, HashFamilyName, HashField, PathPinning, Path
 pub use plan::{classify, ClassPlan, ConnClass};
 pub use schema::{
     ClassSections, ClassSpec, DepthRuleSpec, EngineSection, FabricSection, HcaThirdField, LogLevel,
-    LogSection, PatternPolicy, PatternsSection, PolicyName, SiteConfig, StatsSection, TcpSection,
-    TransportKind,
+    LogSection, PatternPolicy, PatternsSection, PolicyName, RepinRuleSpec, SiteConfig,
+    StatsSection, TcpSection, TransportKind,
 };

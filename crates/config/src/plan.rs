@@ -76,6 +76,8 @@ pub struct ClassPlan {
     /// The depth rule the class's send comms install (`ClassSpec::depth_rule`): the
     /// per-QP window rises from `outstanding` to `raised` while the QPs' latencies diverge.
     pub depth_rule: Option<super::schema::DepthRuleSpec>,
+    /// The re-pin rule on the depth rule (`ClassSpec::repin_rule`; verbs send comms only).
+    pub repin_rule: Option<super::schema::RepinRuleSpec>,
 }
 
 /// Bandwidth-delay product in bytes: Gb/s * us * 1e9 / 8 * 1e-6 = rate * rtt * 125.
@@ -89,6 +91,16 @@ pub fn bdp_bytes(rate_gbps: f64, rtt_us: f64) -> u64 {
 }
 
 impl SiteConfig {
+    /// The re-pin rule `class`'s verbs send comms install (`ClassSpec::repin_rule`), none where
+    /// the switches hash the destination QPN too (`[paths] hash-dest-qpn`): there another QP's
+    /// source port is not its path.
+    pub fn repin_rule(&self, class: ConnClass) -> Option<super::schema::RepinRuleSpec> {
+        if self.paths.hash_dest_qpn {
+            return None;
+        }
+        self.class.get(class).repin_rule()
+    }
+
     /// The plan of one connection class under this configuration.
     pub fn plan(&self, class: ConnClass) -> ClassPlan {
         let spec = self.class.get(class);
@@ -147,6 +159,7 @@ impl SiteConfig {
             within_budget: within,
             budget_note: note,
             depth_rule: spec.depth_rule(),
+            repin_rule: self.repin_rule(class),
         }
     }
 

@@ -271,7 +271,37 @@ pub struct ClassSpec {
     pub depth_raised: Option<u32>,
     /// ... and falls back after this many checks (16 completions each) without divergence.
     pub depth_hold: u32,
+    /// Trial re-pins on the depth rule (verbs, pinned classes): a data QP the slowest at this
+    /// many times the median ...
+    pub repin_ratio: f64,
+    /// ... for this many consecutive checks (0: off; unset: [`REPIN_PERSIST_DEFAULT`] where the
+    /// class pins and runs the depth rule) moves onto the fastest QP's source port ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repin_persist: Option<u32>,
+    /// ... and is judged after this many completions there (kept if faster, else moved back) ...
+    pub repin_settle: u32,
+    /// ... at most this many moves per connection.
+    pub repin_budget: u32,
 }
+
+/// The re-pin rule a class runs (`ClassSpec::repin_rule`): the engine's `RepinRule`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RepinRuleSpec {
+    pub ratio: f64,
+    pub persist: u32,
+    pub settle: u32,
+    pub budget: u32,
+}
+
+/// `repin-ratio` default: the same QP the slowest at 1.3 x the median (docs/records/simulation.md,
+/// "Trial re-pins onto the fastest QP's path": moves nothing on healthy pinned rings).
+pub const REPIN_RATIO_DEFAULT: f64 = 1.3;
+/// `repin-persist` default: 6 consecutive checks (96 completions).
+pub const REPIN_PERSIST_DEFAULT: u32 = 6;
+/// `repin-settle` default: 16 completions on the new path before the move is judged.
+pub const REPIN_SETTLE_DEFAULT: u32 = 16;
+/// `repin-budget` default: 16 moves per connection.
+pub const REPIN_BUDGET_DEFAULT: u32 = 16;
 
 /// The depth rule a class runs (`ClassSpec::depth_rule`): the engine's `DepthRule`, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -326,6 +356,11 @@ impl ClassSpec {
             // Unset: on for a pinned class, off otherwise (`ClassSpec::depth_rule`).
             depth_raised: None,
             depth_hold: DEPTH_HOLD_DEFAULT,
+            repin_ratio: REPIN_RATIO_DEFAULT,
+            // Unset: on where the class pins and runs the depth rule (`ClassSpec::repin_rule`).
+            repin_persist: None,
+            repin_settle: REPIN_SETTLE_DEFAULT,
+            repin_budget: REPIN_BUDGET_DEFAULT,
         }
     }
 }
@@ -350,6 +385,10 @@ struct RawClassSpec {
     depth_ratio: Option<f64>,
     depth_raised: Option<u32>,
     depth_hold: Option<u32>,
+    repin_ratio: Option<f64>,
+    repin_persist: Option<u32>,
+    repin_settle: Option<u32>,
+    repin_budget: Option<u32>,
 }
 
 impl RawClassSpec {
@@ -373,6 +412,10 @@ impl RawClassSpec {
             depth_ratio: self.depth_ratio.unwrap_or(base.depth_ratio),
             depth_raised: self.depth_raised.or(base.depth_raised),
             depth_hold: self.depth_hold.unwrap_or(base.depth_hold),
+            repin_ratio: self.repin_ratio.unwrap_or(base.repin_ratio),
+            repin_persist: self.repin_persist.or(base.repin_persist),
+            repin_settle: self.repin_settle.unwrap_or(base.repin_settle),
+            repin_budget: self.repin_budget.unwrap_or(base.repin_budget),
         }
     }
 }
@@ -548,6 +591,22 @@ impl ClassSpec {
             ratio: self.depth_ratio,
             raised,
             hold: self.depth_hold,
+        })
+    }
+
+    /// The re-pin rule this class's verbs send comms install on the depth rule, if any: none
+    /// without the depth rule or without pinning (the moves take another QP's source port), or
+    /// with `repin-persist = 0`.
+    pub fn repin_rule(&self) -> Option<RepinRuleSpec> {
+        if self.path_pinning == PathPinning::Off || self.depth_rule().is_none() {
+            return None;
+        }
+        let persist = self.repin_persist.unwrap_or(REPIN_PERSIST_DEFAULT);
+        (persist > 0).then_some(RepinRuleSpec {
+            ratio: self.repin_ratio,
+            persist,
+            settle: self.repin_settle,
+            budget: self.repin_budget,
         })
     }
 

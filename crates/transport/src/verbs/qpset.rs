@@ -101,6 +101,50 @@ pub trait PortPinner: Send + Sync {
     fn repin(&self, qp: usize, port: u16, local_qpn: u32, remote_qpn: u32) -> Option<u16>;
 }
 
+/// Where the engine's re-pin rule sends drained data QPs (`Sender::repin_path`): the source
+/// port each takes when it is re-pinned next, and the port each had before its last move.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RepinAims {
+    next: Vec<Option<u16>>,
+    before: Vec<Option<u16>>,
+}
+
+impl RepinAims {
+    pub(crate) fn new(n_data: usize) -> RepinAims {
+        RepinAims {
+            next: vec![None; n_data],
+            before: vec![None; n_data],
+        }
+    }
+
+    /// Data QP `i`, pinned to `ports[i]`, is drained for `path`: onto another QP's port (the
+    /// port it leaves is kept for a move back), back onto the port it had, or (None) wherever the
+    /// pinner's re-pin sends it. Returns the port it will take, if the rule chose one.
+    pub(crate) fn aim(
+        &mut self,
+        i: usize,
+        path: Option<dqplb_engine::RepinPath>,
+        ports: &[Option<u16>],
+    ) -> Option<u16> {
+        use dqplb_engine::RepinPath;
+        let port = match path? {
+            RepinPath::Onto { qp } => {
+                let to = ports.get(qp).copied().flatten()?;
+                *self.before.get_mut(i)? = ports.get(i).copied().flatten();
+                to
+            }
+            RepinPath::Back => self.before.get(i).copied().flatten()?,
+        };
+        *self.next.get_mut(i)? = Some(port);
+        Some(port)
+    }
+
+    /// The port data QP `i` takes now, if the rule chose one (once).
+    pub(crate) fn take(&mut self, i: usize) -> Option<u16> {
+        self.next.get_mut(i)?.take()
+    }
+}
+
 /// Which QP of a set a completion belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpRole {
@@ -128,6 +172,8 @@ pub struct QpSet {
     /// Path pinning: the chooser and each data QP's pinned port (None: the NIC's own).
     pinner: Option<Arc<dyn PortPinner>>,
     ports: Vec<Option<u16>>,
+    /// The re-pin rule's ports for drained data QPs.
+    aims: RepinAims,
     /// The peer's QPN of each data QP (known once connected), for re-pinning.
     remote_qpns: Vec<u32>,
 }
@@ -223,6 +269,7 @@ impl QpSet {
             by_qpn,
             pinner: None,
             ports: vec![None; cfg.n_data],
+            aims: RepinAims::new(cfg.n_data),
             remote_qpns: vec![0; cfg.n_data],
         })
     }
@@ -237,20 +284,35 @@ impl QpSet {
         self.ports.get(i).copied().flatten()
     }
 
+    /// Drained data QP `i` goes where the engine's re-pin rule says (`path`, see
+    /// [`RepinAims::aim`]) at its next re-pin, in place or as a new QP pair; the port, if any.
+    pub(crate) fn aim_repin(
+        &mut self,
+        i: usize,
+        path: Option<dqplb_engine::RepinPath>,
+    ) -> Option<u16> {
+        self.pinner.as_ref()?;
+        self.aims.aim(i, path, &self.ports)
+    }
+
     /// Re-pins drained data QP `i` in place with `mlx5dv_modify_qp_udp_sport`: Ok(Some(port))
     /// done, Ok(None) when the QP is not pinned, the pinner has no other port, or the device
-    /// cannot (then the caller replaces the QP pair, as for an unpinned straggler).
+    /// cannot (then the caller replaces the QP pair, as for an unpinned straggler). The port is
+    /// the re-pin rule's when it chose one (`aim_repin`), else the pinner's.
     pub fn repin_live(&mut self, i: usize) -> Result<Option<u16>> {
         let (Some(pinner), Some(old)) = (self.pinner.clone(), self.pinned_port(i)) else {
             return Ok(None);
         };
         let qp = self.data(i)?;
-        let Some(port) = pinner.repin(i, old, qp.qpn(), self.remote_qpns[i]) else {
+        let aimed = self.aims.next.get(i).copied().flatten();
+        let Some(port) = aimed.or_else(|| pinner.repin(i, old, qp.qpn(), self.remote_qpns[i]))
+        else {
             return Ok(None);
         };
         if !qp.set_udp_sport(port)? {
             return Ok(None);
         }
+        self.aims.take(i);
         self.ports[i] = Some(port);
         Ok(Some(port))
     }
@@ -293,8 +355,11 @@ impl QpSet {
         local: &QpEndpoint,
         remote: &QpEndpoint,
     ) -> Result<()> {
+        let aimed = self.aims.take(i);
         let port = match (&self.pinner, self.pinned_port(i)) {
-            (Some(p), Some(old)) => p.repin(i, old, local.qpn, remote.qpn).or(Some(old)),
+            (Some(p), Some(old)) => aimed
+                .or_else(|| p.repin(i, old, local.qpn, remote.qpn))
+                .or(Some(old)),
             _ => None,
         };
         let label = port.map(flow_label_of).transpose()?.unwrap_or(0);
@@ -488,6 +553,32 @@ mod tests {
             lid: 0,
             mtu: 4096,
         }
+    }
+
+    #[test]
+    fn repin_aims_move_onto_another_port_and_back() {
+        use dqplb_engine::RepinPath;
+        let ports = [Some(0xC001), Some(0xC002), Some(0xC003), None];
+        let mut a = RepinAims::new(4);
+        // Not the rule's drain: the pinner chooses.
+        assert_eq!(a.aim(2, None, &ports), None);
+        assert_eq!(a.take(2), None);
+        // Onto QP 0's port; QP 2's own port is kept for the move back.
+        assert_eq!(
+            a.aim(2, Some(RepinPath::Onto { qp: 0 }), &ports),
+            Some(0xC001)
+        );
+        assert_eq!(a.take(2), Some(0xC001));
+        assert_eq!(a.take(2), None, "taken once");
+        let moved = [Some(0xC001), Some(0xC002), Some(0xC001), None];
+        assert_eq!(a.aim(2, Some(RepinPath::Back), &moved), Some(0xC003));
+        assert_eq!(a.take(2), Some(0xC003));
+        // Nothing to go back to, an unpinned target or a QP out of range: the pinner chooses.
+        assert_eq!(a.aim(1, Some(RepinPath::Back), &ports), None);
+        assert_eq!(a.aim(1, Some(RepinPath::Onto { qp: 3 }), &ports), None);
+        assert_eq!(a.aim(1, Some(RepinPath::Onto { qp: 9 }), &ports), None);
+        assert_eq!(a.aim(7, Some(RepinPath::Onto { qp: 0 }), &ports), None);
+        assert_eq!(a.take(1), None);
     }
 
     #[test]

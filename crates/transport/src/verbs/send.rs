@@ -138,6 +138,22 @@ pub(super) fn covers(mr: Option<&MemoryRegion>, buf: &UserBuf, what: &str) -> Ne
 }
 
 impl VerbsSendComm {
+    /// Installs the engine's re-pin rule on its depth rule (`DepthControl::set_depth_rule`
+    /// first): a data QP that stays the slowest moves onto the fastest QP's UDP source port and
+    /// back if it is no faster there. Pinned QPs only (unpinned ones are re-hashed as the
+    /// re-hash rule's stragglers are).
+    pub fn set_repin_rule(&mut self, rule: dqplb_engine::RepinRule) -> NetResult<()> {
+        self.tx
+            .engine
+            .set_repin_rule(rule)
+            .map_err(|e| NetError::invalid_argument(format!("re-pin rule: {e}")))
+    }
+
+    /// Moves the engine's re-pin rule made so far (not counting moves back).
+    pub fn repins(&self) -> u32 {
+        self.tx.engine.depth_repins()
+    }
+
     /// Takes a connected QP set and the FIFO region (`params.max_messages` entries and the credit
     /// word) whose address the peer has.
     pub(super) fn new(
@@ -407,6 +423,11 @@ impl VerbsSendComm {
     fn begin_rehash(&mut self, qp: usize, now: u64) {
         if self.out[qp] || self.fences.is_pending(qp) {
             return;
+        }
+        // The engine's re-pin rule names the port (another QP's, or the one it had); the
+        // pinner chooses for the re-hash rule's stragglers.
+        if let Some(port) = self.qps.aim_repin(qp, self.tx.engine.repin_path(qp)) {
+            tracing::info!(target: "dqplb::net", "verbs send comm to {}: data QP {qp} drained by the re-pin rule ({:?}); moving it to UDP source port {port}", self.peer, self.tx.engine.repin_path(qp));
         }
         // A pinned QP moves to another path in place where the device can change a live QP's
         // port (mlx5dv_modify_qp_udp_sport): nothing is in flight on it, so nothing reorders.
