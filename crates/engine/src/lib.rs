@@ -37,7 +37,8 @@
 //! * sender: `40 * P(max_messages) + qps * (32 * P(max_outstanding) + 388) + 32 *
 //!   P(max_outstanding)` bytes (message ring; per-QP in-flight rings of (message slot,
 //!   immediate, post time, offset, length); per-QP head index (4 bytes) and 384-byte [`QpStats`]; the resend queue
-//!   of failed paths), plus the fixed `Sender` struct and, with a [`RehashRule`], its state.
+//!   of failed paths), plus the fixed `Sender` struct and, with a [`RehashRule`], a [`DepthRule`]
+//!   or a [`RepinRule`], their state (allocated when installed).
 //! * receiver: `8 * P(REORDER_SLACK * window) + 24 * P(max_messages)` bytes (per-sequence
 //!   arrival records of (bytes, flags); posted receives), plus the fixed `Receiver` struct.
 //!
