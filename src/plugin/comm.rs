@@ -387,6 +387,16 @@ impl SendComm {
         }
     }
 
+    /// Moves the re-pin rule made so far, not counting moves back (verbs; None on TCP, which
+    /// does not run the rule).
+    pub fn repins(&self) -> Option<u32> {
+        match &self.inner {
+            SendInner::Tcp(_) => None,
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v, ..) => Some(v.repins()),
+        }
+    }
+
     /// The depth rule's state: the per-QP depth now, the raises so far, the rule.
     pub fn depth_state(&mut self) -> dqplb_transport::DepthState {
         use dqplb_transport::DepthControl;

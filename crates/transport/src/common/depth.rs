@@ -1,7 +1,7 @@
 //! The engine's depth rule on a send comm of either transport: installed over a base depth below
 //! the one the connection was sized for, and what it has done so far.
 
-use dqplb_engine::DepthRule;
+use dqplb_engine::{DepthRule, RepinRule};
 
 use super::requests::Requests;
 use super::send::SendCore;
@@ -19,6 +19,10 @@ pub struct DepthState {
     /// Segments in flight per data QP the connection was sized for (`ConnParams::outstanding`,
     /// what the peer's receive side holds room for).
     pub bound: u32,
+    /// The re-pin rule installed on the depth rule, if any (verbs).
+    pub repin: Option<RepinRule>,
+    /// Moves the re-pin rule made so far (not counting moves back).
+    pub repins: u32,
 }
 
 /// A send comm whose engine can run the depth rule (TCP and verbs).
@@ -39,6 +43,8 @@ fn state<A: Copy, R>(core: &SendCore<A, R>) -> DepthState {
         raises: core.engine.depth_raises(),
         rule: core.engine.depth_rule(),
         bound: core.params.outstanding,
+        repin: core.engine.repin_rule(),
+        repins: core.engine.depth_repins(),
     }
 }
 
@@ -105,7 +111,9 @@ mod tests {
                 depth: 3,
                 raises: 0,
                 rule: None,
-                bound: 3
+                bound: 3,
+                repin: None,
+                repins: 0
             }
         );
         c.set_depth_rule(2, RULE).expect("rule");
@@ -115,7 +123,9 @@ mod tests {
                 depth: 2,
                 raises: 0,
                 rule: Some(RULE),
-                bound: 3
+                bound: 3,
+                repin: None,
+                repins: 0
             }
         );
         // Routes and the re-hash rule still go on after it.
