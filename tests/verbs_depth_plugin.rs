@@ -5,9 +5,9 @@
 mod verbs_support;
 
 use dqplb_engine::DepthRule;
-use nccl_net_dqplb::plugin::{self, RegRequest};
+use nccl_net_dqplb::plugin;
 use verbs_support::{
-    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+    byte_checked_rounds, host_mr, pattern, plugin_pair, require_device, use_verbs_on_loopback,
 };
 
 #[test]
@@ -37,14 +37,8 @@ fn a_slow_data_qp_raises_the_depth_of_a_class_with_the_rule() {
     let len = (4 << 20) + 5;
     let mut src = pattern(11, len);
     let mut dst = vec![0u8; len];
-    let req = |b: &mut [u8]| RegRequest {
-        addr: b.as_mut_ptr() as usize,
-        len: b.len(),
-        kind: 1,
-        dmabuf: None,
-    };
-    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
-    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    let smh = send.reg_mr(host_mr(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(host_mr(&mut dst)).expect("regMr dst");
     byte_checked_rounds(&mut send, &mut recv, (&mut src, &smh), (&mut dst, &rmh), 4);
     let after = send.depth_state();
     let stats = send.qp_stats().to_vec();

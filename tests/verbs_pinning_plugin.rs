@@ -8,9 +8,9 @@ mod verbs_support;
 use dqplb_engine::pinning::{
     flow_label_for_port, BucketSelect, FieldLayout, HashFamily, RelativePins,
 };
-use nccl_net_dqplb::plugin::{self, RegRequest};
+use nccl_net_dqplb::plugin;
 use verbs_support::{
-    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+    byte_checked_rounds, host_mr, pattern, plugin_pair, require_device, use_verbs_on_loopback,
 };
 
 #[test]
@@ -54,14 +54,8 @@ fn relative_pinning_sets_every_data_qps_flow_label_and_moves_bytes_exactly() {
     let len = (1 << 20) + 5;
     let mut src = pattern(7, len);
     let mut dst = vec![0u8; len];
-    let req = |b: &mut [u8]| RegRequest {
-        addr: b.as_mut_ptr() as usize,
-        len: b.len(),
-        kind: 1,
-        dmabuf: None,
-    };
-    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
-    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    let smh = send.reg_mr(host_mr(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(host_mr(&mut dst)).expect("regMr dst");
     byte_checked_rounds(&mut send, &mut recv, (&mut src, &smh), (&mut dst, &rmh), 2);
     // Every pinned QP carried segments (dqplb over 8 QPs, 64 KiB segments).
     let per_qp: Vec<u64> = send.qp_stats().iter().map(|q| q.segments).collect();

@@ -8,7 +8,7 @@ mod verbs_support;
 use dqplb_transport::regcache::Lookup;
 use nccl_net_dqplb::plugin::{self, RegRequest};
 use verbs_support::{
-    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+    byte_checked_rounds, host_mr, pattern, plugin_pair, require_device, use_verbs_on_loopback,
 };
 
 #[test]
@@ -30,16 +30,10 @@ fn plugin_carries_messages_over_rdma() {
     let len = (2 << 20) + 3;
     let mut src = pattern(42, len);
     let mut dst = vec![0u8; len + 64];
-    let req = |b: &mut [u8]| RegRequest {
-        addr: b.as_mut_ptr() as usize,
-        len: b.len(),
-        kind: 1,
-        dmabuf: None,
-    };
     // registered at regMr time, through the device's cache (regIsGlobal = 1)
     assert_eq!(props.reg_is_global, 1);
-    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
-    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    let smh = send.reg_mr(host_mr(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(host_mr(&mut dst)).expect("regMr dst");
     let (sc, rc) = (
         smh.cached().expect("src registered"),
         rmh.cached().expect("dst registered"),

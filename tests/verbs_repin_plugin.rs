@@ -5,9 +5,9 @@
 mod verbs_support;
 
 use dqplb_engine::RepinRule;
-use nccl_net_dqplb::plugin::{self, RegRequest};
+use nccl_net_dqplb::plugin;
 use verbs_support::{
-    byte_checked_rounds, pattern, plugin_pair, require_device, use_verbs_on_loopback,
+    byte_checked_rounds, host_mr, pattern, plugin_pair, require_device, use_verbs_on_loopback,
 };
 
 #[test]
@@ -48,14 +48,8 @@ fn a_data_qp_that_stays_slowest_is_moved_onto_another_qps_port() {
     let len = (4 << 20) + 5;
     let mut src = pattern(13, len);
     let mut dst = vec![0u8; len];
-    let req = |b: &mut [u8]| RegRequest {
-        addr: b.as_mut_ptr() as usize,
-        len: b.len(),
-        kind: 1,
-        dmabuf: None,
-    };
-    let smh = send.reg_mr(req(&mut src)).expect("regMr src");
-    let rmh = recv.reg_mr(req(&mut dst)).expect("regMr dst");
+    let smh = send.reg_mr(host_mr(&mut src)).expect("regMr src");
+    let rmh = recv.reg_mr(host_mr(&mut dst)).expect("regMr dst");
     byte_checked_rounds(&mut send, &mut recv, (&mut src, &smh), (&mut dst, &rmh), 40);
     let moves = send.repins().expect("verbs send comm");
     let after: Vec<Option<u16>> = send

@@ -12,6 +12,16 @@ mod common_pair;
 /// 128-byte handle carried in memory), polled until both ends are up.
 pub(crate) use common_pair::pair as plugin_pair;
 
+/// Registers host buffer `b` with a comm of the plugin (`NCCL_PTR_HOST`, no dma-buf).
+pub(crate) fn host_mr(b: &mut [u8]) -> nccl_net_dqplb::plugin::RegRequest {
+    nccl_net_dqplb::plugin::RegRequest {
+        addr: b.as_mut_ptr() as usize,
+        len: b.len(),
+        kind: 1,
+        dmabuf: None,
+    }
+}
+
 /// The plugin on this process's verbs devices over the VM's loopback bootstrap: the environment
 /// is process-wide, so one test per binary. NCCL_IB_TIMEOUT 14 as `vm_tuning` explains.
 pub(crate) fn use_verbs_on_loopback() {

@@ -22,8 +22,9 @@ const REPIN: RepinRule = RepinRule {
     budget: 2,
 };
 
-/// A 4-QP sender at depth 2 with the depth rule and `repin`, and one long message queued.
-fn sender(repin: RepinRule) -> Sender {
+/// A 4-QP sender at depth 2 with the depth rule and `repin` (if any), and one long message
+/// queued.
+fn sender(repin: Option<RepinRule>) -> Sender {
     let mut tx = Sender::new(&EngineParams {
         qps: QPS,
         max_outstanding: 2,
@@ -33,7 +34,9 @@ fn sender(repin: RepinRule) -> Sender {
     })
     .unwrap();
     tx.set_depth_rule(DEPTH).unwrap();
-    tx.set_repin_rule(repin).unwrap();
+    if let Some(r) = repin {
+        tx.set_repin_rule(r).unwrap();
+    }
     tx.post(0, 1 << 30).unwrap();
     tx
 }
@@ -70,7 +73,7 @@ fn until_drained(tx: &mut Sender, c: &mut Clock, lat: [u64; QPS]) -> (usize, Opt
 
 #[test]
 fn a_qp_that_stays_slowest_moves_onto_the_fastest_path_and_keeps_it_when_faster() {
-    let mut tx = sender(REPIN);
+    let mut tx = sender(Some(REPIN));
     assert_eq!(tx.repin_rule(), Some(REPIN));
     let mut c = Clock { t: 0, done: 0 };
     let slow = [10, 10, 10, 40];
@@ -99,7 +102,7 @@ fn a_qp_that_stays_slowest_moves_onto_the_fastest_path_and_keeps_it_when_faster(
 
 #[test]
 fn a_move_that_is_no_faster_goes_back() {
-    let mut tx = sender(REPIN);
+    let mut tx = sender(Some(REPIN));
     let mut c = Clock { t: 0, done: 0 };
     let (qp, path) = until_drained(&mut tx, &mut c, [10, 10, 10, 40]);
     assert_eq!((qp, path), (3, Some(RepinPath::Onto { qp: 0 })));
@@ -119,7 +122,7 @@ fn a_move_that_is_no_faster_goes_back() {
 
 #[test]
 fn the_budget_bounds_the_moves() {
-    let mut tx = sender(RepinRule { budget: 1, ..REPIN });
+    let mut tx = sender(Some(RepinRule { budget: 1, ..REPIN }));
     let mut c = Clock { t: 0, done: 0 };
     let (qp, _) = until_drained(&mut tx, &mut c, [10, 10, 10, 40]);
     tx.path_replaced(qp).unwrap();
@@ -137,16 +140,7 @@ fn the_budget_bounds_the_moves() {
 
 #[test]
 fn without_the_rule_a_slow_qp_only_raises_the_depth() {
-    let mut tx = Sender::new(&EngineParams {
-        qps: QPS,
-        max_outstanding: 2,
-        segment_bytes: SEG,
-        max_messages: 64,
-        policy: PolicyKind::Dqplb,
-    })
-    .unwrap();
-    tx.set_depth_rule(DEPTH).unwrap();
-    tx.post(0, 1 << 30).unwrap();
+    let mut tx = sender(None);
     let mut c = Clock { t: 0, done: 0 };
     for _ in 0..(8 * DEPTH_EVERY) {
         step(&mut tx, &mut c, [10, 10, 10, 40]);

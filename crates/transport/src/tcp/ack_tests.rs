@@ -2,12 +2,9 @@
 //! stream and pass, held for one pass after a completion, and the sender's checks of each frame.
 
 use super::recv::Auth;
-use super::repath::StreamSetup;
-use super::stage_tests::{read_driving, stream_pair};
+use super::stage_tests::{read_driving, receiver_frames, scripted_send_comm, stream_pair};
 use super::tests::params;
-use super::wire::{
-    buffer_id, encode_repath, Acks, Announce, Control, SegHeader, ANNOUNCE_BYTES, SEG_HEADER_BYTES,
-};
+use super::wire::{buffer_id, Acks, Control, SegHeader, ANNOUNCE_BYTES, SEG_HEADER_BYTES};
 use super::*;
 use crate::{ErrorCode, UserBuf};
 use dqplb_engine::{imm, PolicyKind};
@@ -35,13 +32,18 @@ fn frames(ctrl: &mut TcpStream) -> Vec<Control> {
         .collect()
 }
 
-fn ack(count: u16, last_seq: u32) -> Control {
-    Control::Acks(Acks {
+/// An ack frame for data stream 0, socket `gen`: `count` segments ending at message `last_seq`.
+fn acks(gen: u16, count: u16, last_seq: u32) -> Acks {
+    Acks {
         stream: 0,
-        gen: 0,
+        gen,
         count,
         last: imm::encode(last_seq, true),
-    })
+    }
+}
+
+fn ack(count: u16, last_seq: u32) -> Control {
+    Control::Acks(acks(0, count, last_seq))
 }
 
 /// A one-stream receive comm whose sender is our two raw sockets (control, data).
@@ -148,28 +150,8 @@ type Sending = (
 /// A one-stream send comm whose receiver is our raw sockets, with `n` single-buffer receives
 /// of LEN bytes announced and one LEN-byte send matched to each, every segment read off our end.
 fn send_comm(n: u32) -> Sending {
-    let (mut ctrl, ctrl_theirs) = stream_pair();
-    let (mut data, data_theirs) = stream_pair();
-    data.set_nonblocking(true).unwrap();
-    let setup = StreamSetup {
-        conn_id: 1,
-        secret: [9; 16],
-        params: params(PolicyKind::Dqplb, 1),
-        opts: TcpOptions::default(),
-        traffic_class: None,
-    };
-    let mut s = TcpSendComm::new(ctrl_theirs, vec![data_theirs], setup).unwrap();
-    ctrl.write_all(&encode_repath(1)).unwrap();
-    for slot in 0..n {
-        let a = Announce {
-            slot,
-            tag: 5,
-            index: 0,
-            count: 1,
-            capacity: LEN as u64,
-        };
-        ctrl.write_all(&a.encode()).unwrap();
-    }
+    let (mut s, mut ctrl, mut data) = scripted_send_comm(params(PolicyKind::Dqplb, 1));
+    ctrl.write_all(&receiver_frames(n, LEN as u64)).unwrap();
     let mut q = Vec::new();
     let mut srcs: Vec<Box<[u8; LEN]>> = (0..n).map(|k| Box::new([k as u8; LEN])).collect();
     for (k, src) in srcs.iter_mut().enumerate() {
@@ -212,27 +194,11 @@ fn wait(s: &mut TcpSendComm, q: u32) -> NetResult<usize> {
 fn one_frame_completes_several_sends_and_frames_of_an_old_socket_are_dropped() {
     let (mut s, mut ctrl, _data, q, _bufs) = send_comm(3);
     // An ack naming another socket of the stream (a replaced one) changes nothing.
-    write_ack(
-        &mut ctrl,
-        Acks {
-            stream: 0,
-            gen: 4,
-            count: 3,
-            last: imm::encode(2, true),
-        },
-    );
+    write_ack(&mut ctrl, acks(4, 3, 2));
     for _ in 0..100 {
         assert_eq!(s.test(q[0]).unwrap(), None);
     }
-    write_ack(
-        &mut ctrl,
-        Acks {
-            stream: 0,
-            gen: 0,
-            count: 2,
-            last: imm::encode(1, true),
-        },
-    );
+    write_ack(&mut ctrl, acks(0, 2, 1));
     assert_eq!(wait(&mut s, q[0]).unwrap(), LEN);
     assert_eq!(wait(&mut s, q[1]).unwrap(), LEN);
     assert_eq!(s.test(q[2]).unwrap(), None);
@@ -259,15 +225,7 @@ fn acks_for_a_missing_stream_or_beyond_what_was_written_fail_the_comm() {
     );
 
     let (mut s, mut ctrl, _data, q, _bufs) = send_comm(1);
-    write_ack(
-        &mut ctrl,
-        Acks {
-            stream: 0,
-            gen: 0,
-            count: 2,
-            last: imm::encode(1, true),
-        },
-    );
+    write_ack(&mut ctrl, acks(0, 2, 1));
     let e = wait(&mut s, q[0]).unwrap_err();
     assert_eq!(e.code, ErrorCode::RemoteError);
     assert!(
@@ -286,15 +244,7 @@ fn a_closed_data_stream_waits_for_acks_on_the_control_stream() {
     for _ in 0..100 {
         assert_eq!(s.test(q[0]).unwrap(), None);
     }
-    write_ack(
-        &mut ctrl,
-        Acks {
-            stream: 0,
-            gen: 0,
-            count: 2,
-            last: imm::encode(1, true),
-        },
-    );
+    write_ack(&mut ctrl, acks(0, 2, 1));
     assert_eq!(wait(&mut s, q[0]).unwrap(), LEN);
     assert_eq!(wait(&mut s, q[1]).unwrap(), LEN);
 

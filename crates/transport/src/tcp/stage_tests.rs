@@ -24,6 +24,40 @@ pub(super) fn stream_pair() -> (TcpStream, TcpStream) {
     (ours, theirs)
 }
 
+/// A one-stream send comm with `p` whose receiver is our raw sockets: (comm, our control end,
+/// our data end, non-blocking).
+pub(super) fn scripted_send_comm(p: ConnParams) -> (TcpSendComm, TcpStream, TcpStream) {
+    let (ctrl, ctrl_theirs) = stream_pair();
+    let (data, data_theirs) = stream_pair();
+    data.set_nonblocking(true).unwrap();
+    let setup = StreamSetup {
+        conn_id: 1,
+        secret: [9; 16],
+        params: p,
+        opts: TcpOptions::default(),
+        traffic_class: None,
+    };
+    let s = TcpSendComm::new(ctrl_theirs, vec![data_theirs], setup).unwrap();
+    (s, ctrl, data)
+}
+
+/// A receiver's first control frames: its re-path port, then `n` single-buffer receives of
+/// `capacity` bytes with tag 5 (slots 0..n).
+pub(super) fn receiver_frames(n: u32, capacity: u64) -> Vec<u8> {
+    let mut frames = encode_repath(1).to_vec();
+    for slot in 0..n {
+        let a = Announce {
+            slot,
+            tag: 5,
+            index: 0,
+            count: 1,
+            capacity,
+        };
+        frames.extend_from_slice(&a.encode());
+    }
+    frames
+}
+
 /// Reads exactly `buf.len()` bytes from `sock` (non-blocking), moving the send comm meanwhile.
 pub(super) fn read_driving(sock: &mut TcpStream, buf: &mut [u8], s: &mut TcpSendComm) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -49,30 +83,10 @@ fn announcements_split_and_in_bursts_are_all_matched_in_order() {
     const LEN: usize = 16;
     let mut p = params(PolicyKind::Dqplb, 1);
     p.max_messages = 64;
-    let (mut ctrl, ctrl_theirs) = stream_pair();
-    let (mut data, data_theirs) = stream_pair();
-    data.set_nonblocking(true).unwrap();
-    let setup = StreamSetup {
-        conn_id: 1,
-        secret: [9; 16],
-        params: p,
-        opts: TcpOptions::default(),
-        traffic_class: None,
-    };
-    let mut s = TcpSendComm::new(ctrl_theirs, vec![data_theirs], setup).unwrap();
+    let (mut s, mut ctrl, mut data) = scripted_send_comm(p);
     // The receiver's frames: its re-path port, then one single-buffer receive per message
     // (50 frames, more than one control read takes).
-    let mut frames = encode_repath(1).to_vec();
-    for slot in 0..MSGS {
-        let a = Announce {
-            slot,
-            tag: 5,
-            index: 0,
-            count: 1,
-            capacity: LEN as u64,
-        };
-        frames.extend_from_slice(&a.encode());
-    }
+    let frames = receiver_frames(MSGS, LEN as u64);
     // The first 11 frames dribble in 7 bytes at a time (frames split across reads), the rest
     // come in one write.
     let (dribble, burst) = frames.split_at(11 * ANNOUNCE_BYTES);
