@@ -22,17 +22,22 @@ const REPIN: RepinRule = RepinRule {
     budget: 2,
 };
 
-/// A 4-QP sender at depth 2 with the depth rule and `repin` (if any), and one long message
-/// queued.
-fn sender(repin: Option<RepinRule>) -> Sender {
-    let mut tx = Sender::new(&EngineParams {
+/// A 4-QP sender at depth 2, no rules, nothing queued.
+fn bare_sender() -> Sender {
+    Sender::new(&EngineParams {
         qps: QPS,
         max_outstanding: 2,
         segment_bytes: SEG,
         max_messages: 64,
         policy: PolicyKind::Dqplb,
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// A 4-QP sender at depth 2 with the depth rule and `repin` (if any), and one long message
+/// queued.
+fn sender(repin: Option<RepinRule>) -> Sender {
+    let mut tx = bare_sender();
     tx.set_depth_rule(DEPTH).unwrap();
     if let Some(r) = repin {
         tx.set_repin_rule(r).unwrap();
@@ -169,14 +174,7 @@ fn repin_rule_guards() {
     assert!(bad(RepinRule { settle: 0, ..REPIN }));
     assert!(bad(RepinRule { budget: 0, ..REPIN }));
     assert_eq!(REPIN.validate(), Ok(()));
-    let mut tx = Sender::new(&EngineParams {
-        qps: QPS,
-        max_outstanding: 2,
-        segment_bytes: SEG,
-        max_messages: 64,
-        policy: PolicyKind::Dqplb,
-    })
-    .unwrap();
+    let mut tx = bare_sender();
     assert!(matches!(
         tx.set_repin_rule(REPIN),
         Err(EngineError::BadParam {
