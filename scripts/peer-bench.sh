@@ -22,6 +22,10 @@
 #                        target/release/dqplb)
 #   --pairs N            runs of each kind per size (default 3)
 #   --streams L          comma list of dqplb stream counts, --qps (default 1,4)
+#   --inflight L         comma list of messages in flight, --inflight of both plugins (default 4:
+#                        NCCL's ring all-reduce/all-gather/reduce-scatter over SIMPLE post 8 steps
+#                        of 2 (ALLREDUCE_SLICESTEPS); 8 is its send/recv and LL/LL128 regime,
+#                        one step per message)
 #   --sizes L            space-separated message sizes in bytes (default 64 KiB, 1, 4, 64 MiB)
 #   --no-raw             leave out plain TCP
 #   --mib N              data per run in MiB (default 4096: /usr/bin/time counts CPU in 10 ms steps,
@@ -33,7 +37,7 @@ repo=$PWD
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
 
-src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1
+src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1 inflights=4
 netns=dqplb-peer-bench mib=4096
 sizes="65536 1048576 4194304 67108864"
 while [[ $# -gt 0 ]]; do
@@ -44,6 +48,7 @@ while [[ $# -gt 0 ]]; do
         --bin) bin=$2; bin_given=1; shift 2 ;;
         --pairs) pairs=$2; shift 2 ;;
         --streams) streams=$2; shift 2 ;;
+        --inflight) inflights=$2; shift 2 ;;
         --sizes) sizes=$2; shift 2 ;;
         --no-raw) raw=0; shift ;;
         --netns) netns=$2; shift 2 ;;
@@ -150,13 +155,14 @@ mkdir -p "$out"
 # iterations: about --mib MiB per run, at least 10; warm-up a tenth (at least 1, at most 20).
 iters_for() { local n=$(( (mib << 20) / $1 )); (( n < 10 )) && n=10; echo "$n"; }
 
-# run KIND SIZE STREAMS -> "GBps CPU_s_per_GB" (or "fail")
+# run KIND SIZE STREAMS INFLIGHT -> "GBps CPU_s_per_GB" (or "fail")
 run() {
-    local kind=$1 size=$2 qps=$3 it wu extra=() env=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=v0)
+    local kind=$1 size=$2 qps=$3 inflight=$4 it wu extra=() env=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=v0)
     it=$(iters_for "$size"); wu=$(( it / 10 )); (( wu < 1 )) && wu=1; (( wu > 20 )) && wu=20
     case $kind in
-        dqplb) extra=(--qps "$qps") ;;
-        peer) extra=(--plugin "$peer"); env+=("${peer_env[@]}") ;;
+        dqplb) extra=(--qps "$qps" --inflight "$inflight") ;;
+        peer) extra=(--plugin "$peer" --inflight "$inflight"); env+=("${peer_env[@]}") ;;
+        # A thread per stream writing back to back: no messages in flight to count.
         raw) extra=(--raw-tcp --qps "$qps") ;;
     esac
     timed_perf "$out" "$size" "$it" "$wu" "${ns[@]}" env "${env[@]}" "$bin" perf "${extra[@]}"
@@ -166,6 +172,13 @@ col() {
     [[ -s $out/$1 ]] || { echo "-"; return; }
     grep -v fail "$out/$1" | awk -v f="$2" '{ print $f }' | median
 }
+# pair_ratios: dqplb/peer of each pair of runs made one after the other (the same machine
+# state), as "min-max" over the pairs where both ran; "n/a" for none.
+pair_ratios() {
+    paste -d' ' "$out/dqplb" "$out/peer" | awk '
+        $1 ~ /^[0-9.]+$/ && $3 ~ /^[0-9.]+$/ && $3 > 0 { r = $1 / $3; if (n == 0 || r < lo) lo = r; if (n == 0 || r > hi) hi = r; n++ }
+        END { if (n) printf "%.2f-%.2f", lo, hi; else printf "n/a" }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else printf "%d KiB", b / 1024 }'; }
 
@@ -173,20 +186,23 @@ kinds=(dqplb peer)
 [[ $raw == 1 ]] && kinds+=(raw)
 echo "peer: aws-ofi-nccl $ver, libfabric $lfver (FI_PROVIDER=tcp, OFI_NCCL_PROTOCOL=SENDRECV); $peer_head"
 echo "all runs in network namespace $netns: dqplb and the peer on 10.99.0.1 (v0), raw TCP on 127.0.0.1"
-echo "dqplb: $bin; $pairs runs of each kind per size, in turn, $mib MiB each; medians; --no-check, 4 in flight"
+echo "dqplb: $bin; $pairs runs of each kind per size, in turn, $mib MiB each; medians; --no-check"
+echo "per pair: dqplb/peer of the two runs made one after the other, lowest-highest over the $pairs pairs"
 echo
-echo "| streams | size | dqplb GB/s | peer GB/s | raw TCP GB/s | dqplb/peer | dqplb CPU s/GB | peer CPU s/GB | raw CPU s/GB | CPU dqplb/peer |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-for qps in ${streams//,/ }; do
-    for size in $sizes; do
-        for k in dqplb peer raw; do : > "$out/$k"; done
-        for ((p = 0; p < pairs; p++)); do
-            for k in "${kinds[@]}"; do
-                run "$k" "$size" "$qps" >> "$out/$k"
+echo "| in flight | streams | size | dqplb GB/s | peer GB/s | raw TCP GB/s | dqplb/peer | per pair | dqplb CPU s/GB | peer CPU s/GB | raw CPU s/GB | CPU dqplb/peer |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for inflight in ${inflights//,/ }; do
+    for qps in ${streams//,/ }; do
+        for size in $sizes; do
+            for k in dqplb peer raw; do : > "$out/$k"; done
+            for ((p = 0; p < pairs; p++)); do
+                for k in "${kinds[@]}"; do
+                    run "$k" "$size" "$qps" "$inflight" >> "$out/$k"
+                done
             done
+            db=$(col dqplb 1) pb=$(col peer 1) rb=$(col raw 1)
+            dc=$(col dqplb 2) pc=$(col peer 2) rc=$(col raw 2)
+            echo "| $inflight | $qps | $(human "$size") | $db | $pb | $rb | $(ratio "$db" "$pb") | $(pair_ratios) | $dc | $pc | $rc | $(ratio "$dc" "$pc") |"
         done
-        db=$(col dqplb 1) pb=$(col peer 1) rb=$(col raw 1)
-        dc=$(col dqplb 2) pc=$(col peer 2) rc=$(col raw 2)
-        echo "| $qps | $(human "$size") | $db | $pb | $rb | $(ratio "$db" "$pb") | $dc | $pc | $rc | $(ratio "$dc" "$pc") |"
     done
 done
