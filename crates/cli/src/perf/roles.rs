@@ -120,9 +120,17 @@ fn bw_side(a: &PerfArgs, sender: bool) -> NetRes<()> {
     let mut slots: Vec<Vec<u8>> = (0..a.inflight)
         .map(|_| vec![0u8; a.max_bytes.max(1) as usize])
         .collect();
-    if !a.check && sender {
-        for s in &mut slots {
+    for s in &mut slots {
+        if sender && !a.check {
+            // --no-check sends what the buffer holds: one pattern, written once.
             super::pattern::fill(s, 0);
+        } else {
+            // Every page is touched before anything is timed, as NCCL's buffers are (allocated
+            // and registered first): left untouched, the first message into each of the
+            // `inflight` buffers pays its page faults inside the timed loop, all in the one
+            // thread that drives the plugin. Not a valid pattern, so a receive that writes
+            // nothing is still counted wrong.
+            s.fill(0xA5);
         }
     }
     let emit = |r: &Row| {
