@@ -28,6 +28,10 @@
 #                        one step per message)
 #   --sizes L            space-separated message sizes in bytes (default 64 KiB, 1, 4, 64 MiB)
 #   --no-raw             leave out plain TCP
+#   --syscalls           instead of the bandwidth table: system calls per message of each thread
+#                        (sender, receiver, other) for dqplb and the peer, one run of 4000 + 20
+#                        messages per size, stream count and in-flight count under strace -f
+#                        (needs strace)
 #   --mib N              data per run in MiB (default 4096: /usr/bin/time counts CPU in 10 ms steps,
 #                        so a run must move enough for a CPU s/GB figure to resolve)
 #   --netns NAME         the namespace's name (default dqplb-peer-bench)
@@ -37,7 +41,7 @@ repo=$PWD
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
 
-src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1 inflights=4
+src="" lfsrc="" work="" bin=target/release/dqplb bin_given=0 pairs=3 streams=1,4 raw=1 inflights=4 syscalls=0
 netns=dqplb-peer-bench mib=4096
 sizes="65536 1048576 4194304 67108864"
 while [[ $# -gt 0 ]]; do
@@ -51,6 +55,7 @@ while [[ $# -gt 0 ]]; do
         --inflight) inflights=$2; shift 2 ;;
         --sizes) sizes=$2; shift 2 ;;
         --no-raw) raw=0; shift ;;
+        --syscalls) syscalls=1; shift ;;
         --netns) netns=$2; shift 2 ;;
         --mib) mib=$2; shift 2 ;;
         *) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
@@ -63,6 +68,9 @@ done
 src=$(realpath "$src")
 [[ -z $lfsrc ]] || lfsrc=$(realpath "$lfsrc")
 [[ -x /usr/bin/time ]] || { echo "peer-bench: SKIPPED: /usr/bin/time (GNU time) not installed"; exit 77; }
+if [[ $syscalls == 1 ]] && ! command -v strace > /dev/null; then
+    echo "peer-bench: SKIPPED: --syscalls needs strace"; exit 77
+fi
 if [[ $bin_given == 0 ]]; then
     cargo build --release --locked --quiet -p dqplb-cli >&2 || exit 1
 fi
@@ -181,6 +189,66 @@ pair_ratios() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else printf "%d KiB", b / 1024 }'; }
+
+# per_process KIND SIZE STREAMS INFLIGHT: one run under strace -f; prints a markdown row per
+# thread that made the calls counted once per 100 messages or more, with its calls per message:
+# "sender" is the thread whose sendmsg calls moved the most bytes, "receiver" the one whose reads
+# did, any other "other".
+calls="sendmsg recvfrom readv poll epoll_wait sched_yield"
+per_process() {
+    local kind=$1 size=$2 qps=$3 inflight=$4 n=4000 extra=() env=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=v0)
+    case $kind in
+        dqplb) extra=(--qps "$qps" --inflight "$inflight") ;;
+        peer) extra=(--plugin "$peer" --inflight "$inflight"); env+=("${peer_env[@]}") ;;
+    esac
+    if ! "${ns[@]}" env "${env[@]}" strace -f -qq -e trace="${calls// /,}" -o "$out/strace" \
+        "$bin" perf "${extra[@]}" --min-bytes "$size" --max-bytes "$size" --iters "$n" \
+        --warmup 20 --no-check > "$out/csv" 2> "$out/err"; then
+        echo "| $kind | $inflight | $qps | $(human "$size") | failed: $(head -c 200 "$out/err" | tr '\n|' '  ') |"
+        return
+    fi
+    awk -v n=$((n + 20)) -v kind="$kind" -v inflight="$inflight" -v qps="$qps" -v size="$(human "$size")" \
+        -v calls="$calls" '
+        # A call that another thread interrupted shows as "<unfinished ...>" and later as
+        # "<... NAME resumed>": count the start, take the byte count from the line that ends it.
+        $2 ~ /^[a-z_0-9]+\(/ { name = $2; sub(/\(.*/, "", name); cnt[$1, name]++; tids[$1] = 1 }
+        / = [0-9]+$/ && /sendmsg/ { sent[$1] += $NF }
+        / = [0-9]+$/ && /recvfrom|readv/ { got[$1] += $NF }
+        END {
+            snd = ""; rcv = ""
+            for (t in tids) {
+                if (snd == "" || sent[t] > sent[snd]) snd = t
+                if (rcv == "" || got[t] > got[rcv]) rcv = t
+            }
+            nc = split(calls, c, " ")
+            for (t in tids) {
+                role = t == snd ? "sender" : t == rcv ? "receiver" : "other"
+                total = 0; for (i = 1; i <= nc; i++) total += cnt[t, c[i]]
+                # Set-up threads and the parent of the two processes: a handful of calls.
+                if (role == "other" && total < n / 100) continue
+                line = sprintf("| %s | %s | %s | %s | %s |", kind, inflight, qps, size, role)
+                for (i = 1; i <= nc; i++) line = line sprintf(" %.2f |", cnt[t, c[i]] / n)
+                print line
+            }
+        }' "$out/strace" | sort -t'|' -k6,6r
+}
+
+if [[ $syscalls == 1 ]]; then
+    echo "system calls per message of each thread that made any, $(( 4000 + 20 )) messages per run, --no-check, under strace -f"
+    echo "(dqplb: $bin; peer: aws-ofi-nccl $ver; namespace $netns)"
+    echo
+    echo "| plugin | in flight | streams | size | thread | ${calls// / | } |"
+    echo "|---|---:|---:|---:|---|$(for _ in $calls; do printf -- '---:|'; done)"
+    for inflight in ${inflights//,/ }; do
+        for qps in ${streams//,/ }; do
+            for size in $sizes; do
+                per_process dqplb "$size" "$qps" "$inflight"
+                per_process peer "$size" "$qps" "$inflight"
+            done
+        done
+    done
+    exit 0
+fi
 
 kinds=(dqplb peer)
 [[ $raw == 1 ]] && kinds+=(raw)
