@@ -190,13 +190,13 @@ pair_ratios() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%d MiB", b / 1048576; else printf "%d KiB", b / 1024 }'; }
 
-# per_process KIND SIZE STREAMS INFLIGHT: one run under strace -f; prints a markdown row per
+# per_thread KIND SIZE STREAMS INFLIGHT: one run of $sys_msgs + 20 messages under strace -f; prints a markdown row per
 # thread that made the calls counted once per 100 messages or more, with its calls per message:
 # "sender" is the thread whose sendmsg calls moved the most bytes, "receiver" the one whose reads
 # did, any other "other".
-calls="sendmsg recvfrom readv poll epoll_wait sched_yield"
-per_process() {
-    local kind=$1 size=$2 qps=$3 inflight=$4 n=4000 extra=() env=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=v0)
+calls="sendmsg recvfrom readv poll epoll_wait sched_yield" sys_msgs=4000
+per_thread() {
+    local kind=$1 size=$2 qps=$3 inflight=$4 n=$sys_msgs extra=() env=(NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=v0)
     case $kind in
         dqplb) extra=(--qps "$qps" --inflight "$inflight") ;;
         peer) extra=(--plugin "$peer" --inflight "$inflight"); env+=("${peer_env[@]}") ;;
@@ -234,7 +234,7 @@ per_process() {
 }
 
 if [[ $syscalls == 1 ]]; then
-    echo "system calls per message of each thread that made any, $(( 4000 + 20 )) messages per run, --no-check, under strace -f"
+    echo "system calls per message of each thread that makes them, $((sys_msgs + 20)) messages per run, --no-check, under strace -f"
     echo "(dqplb: $bin; peer: aws-ofi-nccl $ver; namespace $netns)"
     echo
     echo "| plugin | in flight | streams | size | thread | ${calls// / | } |"
@@ -242,8 +242,8 @@ if [[ $syscalls == 1 ]]; then
     for inflight in ${inflights//,/ }; do
         for qps in ${streams//,/ }; do
             for size in $sizes; do
-                per_process dqplb "$size" "$qps" "$inflight"
-                per_process peer "$size" "$qps" "$inflight"
+                per_thread dqplb "$size" "$qps" "$inflight"
+                per_thread peer "$size" "$qps" "$inflight"
             done
         done
     done
